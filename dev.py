@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""One entry point for a fresh machine with only Python: `python3 dev.py demo|test|bench`.
+
+Creates `.venv`, installs torch (CPU build first, so the `torch>=2.2` requirement never
+pulls a multi-GB CUDA build during setup), installs torchdoctor, then runs the command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+TORCH = os.environ.get("TORCHDOCTOR_TORCH", "torch==2.13.0")
+STAMP = VENV / ".torchdoctor-installed"
+
+
+def sh(*cmd: str) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def ensure_env() -> None:
+    if not PY.exists():
+        venv.create(VENV, with_pip=True)
+    deps = (ROOT / "pyproject.toml").read_text()
+    if STAMP.exists() and STAMP.read_text() == deps:
+        return
+    pip = [str(PY), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    probe = subprocess.run([str(PY), "-c", "import torch"], capture_output=True)
+    if probe.returncode != 0:
+        sh(*pip, TORCH)
+    sh(*pip, "-e", ".[test]")
+    STAMP.write_text(deps)
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "help"
+    if command not in ("demo", "test", "bench"):
+        print("usage: python3 dev.py demo | test [pytest args] | bench")
+        return 2
+    ensure_env()
+    if command == "demo":
+        return subprocess.call([str(PY), "-m", "torchdoctor", "run", "--steps", "20",
+                                "examples/demo_prompt_encoder.py", *argv[1:]], cwd=ROOT)
+    if command == "test":
+        return subprocess.call([str(PY), "-m", "pytest", "-q", *argv[1:]], cwd=ROOT)
+    code = 0
+    for bench in ("benchmarks/accuracy.py", "benchmarks/overhead.py"):
+        code |= subprocess.call([str(PY), bench], cwd=ROOT)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""Command line: `torchdoctor run|report|rules`. Each subcommand is a small object with
+`main(argv) -> int`; domain errors become exit codes in `main` below, and only there."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from torchdoctor import __version__
+from torchdoctor.analysis import analyze
+from torchdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Interrupted,
+    NoStepsMeasured,
+    ScriptFailed,
+    TorchdoctorError,
+    UsageError,
+)
+from torchdoctor.report import RENDERERS, render
+from torchdoctor.report.progress import RunProgress
+from torchdoctor.rules.registry import RUNTIME_RULES, rule_by_code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message}; see `torchdoctor {self.prog.split()[-1]} --help`")
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be ≥ 0, got {text}")
+        return value
+    return parse
+
+
+class RunCommand:
+    name = "run"
+    help = "run a training script under the probes and diagnose it"
+
+    def parser(self) -> argparse.ArgumentParser:
+        p = _Parser(prog="torchdoctor run", description=self.help)
+        p.add_argument("--steps", type=_positive(int), default=30, help="optimizer steps to measure (default 30)")
+        p.add_argument("--warmup", type=_positive(int), default=3, help="steps run before measuring (default 3)")
+        p.add_argument("--max-seconds", type=_positive(float), default=300.0, help="stop the script after this long")
+        p.add_argument("--out", type=Path, help="run directory (default ./torchdoctor-runs/<time>-<script>/)")
+        p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
+        p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                       help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
+        p.add_argument("-m", dest="module", help="run a module, like `python -m`")
+        p.add_argument("target", nargs="?", help="the training script")
+        p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+        return p
+
+    def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.rundir import create_run_dir, write_run
+        from torchdoctor.runner import RunRequest, check_target, execute
+
+        opts = self.parser().parse_args(argv)
+        if opts.module:
+            target, args, module = opts.module, ([opts.target] if opts.target else []) + opts.args, True
+        elif opts.target:
+            target, args, module = opts.target, opts.args, False
+        else:
+            raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
+        if opts.steps == 0:
+            raise UsageError("--steps must be at least 1")
+        progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
+        request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
+                             steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace,
+                             on_step=lambda s: progress.update(s.index, s.duration_s))
+        check_target(request)
+        run_dir = create_run_dir(opts.out, target)
+        record = execute(request, run_dir)
+        report = analyze(record)
+        write_run(run_dir, record, report)
+        progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir}")
+        if record.run.error:
+            sys.stderr.write(record.run.error)
+        sys.stdout.write(render(report, opts.format))
+        return _outcome(record, run_dir)
+
+
+def _outcome(record, run_dir: Path) -> int:
+    run = record.run
+    if run.status == "crashed":
+        raise ScriptFailed(f"{run.script} raised (traceback above); the partial run is in {run_dir}")
+    if run.status == "exited" and run.exit_code != 0:
+        raise ScriptFailed(f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}")
+    if run.status == "interrupted":
+        raise Interrupted(f"interrupted; the partial run is in {run_dir}")
+    if not record.steps:
+        raise NoStepsMeasured(
+            f"{run.script} never called optimizer.step(), so there is no training step to diagnose; "
+            f"point torchdoctor at the training entry point (data-loader and phase measurements are in {run_dir})"
+        )
+    return EXIT_OK
+
+
+class ReportCommand:
+    name = "report"
+    help = "re-render a run directory without re-running"
+
+    def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.rundir import load_record
+
+        p = _Parser(prog="torchdoctor report", description=self.help)
+        p.add_argument("run_dir", type=Path)
+        p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+        opts = p.parse_args(argv)
+        sys.stdout.write(render(analyze(load_record(opts.run_dir)), opts.format))
+        return EXIT_OK
+
+
+class RulesCommand:
+    name = "rules"
+    help = "list the rules, or explain one (torchdoctor rules TD301)"
+
+    def main(self, argv: Sequence[str]) -> int:
+        p = _Parser(prog="torchdoctor rules", description=self.help)
+        p.add_argument("code", nargs="?")
+        p.add_argument("--format", choices=["text", "md"], default="text")
+        opts = p.parse_args(argv)
+        if opts.code is None:
+            sys.stdout.write(rules_table(opts.format))
+            return EXIT_OK
+        rule = rule_by_code(opts.code)
+        if rule is None:
+            raise UsageError(f"no rule {opts.code!r}; `torchdoctor rules` lists them")
+        sys.stdout.write(explain_rule(rule))
+        return EXIT_OK
+
+
+def rules_table(fmt: str = "text") -> str:
+    if fmt == "md":
+        lines = ["| code | slug | what | needs |", "|---|---|---|---|"]
+        lines += [f"| {r.code} | {r.slug} | {r.title} | {'CUDA' if r.needs_cuda else 'CPU or CUDA'} |"
+                  for r in RUNTIME_RULES]
+        return "\n".join(lines) + "\n"
+    return "".join(f"{r.code}  {r.slug:<24} {r.title}{'  [CUDA]' if r.needs_cuda else ''}\n" for r in RUNTIME_RULES)
+
+
+def explain_rule(rule) -> str:
+    needs = "a CUDA device" if rule.needs_cuda else "CPU or CUDA runs"
+    return (f"{rule.code} {rule.slug}: {rule.title}\n\nWhy: {rule.rationale}\n\n"
+            f"Measured on: {needs}\n\nFix:\n{rule.fix}\n")
+
+
+COMMANDS = {c.name: c for c in (RunCommand(), ReportCommand(), RulesCommand())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        names = ", ".join(COMMANDS)
+        sys.stdout.write(f"torchdoctor {__version__}: why is my PyTorch training slow?\n"
+                         f"usage: torchdoctor {{{names}}} ...   (torchdoctor COMMAND --help)\n")
+        return EXIT_OK if argv else 2
+    if argv[0] == "--version":
+        sys.stdout.write(f"torchdoctor {__version__}\n")
+        return EXIT_OK
+    command = COMMANDS.get(argv[0])
+    try:
+        if command is None:
+            raise UsageError(f"unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}")
+        return command.main(argv[1:])
+    except TorchdoctorError as exc:
+        sys.stderr.write(f"torchdoctor: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("torchdoctor: interrupted\n")
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:  # argparse --help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK

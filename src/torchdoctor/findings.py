@@ -1,0 +1,107 @@
+"""Findings and the Report that rules produce and renderers print (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.record import Location
+from torchdoctor.serialize import read_json, write_json
+
+SCHEMA_VERSION = 1
+
+
+class Severity(str, Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return ["high", "medium", "low", "info"].index(self.value)
+
+
+@dataclass
+class Finding:
+    code: str
+    slug: str
+    severity: Severity
+    title: str
+    message: str
+    location: Location | None
+    evidence: dict[str, Any]
+    fix: str
+    estimated_speedup: float | None
+    estimate_basis: str
+
+    def sort_key(self) -> tuple:
+        speedup = self.estimated_speedup
+        return (speedup is None, -(speedup or 0.0), self.severity.rank, self.code)
+
+
+@dataclass
+class NotMeasured:
+    """A rule that could not judge this run, and why (e.g. a GPU-only effect on CPU)."""
+
+    code: str
+    slug: str
+    reason: str
+
+
+@dataclass
+class TimeSplit:
+    """Median seconds per measured step, by where the host spent them."""
+
+    data_wait_s: float = 0.0
+    forward_and_other_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+    logging_s: float = 0.0
+
+
+@dataclass
+class RunSummary:
+    script: str
+    status: str
+    wall_s: float
+    steps_total: int
+    steps_measured: int
+    step_time_s: float | None  # mean over measured steps
+    step_time_p50_s: float | None
+    step_time_p90_s: float | None
+    steps_per_s: float | None
+    samples_per_s: float | None
+    split: TimeSplit = field(default_factory=TimeSplit)
+    device: str = "cpu"
+    gpu_util_mean: float | None = None
+    power_mean_w: float | None = None
+    power_limit_w: float | None = None
+    peak_memory_bytes: int | None = None
+
+
+@dataclass
+class Report:
+    source: str  # run | lint | trace
+    tool_version: str
+    schema_version: int = SCHEMA_VERSION
+    summary: RunSummary | None = None
+    findings: list[Finding] = field(default_factory=list)
+    not_measured: list[NotMeasured] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def ranked(self) -> "Report":
+        self.findings.sort(key=Finding.sort_key)
+        return self
+
+    def save(self, path: Path) -> None:
+        write_json(path, self)
+
+    @classmethod
+    def load(cls, path: Path) -> "Report":
+        return read_json(path, cls, SCHEMA_VERSION)

@@ -1,0 +1,99 @@
+"""Find the user's source line behind a call: the innermost frame outside torch,
+torchdoctor and the standard library.
+
+Third-party packages (transformers, timm, ...) count as user code, as DESIGN.md §5 says:
+their lines are what the user can see and act on, directly or through a config.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from functools import lru_cache
+from types import FrameType
+
+import torch
+
+import torchdoctor
+from torchdoctor.record import Location
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DOCTOR_DIR = os.path.dirname(torchdoctor.__file__) + os.sep
+_STDLIB_DIRS = tuple(
+    {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
+)
+
+# torch files that only forward a call (operator overloads, __torch_function__ plumbing,
+# tensor printing). A call that passes only through these is still the user's own call.
+_TORCH_TRAMPOLINES = (
+    "overrides.py",
+    "_tensor.py",
+    "_tensor_str.py",
+    "functional.py",
+    "_ops.py",
+    os.path.join("utils", "_python_dispatch.py"),
+    os.path.join("utils", "_device.py"),
+    os.path.join("_dynamo", "eval_frame.py"),
+    os.path.join("_compile.py"),
+    os.path.join("autograd", "grad_mode.py"),
+    os.path.join("utils", "_contextlib.py"),
+)
+
+USER, TORCH, TRAMPOLINE, DOCTOR, STDLIB = range(5)
+
+
+@lru_cache(maxsize=4096)
+def classify_file(filename: str) -> int:
+    if filename.startswith(_DOCTOR_DIR):
+        return DOCTOR
+    if filename.startswith(_TORCH_DIR):
+        rel = filename[len(_TORCH_DIR) :]
+        return TRAMPOLINE if rel.endswith(_TORCH_TRAMPOLINES) else TORCH
+    if filename.startswith("<") or filename.startswith(_STDLIB_DIRS):
+        # <frozen importlib>, <string>: not editable by the user
+        return STDLIB
+    return USER
+
+
+@lru_cache(maxsize=4096)
+def display_path(filename: str) -> str:
+    """The path as the user would type it: relative to the cwd when inside it."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def user_frame(frame: FrameType | None) -> tuple[FrameType | None, bool]:
+    """Walk outwards from `frame` to the first user frame.
+
+    Returns (frame, internal): `internal` is True when torch library code (not a mere
+    trampoline) sits between the call and the user's line, e.g. an optimizer's own
+    `.item()` on its step counter, which the user did not write.
+    """
+    internal = False
+    while frame is not None:
+        kind = classify_file(frame.f_code.co_filename)
+        if kind == USER:
+            return frame, internal
+        if kind == TORCH:
+            internal = True
+        frame = frame.f_back
+    return None, internal
+
+
+def location_of(frame: FrameType) -> Location:
+    code = frame.f_code
+    return Location(
+        path=display_path(code.co_filename),
+        line=frame.f_lineno,
+        function=getattr(code, "co_qualname", code.co_name),
+    )
+
+
+def caller_location(depth: int = 1) -> Location | None:
+    """Location of the innermost user frame above our caller."""
+    frame, _ = user_frame(sys._getframe(depth + 1))
+    return location_of(frame) if frame is not None else None

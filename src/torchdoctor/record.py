@@ -1,0 +1,268 @@
+"""The RunRecord: everything a run measured, as plain typed data.
+
+Probes write it, rules read it, and it is saved as `record.json` so a report can be
+re-made without re-running. Times are seconds; timestamps are seconds since run start.
+Bump SCHEMA_VERSION whenever a serialized shape changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.serialize import read_json, write_json
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Location:
+    path: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class RunInfo:
+    script: str
+    argv: list[str]
+    cwd: str
+    started_at: str  # ISO 8601, UTC
+    torchdoctor_version: str
+    warmup: int
+    steps_requested: int
+    max_seconds: float
+    wall_s: float = 0.0
+    # completed | step-limit | time-limit | interrupted | crashed | exited-early
+    status: str = "completed"
+    exit_code: int = 0
+    error: str | None = None  # traceback text when the script raised
+    knobs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StepSample:
+    """One optimizer step: the interval from the previous step's end to this one's."""
+
+    index: int  # 1-based optimizer step number, warmup steps included
+    start: float
+    end: float
+    warmup: bool
+    sampled: bool  # ran under the dispatch sampler: excluded from timing statistics
+    micro_batches: int = 0  # backward() calls in the interval
+    samples: int | None = None  # batch rows delivered by DataLoaders in the interval
+    data_wait_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    zero_grad_s: float = 0.0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+    logging_s: float = 0.0
+    gpu_s: float | None = None  # CUDA-event time between step boundaries, when on CUDA
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class LoaderStats:
+    loader_id: int
+    created_at: Location | None
+    iterated_at: Location | None
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    drop_last: bool
+    dataset_len: int | None
+    iterator_starts_s: list[float] = field(default_factory=list)  # one per __iter__ call
+    first_batch_waits_s: list[float] = field(default_factory=list)  # first next() per epoch
+    batches: int = 0
+    wait_total_s: float = 0.0
+    batches_in_eval: int = 0
+    batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
+
+
+@dataclass
+class OpSite:
+    """Aten ops issued from one user source line during the sampled steps."""
+
+    location: Location
+    ops: int  # over all sampled steps
+    internal_ops: int  # of which issued by torch library code called from this line
+    time_s: float  # op time plus the Python time just before each op, probe cost removed
+    op_counts: dict[str, int] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
+    median_numel: int = 0
+
+
+@dataclass
+class ApiCall:
+    """A host-sync, data-dependent or transfer call seen in a sampled window."""
+
+    location: Location
+    api: str  # e.g. "Tensor.item", "torch.nonzero", "Tensor.to"
+    kind: str  # host-sync | data-dependent | transfer-h2d | transfer-d2h | explicit-sync
+    phase: str  # train | eval
+    count: int
+    device: str  # device of the tensor involved ("cpu", "cuda:0")
+    detail: dict[str, Any] = field(default_factory=dict)  # e.g. pinned, non_blocking, bytes
+
+
+@dataclass
+class DispatchSample:
+    sampled_steps: int = 0
+    sampled_step_s: list[float] = field(default_factory=list)
+    unsampled_median_step_s: float | None = None
+    total_ops: int = 0
+    probe_cost_per_op_s: float = 0.0
+    eval_batches_sampled: int = 0
+    sites: list[OpSite] = field(default_factory=list)
+    api_calls: list[ApiCall] = field(default_factory=list)
+    matmul_flops_per_op: float | None = None  # mean FLOPs of mm/addmm/bmm/conv ops
+    fp32_matmul_ops_cuda: int = 0  # fp32 matmul/conv ops on CUDA outside autocast
+    autocast_seen: bool = False
+
+
+@dataclass
+class LineHits:
+    location: Location
+    samples: int
+
+
+@dataclass
+class LineProfile:
+    """Stack samples of the main thread during measured steps, by innermost user line."""
+
+    interval_s: float = 0.005
+    total_samples: int = 0
+    lines: list[LineHits] = field(default_factory=list)
+
+    def share(self, path: str, line: int) -> float | None:
+        if not self.total_samples:
+            return None
+        hits = sum(h.samples for h in self.lines if (h.location.path, h.location.line) == (path, line))
+        return hits / self.total_samples
+
+
+@dataclass
+class PhaseStats:
+    """Time in one kind of non-training work from one call site."""
+
+    kind: str  # eval | checkpoint | logging
+    location: Location | None
+    calls: int = 0
+    total_s: float = 0.0
+    in_measured_steps_s: float = 0.0
+
+
+@dataclass
+class OptimizerInfo:
+    class_name: str
+    param_tensors: int
+    params: int
+    foreach: bool | None  # as configured: None means PyTorch picks
+    fused: bool | None
+    created_at: Location | None
+    step_calls: int = 0
+    step_location: Location | None = None
+    zero_grad_calls: int = 0
+    zero_grad_set_to_none: bool | None = None
+    zero_grad_location: Location | None = None
+    zero_grad_total_s: float = 0.0
+
+
+@dataclass
+class CudaMemory:
+    device_total_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    alloc_retries: int
+    ooms: int
+    inactive_split_bytes: int = 0
+
+
+@dataclass
+class NvmlSample:
+    t: float
+    gpu_util: float | None = None  # percent
+    mem_util: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NvmlRecord:
+    available: bool
+    reason: str = ""  # why not, when not available
+    device_index: int | None = None
+    device_name: str | None = None
+    interval_s: float = 0.1
+    samples: list[NvmlSample] = field(default_factory=list)
+
+
+@dataclass
+class Environment:
+    python: str
+    platform: str
+    torch: str
+    cuda_available: bool
+    cuda_used: bool = False
+    cuda_version: str | None = None
+    device_name: str | None = None
+    compute_capability: list[int] | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    float32_matmul_precision: str | None = None
+    cudnn_benchmark: bool | None = None
+    num_threads: int | None = None
+    cpu_count: int | None = None
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeNote:
+    """What a probe could not do, and why: shown in the report, never hidden."""
+
+    probe: str
+    message: str
+
+
+@dataclass
+class RunRecord:
+    run: RunInfo
+    environment: Environment
+    schema_version: int = SCHEMA_VERSION
+    steps: list[StepSample] = field(default_factory=list)
+    loaders: list[LoaderStats] = field(default_factory=list)
+    dispatch: DispatchSample = field(default_factory=DispatchSample)
+    line_profile: LineProfile = field(default_factory=LineProfile)
+    phases: list[PhaseStats] = field(default_factory=list)
+    optimizers: list[OptimizerInfo] = field(default_factory=list)
+    cuda_memory: CudaMemory | None = None
+    nvml: NvmlRecord | None = None
+    trace_file: str | None = None  # Kineto trace, relative to the run directory
+    probe_notes: list[ProbeNote] = field(default_factory=list)
+
+    @property
+    def measured_steps(self) -> list[StepSample]:
+        """Steps that count for timing: after warmup and not slowed by the sampler."""
+        return [s for s in self.steps if not s.warmup and not s.sampled]
+
+    def save(self, path: Path) -> None:
+        write_json(path, self)
+
+    @classmethod
+    def load(cls, path: Path) -> "RunRecord":
+        return read_json(path, cls, SCHEMA_VERSION)

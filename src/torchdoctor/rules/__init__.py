@@ -1,0 +1,1 @@
+"""Rules turn a RunRecord into Findings. They are pure: no printing, no measuring."""

@@ -1,0 +1,109 @@
+"""Compute-efficiency rules: batch size, precision. GPU-only: judged from CUDA runs."""
+
+from __future__ import annotations
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import RunRecord
+from torchdoctor.rules.base import Rule
+from torchdoctor.rules.facts import RunFacts, training_loader
+
+# A matmul doing fewer FLOPs than this is far too small to fill a modern GPU
+# (an H100 SM does ~1 TFLOP/s-per-SM of fp16: 1e8 FLOPs ≈ 1 µs across 132 SMs).
+SMALL_MATMUL_FLOPS = 1e8
+LOW_GPU_UTIL = 60.0  # percent; NVML "utilization" is time with ≥1 kernel running
+TENSOR_CORE_MAJOR = 7  # Volta and newer have fp16 tensor cores
+TF32_MAJOR = 8  # Ampere and newer have TF32
+
+
+class SmallBatch(Rule):
+    code = "TD401"
+    slug = "small-batch"
+    title = "Batch too small for the GPU"
+    needs_cuda = True
+    rationale = "Tiny matmuls leave most of the GPU idle; per-op overhead dominates."
+    fix = (
+        "Raise the batch size (scale the learning rate with it), or accumulate:\n```python\n"
+        "loader = DataLoader(ds, batch_size=256, ...)   # try `torchdoctor tune --set batch_size=256`\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        flops = record.dispatch.matmul_flops_per_op
+        util = _mean_util(record)
+        if flops is None or flops >= SMALL_MATMUL_FLOPS or (util is not None and util >= LOW_GPU_UTIL):
+            return []
+        loader = training_loader(record)
+        return [
+            self.finding(
+                title=f"Matmuls average {flops / 1e6:.1f} MFLOP: too small to fill the GPU",
+                message=f"Mean matmul/conv work per op was {flops:.3g} FLOPs"
+                + (f" at batch size {loader.batch_size}" if loader else "")
+                + (f"; GPU utilization averaged {util:.0f}%." if util is not None else "."),
+                location=loader.created_at if loader else None,
+                evidence={"matmul_flops_per_op": flops, "gpu_util_mean": util,
+                          "batch_size": loader.batch_size if loader else None},
+                speedup=None,
+                basis="throughput vs batch size must be measured: `torchdoctor tune --set batch_size=N`",
+                severity=Severity.MEDIUM,
+            )
+        ]
+
+
+class NoMixedPrecision(Rule):
+    code = "TD402"
+    slug = "no-mixed-precision"
+    title = "fp32 matmuls on a GPU with tensor cores"
+    needs_cuda = True
+    rationale = "bf16/fp16 matmuls run several times faster on tensor cores than fp32."
+    fix = (
+        "Run forward and loss under autocast:\n```python\nwith torch.autocast('cuda', "
+        "dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        cap = record.environment.compute_capability or [0, 0]
+        d = record.dispatch
+        if d.fp32_matmul_ops_cuda == 0 or d.autocast_seen or cap[0] < TENSOR_CORE_MAJOR:
+            return []
+        return [
+            self.finding(
+                title=f"{d.fp32_matmul_ops_cuda / max(1, d.sampled_steps):.0f} fp32 matmul/conv ops per step, no autocast",
+                message=f"The GPU (compute capability {cap[0]}.{cap[1]}) has tensor cores, but every sampled matmul ran in fp32.",
+                location=None,
+                evidence={"fp32_matmul_ops_per_step": d.fp32_matmul_ops_cuda / max(1, d.sampled_steps)},
+                speedup=None,
+                basis="precision gains depend on the model; `torchdoctor tune --set amp=bf16` measures it",
+                severity=Severity.MEDIUM,
+            )
+        ]
+
+
+class NoTf32(Rule):
+    code = "TD403"
+    slug = "no-tf32"
+    title = "fp32 matmuls with TF32 disabled on Ampere or newer"
+    needs_cuda = True
+    rationale = "TF32 tensor cores run fp32 matmuls ~8x faster with 10-bit mantissa inputs."
+    fix = "Allow TF32 for matmuls:\n```python\ntorch.set_float32_matmul_precision('high')\n```"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        env = record.environment
+        cap = env.compute_capability or [0, 0]
+        if cap[0] < TF32_MAJOR or env.tf32_matmul or record.dispatch.fp32_matmul_ops_cuda == 0:
+            return []
+        return [
+            self.finding(
+                title="TF32 is off for fp32 matmuls",
+                message=f"float32_matmul_precision is '{env.float32_matmul_precision}' on a compute capability {cap[0]}.{cap[1]} GPU.",
+                location=None,
+                evidence={"float32_matmul_precision": env.float32_matmul_precision, "allow_tf32": env.tf32_matmul},
+                speedup=None,
+                basis="`torchdoctor tune --set tf32=true` measures it",
+                severity=Severity.MEDIUM,
+            )
+        ]
+
+
+def _mean_util(record: RunRecord) -> float | None:
+    nvml = record.nvml
+    values = [s.gpu_util for s in nvml.samples if s.gpu_util is not None] if nvml else []
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,219 @@
+"""Input-pipeline rules: waiting for batches, worker restarts, host→device copies."""
+
+from __future__ import annotations
+
+import statistics
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import ApiCall, RunRecord
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
+from torchdoctor.rules.facts import RunFacts, training_loader
+
+# Exposed data wait below this share of a step is normal prefetch jitter.
+DATA_WAIT_MIN_SHARE = 0.05
+# Host→device bytes per step below which a pageable copy is not worth a finding (1 MiB).
+TRANSFER_MIN_BYTES = 1 << 20
+
+
+def _startup_per_step(record: RunRecord, facts: RunFacts) -> float:
+    """Epoch start-up time spread over the steps it served: TD102's share, not TD101's.
+
+    Start-up is the iterator's creation plus, when workers restart each epoch, the wait
+    for their first batch.
+    """
+    total_steps = len(record.steps)
+    starts = 0.0
+    for loader in record.loaders:
+        starts += sum(loader.iterator_starts_s)
+        if loader.num_workers > 0 and not loader.persistent_workers:
+            starts += sum(loader.first_batch_waits_s)
+    return starts / total_steps if total_steps else 0.0
+
+
+class DataLoaderStall(Rule):
+    code = "TD101"
+    slug = "dataloader-stall"
+    title = "Training steps wait for the next batch"
+    rationale = (
+        "While the main process waits in `next(loader)`, the model does nothing. The loader "
+        "should prepare batches in worker processes ahead of the step that needs them."
+    )
+    fix = (
+        "Load batches in parallel and ahead of time; move heavy per-sample work out of "
+        "`__getitem__` (pre-process once, cache, or do it batched on the device):\n"
+        "```python\nloader = DataLoader(ds, batch_size=64, num_workers=4, "
+        "persistent_workers=True,\n                    prefetch_factor=4, pin_memory=True)\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        loader = training_loader(record)
+        if loader is None or not facts.step_s:
+            return []
+        wait = max(0.0, facts.mean("data_wait_s") - _startup_per_step(record, facts))
+        share = wait / facts.step_s
+        speedup = amdahl(facts.step_s, wait)
+        if share < DATA_WAIT_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
+            return []
+        workers = loader.num_workers
+        cause = (
+            "the loader has num_workers=0, so every batch is built in the training process"
+            if workers == 0
+            else f"{workers} worker(s) cannot keep up with the model"
+        )
+        return [
+            self.finding(
+                title=f"Steps wait {ms(wait):.1f} ms for data ({share:.0%} of each step)",
+                message=(
+                    f"Each measured step waited {ms(wait):.1f} ms of {ms(facts.step_s):.1f} ms in "
+                    f"`next(loader)`: {cause}."
+                ),
+                location=loader.created_at or loader.iterated_at,
+                evidence={
+                    "data_wait_ms_per_step": ms(wait),
+                    "step_ms": ms(facts.step_s),
+                    "share_of_step_time": round(share, 3),
+                    "num_workers": workers,
+                    "batch_size": loader.batch_size,
+                    "batches": loader.batches,
+                },
+                speedup=speedup,
+                basis="Amdahl: the measured data wait per step removed, assuming loading fully overlaps compute",
+            )
+        ]
+
+
+class WorkerRespawn(Rule):
+    code = "TD102"
+    slug = "worker-respawn"
+    title = "DataLoader workers restart every epoch"
+    rationale = (
+        "With `persistent_workers=False` every epoch shuts the worker processes down and "
+        "starts new ones, which re-import, re-build the dataset and refill the prefetch queue."
+    )
+    fix = (
+        "Keep the workers alive across epochs:\n```python\nloader = DataLoader(ds, "
+        "batch_size=64, num_workers=4, persistent_workers=True)\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        findings = []
+        for loader in record.loaders:
+            restarts = loader.iterator_starts_s[1:]
+            if loader.num_workers == 0 or loader.persistent_workers or not restarts or not facts.step_s:
+                continue
+            typical = statistics.median([s.data_wait_s for s in facts.measured] or [0.0])
+            first_waits = loader.first_batch_waits_s[1:len(restarts) + 1]
+            per_epoch = statistics.fmean(restarts) + max(
+                0.0, (statistics.fmean(first_waits) if first_waits else 0.0) - typical
+            )
+            epochs = len(loader.iterator_starts_s)
+            steps_per_epoch = max(1.0, (loader.batches - loader.batches_in_eval) / epochs)
+            saved = per_epoch / steps_per_epoch
+            speedup = amdahl(facts.step_s, saved)
+            if speedup < MIN_REPORTED_SPEEDUP:
+                continue
+            findings.append(
+                self.finding(
+                    title=f"Worker processes restart every epoch ({ms(per_epoch):.0f} ms each time)",
+                    message=(
+                        f"{epochs} epochs started in this run; each restart of the "
+                        f"{loader.num_workers} workers cost {ms(per_epoch):.0f} ms, about "
+                        f"{ms(saved):.1f} ms per step over {steps_per_epoch:.1f} steps per epoch."
+                    ),
+                    location=loader.created_at or loader.iterated_at,
+                    evidence={
+                        "epochs_started": epochs,
+                        "restart_ms": ms(per_epoch),
+                        "steps_per_epoch": round(steps_per_epoch, 1),
+                        "num_workers": loader.num_workers,
+                        "persistent_workers": False,
+                    },
+                    speedup=speedup,
+                    basis="Amdahl: measured restart time (iterator start + first-batch latency) spread over the steps of an epoch",
+                )
+            )
+        return findings
+
+
+def _h2d_calls(record: RunRecord) -> list[ApiCall]:
+    return [c for c in record.dispatch.api_calls if c.kind == "transfer-h2d" and c.phase == "train"]
+
+
+def _per_step(record: RunRecord, count: int) -> float:
+    return count / max(1, record.dispatch.sampled_steps)
+
+
+class PageableTransfer(Rule):
+    code = "TD103"
+    slug = "pageable-transfer"
+    title = "Host→device copies from pageable memory"
+    needs_cuda = True
+    rationale = (
+        "A copy from ordinary (pageable) host memory is staged through a pinned buffer by the "
+        "driver and cannot overlap with compute; pinned memory copies at full PCIe speed, async."
+    )
+    fix = (
+        "Pin the batches in the loader and copy them asynchronously:\n```python\n"
+        "loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        calls = [c for c in _h2d_calls(record) if c.detail.get("pinned", 0) < c.count]
+        total_bytes = sum(c.detail.get("bytes", 0) for c in calls)
+        if not calls or _per_step(record, total_bytes) < TRANSFER_MIN_BYTES:
+            return []
+        loader = training_loader(record)
+        location = loader.created_at if loader and not loader.pin_memory else calls[0].location
+        return [
+            self.finding(
+                title=f"{_per_step(record, total_bytes) / 2**20:.1f} MiB per step copied from pageable memory",
+                message=(
+                    f"{sum(c.count for c in calls)} host→device copies in "
+                    f"{record.dispatch.sampled_steps} sampled steps came from unpinned memory "
+                    f"(first at {calls[0].location})."
+                ),
+                location=location,
+                evidence={
+                    "bytes_per_step": int(_per_step(record, total_bytes)),
+                    "copies_per_step": round(_per_step(record, sum(c.count for c in calls)), 2),
+                    "loader_pin_memory": loader.pin_memory if loader else None,
+                },
+                speedup=None,
+                basis="copy time is on the GPU timeline: `torchdoctor trace` on this run's trace sizes it",
+                severity=Severity.MEDIUM,
+            )
+        ]
+
+
+class BlockingTransfer(Rule):
+    code = "TD104"
+    slug = "blocking-transfer"
+    title = "Pinned batches copied without non_blocking=True"
+    needs_cuda = True
+    rationale = (
+        "`.to(device)` from pinned memory without `non_blocking=True` makes the host wait for "
+        "the copy, so the next step's Python work cannot overlap with it."
+    )
+    fix = "Copy pinned batches asynchronously:\n```python\nx = x.to(device, non_blocking=True)\n```"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        findings = []
+        for call in _h2d_calls(record):
+            blocking_pinned = call.detail.get("pinned", 0) - min(
+                call.detail.get("pinned", 0), call.detail.get("non_blocking", 0))
+            if blocking_pinned <= 0:
+                continue
+            findings.append(
+                self.finding(
+                    title=f"Blocking copy of pinned memory at {call.location}",
+                    message=f"{blocking_pinned} pinned host→device copies at this line waited for completion.",
+                    location=call.location,
+                    evidence={"blocking_pinned_copies": blocking_pinned,
+                              "bytes_per_step": int(_per_step(record, call.detail.get("bytes", 0)))},
+                    speedup=None,
+                    basis="overlap gain depends on the GPU timeline: `torchdoctor trace` on this run's trace sizes it",
+                    severity=Severity.MEDIUM,
+                )
+            )
+        return findings

@@ -1,0 +1,90 @@
+"""Whole-GPU rules from NVML samples: low activity, throttled clocks."""
+
+from __future__ import annotations
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import RunRecord
+from torchdoctor.rules.base import Rule
+from torchdoctor.rules.facts import RunFacts
+
+UNDERUSED_UTIL = 50.0  # percent of time with a kernel running
+UNDERUSED_POWER_SHARE = 0.5  # the reference report's "200 W of 450 W" is 0.44
+THROTTLE_MIN_SHARE = 0.10  # share of samples with a slowdown reason active
+SLOWDOWN_REASONS = {"hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+                    "hw_power_brake_slowdown", "sw_power_cap"}
+
+
+def _nvml_reason(record: RunRecord, facts: RunFacts) -> str | None:
+    if not facts.cuda_used:
+        return "needs a CUDA device; this run used the CPU"
+    if record.nvml is None or not record.nvml.available:
+        return f"NVML not available: {record.nvml.reason if record.nvml else 'not sampled'}"
+    return None
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+class GpuUnderutilized(Rule):
+    code = "TD801"
+    slug = "gpu-underutilized"
+    title = "GPU mostly idle or far below its power limit"
+    needs_cuda = True
+    rationale = "Low utilization or power means the GPU waits on the host; see the causes above."
+    fix = "Fix the higher-ranked causes (data loading, syncs, launch overhead); then re-run."
+
+    def not_measurable(self, record, facts):
+        return _nvml_reason(record, facts)
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        samples = record.nvml.samples if record.nvml else []
+        util = _mean(s.gpu_util for s in samples)
+        power = _mean(s.power_w for s in samples)
+        limit = _mean(s.power_limit_w for s in samples)
+        low_util = util is not None and util < UNDERUSED_UTIL
+        low_power = power is not None and limit and power / limit < UNDERUSED_POWER_SHARE
+        if not (low_util or low_power):
+            return []
+        return [
+            self.finding(
+                title=f"GPU at {util or 0:.0f}% utilization, {power or 0:.0f} W of {limit or 0:.0f} W",
+                message=f"Over {len(samples)} NVML samples the GPU averaged {util or 0:.0f}% busy and {power or 0:.0f} W.",
+                location=None,
+                evidence={"gpu_util_mean": util, "power_mean_w": power, "power_limit_w": limit, "samples": len(samples)},
+                speedup=None,
+                basis="summary of the run; the ranked causes carry the estimates",
+                severity=Severity.INFO,
+            )
+        ]
+
+
+class ClockThrottle(Rule):
+    code = "TD802"
+    slug = "clock-throttle"
+    title = "GPU clocks throttled"
+    needs_cuda = True
+    rationale = "Thermal or power slowdowns lower the SM clock: the same work takes longer."
+    fix = "Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`); the code is not the cause."
+
+    def not_measurable(self, record, facts):
+        return _nvml_reason(record, facts)
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        samples = record.nvml.samples if record.nvml else []
+        hit = [s for s in samples if SLOWDOWN_REASONS & set(s.throttle_reasons)]
+        if not samples or len(hit) / len(samples) < THROTTLE_MIN_SHARE:
+            return []
+        reasons = sorted({r for s in hit for r in s.throttle_reasons} & SLOWDOWN_REASONS)
+        return [
+            self.finding(
+                title=f"Clock slowdown active in {len(hit) / len(samples):.0%} of samples",
+                message=f"NVML reported {', '.join(reasons)}.",
+                location=None,
+                evidence={"share_of_samples": round(len(hit) / len(samples), 3), "reasons": reasons},
+                speedup=None,
+                basis="hardware state, not code; no code change estimate",
+                severity=Severity.MEDIUM,
+            )
+        ]

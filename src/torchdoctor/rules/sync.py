@@ -1,0 +1,180 @@
+"""Host-device synchronization rules: the host stops and waits for the GPU."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import ApiCall, RunRecord
+from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
+from torchdoctor.rules.facts import RunFacts
+
+SYNC_BASIS_GPU = (
+    "the stall length is on the GPU timeline, not the host clock: `torchdoctor trace` on this "
+    "run's trace sizes it"
+)
+
+
+def _basis(facts: RunFacts) -> str:
+    return SYNC_BASIS_GPU if facts.cuda_used else HAZARD_BASIS_CPU
+
+
+def _by_line(calls: list[ApiCall]) -> dict[tuple, list[ApiCall]]:
+    grouped: dict[tuple, list[ApiCall]] = defaultdict(list)
+    for call in calls:
+        grouped[(call.location.path, call.location.line)].append(call)
+    return grouped
+
+
+def _every_window(calls: list[ApiCall], windows: int) -> bool:
+    """At least once per sampled window: a per-step habit, not an every-N-steps log."""
+    return windows > 0 and sum(c.count for c in calls) >= windows
+
+
+class _PerLineSyncRule(Rule):
+    """Shared shape: one finding per source line whose calls match `kinds` in `phase`."""
+
+    kinds: tuple[str, ...] = ()
+    phase = "train"
+    noun = ""
+
+    def windows(self, record: RunRecord) -> int:
+        return record.dispatch.sampled_steps
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        calls = [c for c in record.dispatch.api_calls if c.kind in self.kinds and c.phase == self.phase]
+        findings = []
+        windows = self.windows(record)
+        for (_, line), group in sorted(_by_line(calls).items()):
+            if not _every_window(group, windows):
+                continue
+            total = sum(c.count for c in group)
+            apis = sorted({c.api for c in group})
+            per = total / windows
+            findings.append(
+                self.finding(
+                    title=f"{', '.join(apis)} {self.noun} {per:.0f}x per {self.unit}",
+                    message=(
+                        f"{', '.join(apis)} at this line ran {total} times in {windows} sampled "
+                        f"{self.unit}s on {group[0].device} tensors. {self.rationale}"
+                    ),
+                    location=group[0].location,
+                    evidence={
+                        f"calls_per_{self.unit}": round(per, 2),
+                        "apis": apis,
+                        "device": group[0].device,
+                        f"sampled_{self.unit}s": windows,
+                    },
+                    speedup=None,
+                    basis=_basis(facts),
+                    severity=Severity.MEDIUM,
+                )
+            )
+        return findings
+
+    unit = "step"
+
+
+class HostSync(_PerLineSyncRule):
+    code = "TD201"
+    slug = "host-sync"
+    title = "Host reads a device tensor every step"
+    kinds = ("host-sync", "transfer-d2h")
+    noun = "syncs the device"
+    rationale = (
+        "`.item()`, `float()`, `bool()`, `.tolist()`, `.cpu()`, printing a tensor: the host must "
+        "wait until the GPU has finished everything queued, so the GPU then idles while Python "
+        "queues the next step."
+    )
+    fix = (
+        "Keep the value on the device and read it rarely:\n```python\nrunning_loss += "
+        "loss.detach()          # no sync\nif step % 100 == 0:\n    print(running_loss.item() "
+        "/ 100)  # one sync per 100 steps\n    running_loss.zero_()\n```"
+    )
+
+
+class DataDependentSync(_PerLineSyncRule):
+    code = "TD202"
+    slug = "data-dependent-sync"
+    title = "Op whose output shape depends on the data, every step"
+    kinds = ("data-dependent",)
+    noun = "needs the data's shape"
+    rationale = (
+        "`nonzero`, boolean-mask indexing, `masked_select`, `unique` produce a tensor whose size "
+        "depends on values on the device, so the host waits for the device to know it."
+    )
+    fix = (
+        "Use fixed-shape ops: mask by multiplication or `torch.where` instead of selecting:\n"
+        "```python\nloss = (per_token_loss * mask).sum() / mask.sum()   # not per_token_loss[mask]\n"
+        "x = torch.where(mask, x, torch.zeros_like(x))\n```"
+    )
+
+
+class EvalTransfer(_PerLineSyncRule):
+    code = "TD203"
+    slug = "eval-transfer"
+    title = "Per-batch device→host transfers in evaluation"
+    kinds = ("host-sync", "transfer-d2h")
+    phase = "eval"
+    noun = "moves results to the host"
+    unit = "eval batch"
+    rationale = (
+        "Copying every batch's outputs to the host (`.cpu().numpy()`) and doing metric math "
+        "there serializes the evaluation: the GPU waits for each copy and for numpy."
+    )
+    fix = (
+        "Accumulate predictions on the device and transfer once after the loop:\n```python\n"
+        "preds = []\nwith torch.no_grad():\n    for x, y in val_loader:\n        preds.append(model(x)"
+        ".argmax(1))      # stays on the GPU\npreds = torch.cat(preds).cpu().numpy()   # one "
+        "transfer\n```"
+    )
+
+    def windows(self, record: RunRecord) -> int:
+        return record.dispatch.eval_batches_sampled
+
+
+class ExplicitSync(Rule):
+    code = "TD204"
+    slug = "explicit-sync"
+    title = "Explicit device synchronization in the training loop"
+    rationale = (
+        "`torch.cuda.synchronize()` in the loop, or `CUDA_LAUNCH_BLOCKING=1`, make the host wait "
+        "for every queued kernel, so host and device never overlap."
+    )
+    fix = (
+        "Remove `torch.cuda.synchronize()` from the loop (time with CUDA events instead) and "
+        "unset `CUDA_LAUNCH_BLOCKING` outside debugging:\n```python\nstart, end = "
+        "torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        findings = []
+        if record.environment.env_vars.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"):
+            findings.append(
+                self.finding(
+                    title="CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous",
+                    message="The environment of this run set CUDA_LAUNCH_BLOCKING=1 (a debugging switch).",
+                    location=None,
+                    evidence={"CUDA_LAUNCH_BLOCKING": record.environment.env_vars["CUDA_LAUNCH_BLOCKING"]},
+                    speedup=None,
+                    basis=_basis(facts),
+                    severity=Severity.HIGH if facts.cuda_used else Severity.LOW,
+                )
+            )
+        calls = [c for c in record.dispatch.api_calls if c.kind == "explicit-sync" and c.phase == "train"]
+        windows = record.dispatch.sampled_steps
+        for (_, line), group in sorted(_by_line(calls).items()):
+            if _every_window(group, windows):
+                per = sum(c.count for c in group) / windows
+                findings.append(
+                    self.finding(
+                        title=f"torch.cuda.synchronize() {per:.0f}x per step",
+                        message=f"torch.cuda.synchronize() at this line ran in every sampled step ({windows} sampled).",
+                        location=group[0].location,
+                        evidence={"calls_per_step": round(per, 2)},
+                        speedup=None,
+                        basis=_basis(facts),
+                        severity=Severity.MEDIUM,
+                    )
+                )
+        return findings
