@@ -49,6 +49,8 @@ class DataLoaderStall(Rule):
         loader = training_loader(record)
         if loader is None or not facts.step_s:
             return []
+        if loader.num_workers > 0 and not loader.persistent_workers and len(loader.iterator_starts_s) > 1:
+            return []  # restarting workers explain the wait (TD102); judge the rest after that fix
         wait = max(0.0, facts.mean("data_wait_s") - _startup_per_step(record, facts))
         share = wait / facts.step_s
         speedup = amdahl(facts.step_s, wait)

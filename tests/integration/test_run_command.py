@@ -1,0 +1,160 @@
+"""`torchdoctor run` end to end, in-process through cli.main, on small scripts."""
+
+import json
+import multiprocessing
+import textwrap
+
+import pytest
+
+from torchdoctor.cli import main
+
+TRAIN = """
+import sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=8{loader_args})
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+step = 0
+{pre}
+for epoch in range(20):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        {body}
+"""
+
+
+def script(tmp_path, name="train.py", pre="", body="pass", loader_args="", text=None):
+    path = tmp_path / name
+    path.write_text(text if text is not None else TRAIN.format(pre=pre, body=body, loader_args=loader_args))
+    return path
+
+
+def run(tmp_path, path, *extra, steps=6):
+    out = tmp_path / "run"
+    code = main(["run", "--steps", str(steps), "--warmup", "2", "--out", str(out), *extra, str(path)])
+    return code, out
+
+
+def test_step_limit_writes_the_run_directory(tmp_path, capsys):
+    code, out = run(tmp_path, script(tmp_path))
+    assert code == 0
+    record = json.loads((out / "record.json").read_text())
+    assert record["run"]["status"] == "step-limit" and len(record["steps"]) == 8
+    assert {"report.json", "report.md"} <= {p.name for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["report", str(out), "--format", "json"]) == 0
+    rerendered = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "report.json").read_text())
+    assert rerendered["summary"] == saved["summary"] and rerendered["findings"] == saved["findings"]
+
+
+def test_script_sees_plain_python_semantics(tmp_path):
+    path = script(tmp_path, text=textwrap.dedent("""
+        import sys, os, json
+        json.dump({"argv": sys.argv, "name": __name__, "path0": sys.path[0]}, open(os.environ["TD_OUT"], "w"))
+    """))
+    out_file = tmp_path / "seen.json"
+    import os
+    os.environ["TD_OUT"] = str(out_file)
+    try:
+        code = main(["run", "--out", str(tmp_path / "r"), str(path), "--lr", "3e-4"])
+    finally:
+        del os.environ["TD_OUT"]
+    seen = json.loads(out_file.read_text())
+    assert seen == {"argv": [str(path), "--lr", "3e-4"], "name": "__main__", "path0": str(tmp_path)}
+    assert code == 2  # never stepped an optimizer
+
+
+def test_missing_script_is_a_one_line_usage_error(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "script not found" in err and "\n" not in err
+
+
+def test_existing_run_directory_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("x")
+    code, _ = run(tmp_path, script(tmp_path))
+    assert code == 2 and "already exists" in capsys.readouterr().err
+    assert (tmp_path / "run" / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("where", ["import", "loop"])
+def test_crashing_script_exits_1_and_keeps_the_partial_run(tmp_path, capsys, where):
+    body = "if step == 4: raise ValueError('boom')" if where == "loop" else "pass"
+    pre = "raise ValueError('boom')" if where == "import" else ""
+    code, out = run(tmp_path, script(tmp_path, pre=pre, body=body))
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "ValueError: boom" in err and "torchdoctor/runner.py" not in err
+    record = json.loads((out / "record.json").read_text())
+    assert record["run"]["status"] == "crashed"
+    assert len(record["steps"]) == (4 if where == "loop" else 0)
+
+
+def test_script_that_never_steps_still_reports_its_loader(tmp_path, capsys):
+    path = script(tmp_path, text=TRAIN.format(pre="", body="pass", loader_args="").replace("opt.step()", "pass"))
+    code, out = run(tmp_path, path)
+    assert code == 2 and "never called optimizer.step()" in capsys.readouterr().err
+    record = json.loads((out / "record.json").read_text())
+    assert record["loaders"][0]["batches"] == 20 * 32
+
+
+def test_sys_exit_zero_is_a_normal_end(tmp_path):
+    code, out = run(tmp_path, script(tmp_path, body="sys.exit(0) if step == 5 else None"), steps=20)
+    record = json.loads((out / "record.json").read_text())
+    assert code == 0 and record["run"]["status"] == "exited" and len(record["steps"]) == 5
+
+
+def test_catch_all_except_exception_cannot_swallow_the_stop(tmp_path):
+    text = TRAIN.format(pre="", body="pass", loader_args="")
+    text = text.replace("for epoch in range(20):", "try:\n  for epoch in range(20):").replace(
+        "\n    for x", "\n   for x").replace("\n        ", "\n         ") + "\nexcept Exception:\n    pass\n"
+    code, out = run(tmp_path, script(tmp_path, text=text))
+    assert code == 0 and json.loads((out / "record.json").read_text())["run"]["status"] == "step-limit"
+
+
+def test_ctrl_c_writes_a_partial_report(tmp_path):
+    body = "os.kill(os.getpid(), signal.SIGINT) if step == 5 else None"
+    code, out = run(tmp_path, script(tmp_path, pre="import os, signal", body=body), steps=20)
+    record = json.loads((out / "record.json").read_text())
+    assert code == 130 and record["run"]["status"] == "interrupted" and len(record["steps"]) == 5
+    assert (out / "report.md").exists()
+
+
+def test_workers_stopped_mid_epoch_leave_no_processes(tmp_path):
+    code, out = run(tmp_path, script(tmp_path, loader_args=", num_workers=2"))
+    assert code == 0
+    assert multiprocessing.active_children() == []
+    assert json.loads((out / "record.json").read_text())["loaders"][0]["num_workers"] == 2
+
+
+def test_corrupted_record_given_to_report_exits_2(tmp_path, capsys):
+    (tmp_path / "record.json").write_text('{"schema_version": 1, "run": ')
+    assert main(["report", str(tmp_path)]) == 2
+    assert "re-run" in capsys.readouterr().err
+
+
+def test_probes_do_not_change_the_numerics(tmp_path):
+    """The same script with and without the doctor ends with identical weights."""
+    import runpy
+    import sys
+
+    import torch
+
+    path = script(tmp_path, body="torch.save(model.state_dict(), sys.argv[1]) if step == 8 else None")
+    assert main(["run", "--steps", "10", "--warmup", "2", "--out", str(tmp_path / "r"),
+                 str(path), str(tmp_path / "a.pt")]) == 0
+    saved_argv = sys.argv[:]
+    sys.argv[:] = [str(path), str(tmp_path / "b.pt")]
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv[:] = saved_argv
+    a, b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

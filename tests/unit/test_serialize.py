@@ -1,0 +1,40 @@
+import json
+
+import pytest
+
+from torchdoctor.record import Environment, RunInfo, RunRecord, StepSample
+from torchdoctor.serialize import SchemaError, from_plain, to_plain
+
+
+def _record() -> RunRecord:
+    info = RunInfo(script="t.py", argv=["--a"], cwd="/x", started_at="2026-01-01T00:00:00+00:00",
+                   torchdoctor_version="0", warmup=1, steps_requested=2, max_seconds=5.0)
+    env = Environment(python="3.11", platform="Linux", torch="2.13", cuda_available=False)
+    return RunRecord(run=info, environment=env,
+                     steps=[StepSample(index=1, start=0.0, end=0.5, warmup=True, sampled=False, samples=None)])
+
+
+def test_record_round_trips_through_json(tmp_path):
+    record = _record()
+    record.save(tmp_path / "record.json")
+    assert RunRecord.load(tmp_path / "record.json") == record
+
+
+def test_wrong_type_names_the_field():
+    data = to_plain(_record())
+    data["steps"][0]["end"] = "soon"
+    with pytest.raises(SchemaError, match=r"steps\[0\]\.end"):
+        from_plain(RunRecord, data)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "not a torchdoctor document"),
+    (json.dumps({"schema_version": 999}), "schema_version 999"),
+    (json.dumps({"schema_version": 1, "run": {}}), "missing field"),
+])
+def test_corrupted_record_gives_a_schema_error(tmp_path, content, message):
+    path = tmp_path / "record.json"
+    path.write_text(content)
+    with pytest.raises(SchemaError, match=message):
+        RunRecord.load(path)
