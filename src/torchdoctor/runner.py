@@ -123,7 +123,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     sampler = DispatchSampler(clock, on_activate=session.note_heavy_probe,
                               outside_step=session.outside_training_step)
     phases = PhaseProbe(session, on_eval_enter=sampler.on_eval_enter, on_eval_exit=sampler.on_eval_exit)
-    gpu = GpuProbe(clock)
+    gpu = GpuProbe(clock, t0=session.t0)
     cuda_events = CudaStepEvents()
     profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
     lines = LineSampler()
@@ -140,7 +140,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
             request.on_step(step)
 
     session.on_step = on_step
-    probes = [steps, loaders, phases, sampler, lines]
+    probes = [steps, loaders, phases, sampler, lines, gpu]
     info = RunInfo(
         script=script,
         argv=list(request.args),
@@ -176,7 +176,6 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     note = cuda_events.fill(record.steps)
     if note:
         notes.append(ProbeNote("cuda-events", note))
-    gpu.contribute(record)
     if profiler.saved:
         record.trace_file = profiler.saved
     elif profiler.error:
