@@ -1,0 +1,81 @@
+"""RunSession with an injected clock: step intervals, categories, sampling schedule, stop."""
+
+import pytest
+
+from torchdoctor.session import RunSession, SessionConfig, StopRun
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class FakeWindow:
+    def __init__(self):
+        self.active = False
+        self.activations = 0
+
+    def activate(self, phase):
+        self.active = True
+        self.activations += 1
+
+    def deactivate(self):
+        self.active = False
+
+
+def test_step_intervals_and_categories_are_exact():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=5), clock)
+    clock.advance(0.5)
+    session.add_time("data_wait", 0.1)
+    session.ledger.add_samples(32)
+    session.on_optimizer_step()
+    clock.advance(0.2)
+    session.enter_eval()
+    clock.advance(0.3)
+    session.add_time("data_wait", 0.25)  # inside eval: belongs to eval only
+    session.exit_eval()
+    session.on_optimizer_step()
+    first, second = session.steps
+    assert (first.start, first.end, first.data_wait_s, first.samples, first.warmup) == (0.0, 0.5, 0.1, 32, True)
+    assert second.duration_s == pytest.approx(0.5) and second.eval_s == pytest.approx(0.3)
+    assert second.data_wait_s == 0.0 and second.samples is None and not second.warmup
+
+
+def test_sampled_steps_follow_the_schedule_and_are_flagged():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=2, steps=10, sampled_steps=3), clock)
+    session.sampler = FakeWindow()
+    for _ in range(9):
+        clock.advance(0.01)
+        session.on_optimizer_step()
+    flags = [s.sampled for s in session.steps]
+    assert flags == [False, False, False, True, True, True, False, False, False]
+    assert session.sampler.activations == 3 and not session.sampler.active
+
+
+def test_stop_after_the_last_measured_step_and_stays_stopping():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=2), clock)
+    session.on_optimizer_step()
+    session.on_optimizer_step()
+    with pytest.raises(StopRun, match="step-limit"):
+        session.on_optimizer_step()
+    with pytest.raises(StopRun):
+        session.raise_if_stopping()
+    assert len(session.steps) == 3
+
+
+def test_time_limit_stops_even_without_steps():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(max_seconds=1.0), clock)
+    session.check_time()
+    clock.advance(1.5)
+    with pytest.raises(StopRun, match="time-limit"):
+        session.check_time()
