@@ -21,7 +21,8 @@ from torchdoctor.errors import (
 )
 from torchdoctor.report import RENDERERS, render
 from torchdoctor.report.progress import RunProgress
-from torchdoctor.rules.registry import RUNTIME_RULES, rule_by_code
+from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
+from torchdoctor.rules.registry import rule_by_code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,28 +129,13 @@ class RulesCommand:
         p.add_argument("--format", choices=["text", "md"], default="text")
         opts = p.parse_args(argv)
         if opts.code is None:
-            sys.stdout.write(rules_table(opts.format))
+            sys.stdout.write(rules_markdown() if opts.format == "md" else rules_table())
             return EXIT_OK
         rule = rule_by_code(opts.code)
         if rule is None:
             raise UsageError(f"no rule {opts.code!r}; `torchdoctor rules` lists them")
         sys.stdout.write(explain_rule(rule))
         return EXIT_OK
-
-
-def rules_table(fmt: str = "text") -> str:
-    if fmt == "md":
-        lines = ["| code | slug | what | needs |", "|---|---|---|---|"]
-        lines += [f"| {r.code} | {r.slug} | {r.title} | {'CUDA' if r.needs_cuda else 'CPU or CUDA'} |"
-                  for r in RUNTIME_RULES]
-        return "\n".join(lines) + "\n"
-    return "".join(f"{r.code}  {r.slug:<24} {r.title}{'  [CUDA]' if r.needs_cuda else ''}\n" for r in RUNTIME_RULES)
-
-
-def explain_rule(rule) -> str:
-    needs = "a CUDA device" if rule.needs_cuda else "CPU or CUDA runs"
-    return (f"{rule.code} {rule.slug}: {rule.title}\n\nWhy: {rule.rationale}\n\n"
-            f"Measured on: {needs}\n\nFix:\n{rule.fix}\n")
 
 
 COMMANDS = {c.name: c for c in (RunCommand(), ReportCommand(), RulesCommand())}

@@ -1,6 +1,8 @@
 import re
 
-from torchdoctor.cli import explain_rule, rules_table
+from pathlib import Path
+
+from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
 from torchdoctor.rules.registry import RUNTIME_RULES
 
 DESIGN_CODES = {"TD101", "TD102", "TD103", "TD104", "TD201", "TD202", "TD203", "TD204", "TD301", "TD302",
@@ -22,3 +24,11 @@ def test_every_rule_is_documented():
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.slug)
         assert rule.title and len(rule.rationale) > 40 and rule.fix
         assert rule.slug in rules_table() and rule.rationale in explain_rule(rule)
+
+
+def test_committed_rule_docs_match_the_registry(update_goldens):
+    path = Path(__file__).resolve().parents[3] / "docs" / "rules.md"
+    if update_goldens:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(rules_markdown())
+    assert path.read_text() == rules_markdown(), "regenerate with: pytest --update-goldens"
