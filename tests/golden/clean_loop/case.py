@@ -1,0 +1,13 @@
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(2048, 64), torch.randint(0, 4, (2048,))), batch_size=64)
+model = torch.nn.Sequential(torch.nn.Linear(64, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 4))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step % 100 == 99:
+        print(loss.item())

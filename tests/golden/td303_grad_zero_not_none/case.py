@@ -1,0 +1,8 @@
+import torch
+
+model = torch.nn.EmbeddingBag(400_000, 32)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    opt.zero_grad(set_to_none=False)
+    model(torch.randint(0, 400_000, (4, 4))).sum().backward()
+    opt.step()
