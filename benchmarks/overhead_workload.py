@@ -15,7 +15,7 @@ model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.Re
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 times, last = [], time.perf_counter()
 try:
-    for x, y in loader:
+    for x, y in [batch for _ in range(2) for batch in loader]:
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -54,7 +54,7 @@ class RunCommand:
         p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
         p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                        help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
-        p.add_argument("-m", dest="module", help="run a module, like `python -m`")
+        p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
         p.add_argument("target", nargs="?", help="the training script")
         p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
         return p
@@ -63,13 +63,18 @@ class RunCommand:
         from torchdoctor.rundir import create_run_dir, write_run
         from torchdoctor.runner import RunRequest, check_target, execute
 
-        opts = self.parser().parse_args(argv)
-        if opts.module:
-            target, args, module = opts.module, ([opts.target] if opts.target else []) + opts.args, True
-        elif opts.target:
-            target, args, module = opts.target, opts.args, False
+        argv = list(argv)
+        split = _module_split(argv)
+        if split is not None:  # `-m MODULE ARGS...`: everything after the module is the module's
+            opts = self.parser().parse_args(argv[:split])
+            if split + 1 >= len(argv):
+                raise UsageError("-m needs a module name, e.g. torchdoctor run -m mypkg.train")
+            target, args, module = argv[split + 1], argv[split + 2:], True
         else:
-            raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
+            opts = self.parser().parse_args(argv)
+            if not opts.target:
+                raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
+            target, args, module = opts.target, opts.args, False
         if opts.steps == 0:
             raise UsageError("--steps must be at least 1")
         progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
@@ -86,6 +91,19 @@ class RunCommand:
             sys.stderr.write(record.run.error)
         sys.stdout.write(render(report, opts.format))
         return _outcome(record, run_dir)
+
+
+_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format"}
+
+
+def _module_split(argv: list[str]) -> int | None:
+    """Index of a `-m` that comes before the script, as in `python -m`; None if absent."""
+    for i, token in enumerate(argv):
+        if token == "-m":
+            return i
+        if not token.startswith("-") and (i == 0 or argv[i - 1] not in _VALUE_OPTIONS):
+            return None  # the script path: anything after it belongs to the script
+    return None
 
 
 def _outcome(record, run_dir: Path) -> int:

@@ -100,6 +100,8 @@ class OpSite:
     op_counts: dict[str, int] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
     median_numel: int = 0
+    backward_s: float = 0.0  # backward time of this line's autograd nodes, over the backward windows
+    backward_nodes: int = 0
 
 
 @dataclass
@@ -123,6 +125,7 @@ class DispatchSample:
     total_ops: int = 0
     probe_cost_per_op_s: float = 0.0
     eval_batches_sampled: int = 0
+    backward_windows: int = 0  # steps whose backward was timed per line
     sites: list[OpSite] = field(default_factory=list)
     api_calls: list[ApiCall] = field(default_factory=list)
     matmul_flops_per_op: float | None = None  # mean FLOPs of mm/addmm/bmm/conv ops

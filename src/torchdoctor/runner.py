@@ -22,6 +22,7 @@ from typing import Callable
 
 import torchdoctor
 from torchdoctor.errors import UsageError
+from torchdoctor.probes.backward_attribution import BackwardTimer
 from torchdoctor.probes.cuda_events import CudaStepEvents
 from torchdoctor.probes.dataloader import DataLoaderProbe
 from torchdoctor.probes.dispatch import DispatchSampler
@@ -53,12 +54,15 @@ class RunRequest:
 def check_target(request: RunRequest) -> str:
     """Validate the script or module before anything runs; returns its display name."""
     if request.module:
+        sys.path.insert(0, os.getcwd())  # as `python -m` will have it when the module runs
         try:
             spec = importlib.util.find_spec(request.target)
         except (ImportError, ValueError) as exc:
             spec, reason = None, str(exc)
         else:
             reason = "no such module"
+        finally:
+            sys.path.remove(os.getcwd())
         if spec is None:
             raise UsageError(
                 f"cannot find module '{request.target}' ({reason}); run from the directory "
@@ -127,6 +131,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     cuda_events = CudaStepEvents()
     profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
     lines = LineSampler()
+    backward = BackwardTimer(clock, candidates=sampler.busiest_lines, on_activate=session.note_heavy_probe)
+    session.backward_timer = backward
     loaders.on_batch = sampler.on_batch
     session.sampler = sampler
     session.line_sampler = lines
@@ -141,6 +147,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
 
     session.on_step = on_step
     probes = [steps, loaders, phases, sampler, lines, gpu]
+    windows = [backward, profiler]  # installed lazily by the session's schedule
     info = RunInfo(
         script=script,
         argv=list(request.args),
@@ -162,13 +169,12 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
             info.status, info.exit_code, info.error = _run_target(request, watchdog)
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
-        for probe in reversed(installed):
+        for probe in [*windows, *reversed(installed)]:
             probe.uninstall()
-        profiler.uninstall()
         loaders.shutdown_workers()
         info.wall_s = session.elapsed()
     record = RunRecord(run=info, environment=read_environment(), steps=session.steps)
-    for probe in probes:
+    for probe in [*probes, backward]:  # backward after dispatch: it annotates the sites
         try:
             probe.contribute(record)
         except Exception as exc:  # a probe bug must not lose the other measurements

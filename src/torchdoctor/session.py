@@ -41,7 +41,8 @@ class SessionConfig:
     steps: int = 30
     max_seconds: float = 600.0
     sampled_steps: int = 3  # dispatch-sampled steps, after warmup
-    profiled_steps: int = 2  # torch.profiler steps after the sampled ones, when enabled
+    backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
+    profiled_steps: int = 2  # torch.profiler steps after those, when enabled
 
 
 class StepLedger:
@@ -81,6 +82,7 @@ class RunSession:
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
         self.stop_reason: str | None = None
         self.sampler: WindowProbe | None = None
+        self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None
         self.on_step: Callable[[StepSample], None] | None = None
         self.line_sampler = None  # records only while a measured, unsampled step runs
@@ -88,6 +90,8 @@ class RunSession:
         last = config.warmup + config.steps  # the final step is never sampled
         self.sample_at = set(range(first, min(first + config.sampled_steps, last)))
         after = first + config.sampled_steps
+        self.backward_at = set(range(after, min(after + config.backward_steps, last)))
+        after += config.backward_steps
         self.profile_at: set[int] = set(range(after, min(after + config.profiled_steps, last)))
 
     # ---- events from probes -------------------------------------------------------
@@ -133,9 +137,7 @@ class RunSession:
             start=self.interval_start - self.t0,
             end=now - self.t0,
             warmup=index <= self.config.warmup,
-            sampled=self.ledger.heavy_probe_ran
-            or bool(self.sampler and self.sampler.active)
-            or bool(self.profiler and self.profiler.active),
+            sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in self._windows()),
             micro_batches=self.ledger.micro_batches,
             samples=self.ledger.samples,
             data_wait_s=sec["data_wait"],
@@ -153,16 +155,19 @@ class RunSession:
             self.on_step(sample)
         self._schedule(index + 1)
         if self.line_sampler is not None:
-            heavy = any(p is not None and p.active for p in (self.sampler, self.profiler))
+            heavy = any(p.active for p, _ in self._windows())
             self.line_sampler.recording = index >= self.config.warmup and not heavy
         if index - self.config.warmup >= self.config.steps:
             self.stop("step-limit")
         self.check_time()
 
+    def _windows(self) -> list[tuple[WindowProbe, set[int]]]:
+        pairs = ((self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
+                 (self.profiler, self.profile_at))
+        return [(probe, chosen) for probe, chosen in pairs if probe is not None]
+
     def _schedule(self, next_index: int) -> None:
-        for probe, chosen in ((self.sampler, self.sample_at), (self.profiler, self.profile_at)):
-            if probe is None:
-                continue
+        for probe, chosen in self._windows():
             if next_index in chosen:
                 probe.activate("train")  # counts one more window when already active
             elif next_index not in chosen and probe.active:

@@ -158,3 +158,41 @@ def test_probes_do_not_change_the_numerics(tmp_path):
         sys.argv[:] = saved_argv
     a, b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_trace_flag_saves_a_kineto_trace_on_cpu(tmp_path):
+    import gzip
+
+    code, out = run(tmp_path, script(tmp_path), "--trace", steps=12)
+    record = json.loads((out / "record.json").read_text())
+    assert code == 0 and record["trace_file"] == "trace.json.gz"
+    trace = json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    assert any(n.startswith("aten::") for n in names)
+    profiled = [s for s in record["steps"] if s["sampled"]]
+    assert len(profiled) >= 5  # 3 op-sampled + 2 profiled steps, all excluded from timings
+
+
+def test_module_mode_runs_like_python_dash_m(tmp_path, monkeypatch):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(TRAIN.format(pre="", body="pass", loader_args=""))
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--steps", "4", "--warmup", "1", "--out", str(tmp_path / "r"), "-m", "mypkg.train", "--x"])
+    record = json.loads((tmp_path / "r" / "record.json").read_text())
+    assert code == 0 and record["run"]["script"] == "-m mypkg.train" and record["run"]["argv"] == ["--x"]
+    assert len(record["steps"]) == 5
+
+
+def test_unknown_module_is_a_usage_error(tmp_path, capsys):
+    assert main(["run", "-m", "no_such_module_xyz"]) == 2
+    assert "cannot find module" in capsys.readouterr().err
+
+
+def test_markdown_report_has_the_reference_report_sections(tmp_path, capsys):
+    code, out = run(tmp_path, script(tmp_path, body="loss.item()"), "--format", "md", steps=8)
+    md = capsys.readouterr().out
+    for heading in ("## Run summary", "## Where a step's time goes", "## Causes, ranked", "## Environment"):
+        assert heading in md
+    assert "TD201" in md and md == (out / "report.md").read_text()

@@ -338,6 +338,14 @@ class DispatchSampler:
 
         return synchronize
 
+    def busiest_lines(self, min_ops_per_step: int = 50, limit: int = 5) -> set[tuple[str, int]]:
+        """User lines issuing the most ops per sampled step (for the backward timer)."""
+        windows = max(1, self.train_windows)
+        ranked = sorted(((acc.ops - acc.internal_ops, key) for key, acc in self.sites.items()
+                         if key is not _AUTOGRAD_LOCATION and acc.ops / windows >= min_ops_per_step),
+                        reverse=True)
+        return {(key[0], key[1]) for _, key in ranked[:limit]}
+
     # ---- result ----------------------------------------------------------------------------
     def contribute(self, record: RunRecord) -> None:
         sample = record.dispatch

@@ -56,12 +56,15 @@ class PythonLoopOps(Rule):
             else:
                 line_s, timing = site.time_s / windows, DISPATCH_BASIS
             per_op = line_s / per_step
-            after = per_op * max(1, len(site.op_counts))  # one vectorized op per op kind
-            saved = max(0.0, line_s - after)
+            d = record.dispatch
+            backward_s = site.backward_s / d.backward_windows if d.backward_windows else 0.0
+            # the vectorized version: one op per op kind, forward and backward
+            after = per_op * max(1, len(site.op_counts)) * (2 if backward_s else 1)
+            saved = max(0.0, line_s + backward_s - after)
             speedup = amdahl(facts.step_s, saved)
             if speedup < MIN_REPORTED_SPEEDUP and not facts.cuda_used:
                 continue
-            share = min(1.0, line_s / facts.step_s)
+            share = min(1.0, (line_s + backward_s) / facts.step_s)
             if share < LOOP_MIN_SHARE and not facts.cuda_used:
                 continue
             findings.append(
@@ -70,13 +73,15 @@ class PythonLoopOps(Rule):
                     message=(
                         f"This line issued {per_step:.0f} aten ops per step (median {site.median_numel} "
                         f"elements each; {', '.join(list(site.op_counts)[:3])}), taking "
-                        f"{ms(line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step."
+                        f"{ms(line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
+                        + (f", and their backward {ms(backward_s):.1f} ms more." if backward_s else ".")
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
                     ),
                     location=site.location,
                     evidence={
                         "ops_per_step": round(per_step, 1),
                         "line_ms_per_step": ms(line_s),
+                        "backward_ms_per_step": ms(backward_s) if d.backward_windows else None,
                         "share_of_step_time": round(share, 3),
                         "median_numel": site.median_numel,
                         "top_ops": site.op_counts,
@@ -85,9 +90,11 @@ class PythonLoopOps(Rule):
                     },
                     speedup=speedup,
                     basis=(
-                        f"Amdahl: the line's forward time per step ({timing}) replaced by one op "
-                        "per op kind at the line's mean time per op; the backward of these ops is "
-                        "not included, so this is a lower bound"
+                        f"Amdahl: the line's forward time per step ({timing})"
+                        + (" plus the backward time of the autograd nodes it created (node hooks, "
+                           f"{d.backward_windows} step)" if backward_s else "; its backward was not timed, "
+                           "so this is a lower bound")
+                        + ", replaced by one op per op kind at the line's mean time per op"
                     ),
                     severity=severity_for(speedup) if speedup >= MIN_REPORTED_SPEEDUP else Severity.MEDIUM,
                 )
