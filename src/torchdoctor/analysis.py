@@ -48,13 +48,10 @@ def summarize(record: RunRecord, facts: RunFacts) -> RunSummary:
         split=split,
         device=record.environment.device_name or ("cuda" if facts.cuda_used else "cpu"),
     )
-    if record.nvml and record.nvml.samples:
-        def avg(attr):
-            values = [getattr(s, attr) for s in record.nvml.samples if getattr(s, attr) is not None]
-            return statistics.fmean(values) if values else None
-        summary.gpu_util_mean = avg("gpu_util")
-        summary.power_mean_w = avg("power_w")
-        summary.power_limit_w = avg("power_limit_w")
+    if record.nvml:
+        summary.gpu_util_mean = record.nvml.mean("gpu_util")
+        summary.power_mean_w = record.nvml.mean("power_w")
+        summary.power_limit_w = record.nvml.mean("power_limit_w")
     if record.cuda_memory:
         summary.peak_memory_bytes = record.cuda_memory.peak_allocated_bytes
     return summary

@@ -214,6 +214,11 @@ class NvmlRecord:
     interval_s: float = 0.1
     samples: list[NvmlSample] = field(default_factory=list)
 
+    def mean(self, attr: str) -> float | None:
+        """Mean of one sample field over the samples that have it (None where none do)."""
+        values = [v for v in (getattr(s, attr) for s in self.samples) if v is not None]
+        return sum(values) / len(values) if values else None
+
 
 @dataclass
 class Environment:

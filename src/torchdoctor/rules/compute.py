@@ -104,6 +104,4 @@ class NoTf32(Rule):
 
 
 def _mean_util(record: RunRecord) -> float | None:
-    nvml = record.nvml
-    values = [s.gpu_util for s in nvml.samples if s.gpu_util is not None] if nvml else []
-    return sum(values) / len(values) if values else None
+    return record.nvml.mean("gpu_util") if record.nvml else None

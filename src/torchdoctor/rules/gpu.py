@@ -22,27 +22,24 @@ def _nvml_reason(record: RunRecord, facts: RunFacts) -> str | None:
     return None
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-class GpuUnderutilized(Rule):
-    code = "TD801"
-    slug = "gpu-underutilized"
-    title = "GPU mostly idle or far below its power limit"
+class _NvmlRule(Rule):
     needs_cuda = True
-    rationale = "Low utilization or power means the GPU waits on the host; see the causes above."
-    fix = "Fix the higher-ranked causes (data loading, syncs, launch overhead); then re-run."
 
     def not_measurable(self, record, facts):
         return _nvml_reason(record, facts)
 
+
+class GpuUnderutilized(_NvmlRule):
+    code = "TD801"
+    slug = "gpu-underutilized"
+    title = "GPU mostly idle or far below its power limit"
+    rationale = "Low utilization or power means the GPU waits on the host; see the causes above."
+    fix = "Fix the higher-ranked causes (data loading, syncs, launch overhead); then re-run."
+
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        samples = record.nvml.samples if record.nvml else []
-        util = _mean(s.gpu_util for s in samples)
-        power = _mean(s.power_w for s in samples)
-        limit = _mean(s.power_limit_w for s in samples)
+        nvml = record.nvml
+        samples = nvml.samples
+        util, power, limit = nvml.mean("gpu_util"), nvml.mean("power_w"), nvml.mean("power_limit_w")
         low_util = util is not None and util < UNDERUSED_UTIL
         low_power = power is not None and limit and power / limit < UNDERUSED_POWER_SHARE
         if not (low_util or low_power):
@@ -60,19 +57,15 @@ class GpuUnderutilized(Rule):
         ]
 
 
-class ClockThrottle(Rule):
+class ClockThrottle(_NvmlRule):
     code = "TD802"
     slug = "clock-throttle"
     title = "GPU clocks throttled"
-    needs_cuda = True
     rationale = "Thermal or power slowdowns lower the SM clock: the same work takes longer."
     fix = "Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`); the code is not the cause."
 
-    def not_measurable(self, record, facts):
-        return _nvml_reason(record, facts)
-
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        samples = record.nvml.samples if record.nvml else []
+        samples = record.nvml.samples
         hit = [s for s in samples if SLOWDOWN_REASONS & set(s.throttle_reasons)]
         if not samples or len(hit) / len(samples) < THROTTLE_MIN_SHARE:
             return []
