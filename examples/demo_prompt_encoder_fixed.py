@@ -22,12 +22,13 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class PromptEncoder(nn.Module):
-    def __init__(self, vocab_size=1000, hidden=64, layers=2, prompt_length=3, num_labels=2):
+    def __init__(self, vocab_size=1000, hidden=64, layers=2, prompt_length=3, num_labels=2, dropout=0.0):
         super().__init__()
         self.prompt_length = prompt_length
         self.embeddings = nn.Embedding(vocab_size, hidden)
         self.prompt_embeddings = nn.Parameter(torch.randn(2 * prompt_length, hidden) * 0.02)
-        layer = nn.TransformerEncoderLayer(hidden, nhead=4, dim_feedforward=2 * hidden, batch_first=True)
+        layer = nn.TransformerEncoderLayer(hidden, nhead=4, dim_feedforward=2 * hidden,
+                                           dropout=dropout, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.classifier = nn.Linear(hidden, num_labels)
 
@@ -75,6 +76,7 @@ def main():
     parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--seq_len", type=int, default=32)
     parser.add_argument("--vocab_size", type=int, default=1000)
+    parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -86,7 +88,7 @@ def main():
     eval_loader = DataLoader(eval_set, batch_size=args.eval_batch_size, num_workers=args.num_workers,
                              pin_memory=device == "cuda")
 
-    model = PromptEncoder(args.vocab_size, prompt_length=args.prompt_length).to(device)
+    model = PromptEncoder(args.vocab_size, prompt_length=args.prompt_length, dropout=args.dropout).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
     global_step, running_loss = 0, torch.zeros((), device=device)
     for epoch in range(args.num_train_epochs):

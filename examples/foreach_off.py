@@ -1,25 +1,38 @@
-"""Planted: AdamW(foreach=False) over a deep stack of small blocks (120 parameter
-tensors) updates them one at a time (TD302). Fix: drop foreach=False (or fused=True)."""
+"""Planted TD302 (optimizer-foreach-off): AdamW created with `foreach=False` over a deep
+stack of small Linear+LayerNorm blocks (122 parameter tensors), so `optimizer.step()`
+runs a Python loop that issues about a dozen small ops per tensor.
+
+Fix: drop `foreach=False` (foreach is the default on CUDA), or `fused=True`.
+"""
 # torchdoctor-example: planted
 import torch
 from torch import nn
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 class Trainer:
-    def __init__(self):
-        blocks = [nn.Sequential(nn.Linear(32, 32), nn.LayerNorm(32), nn.GELU()) for _ in range(30)]
-        self.model = nn.Sequential(*blocks, nn.Linear(32, 2))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, foreach=False)  # expect: TD302
+    def __init__(self, depth=30, width=32):
+        blocks = [nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()) for _ in range(depth)]
+        self.model = nn.Sequential(*blocks, nn.Linear(width, 2)).to(device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.01, foreach=False)  # expect: TD302
 
     def step(self, x, y):
         loss = nn.functional.cross_entropy(self.model(x), y)
         self.opt.zero_grad()
         loss.backward()
         self.opt.step()
+        return loss.detach()
+
+    def train(self, steps, batch_size=16):
+        for i in range(steps):
+            x = torch.randn(batch_size, 32, device=device)
+            y = (x.sum(1) > 0).long()
+            loss = self.step(x, y)
+            if i % 25 == 24:
+                print(f"step {i + 1} loss {loss.item():.4f}")
 
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    trainer = Trainer()
-    for _ in range(60):
-        trainer.step(torch.randn(16, 32), torch.randint(0, 2, (16,)))
+    Trainer().train(steps=75)

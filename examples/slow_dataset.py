@@ -1,33 +1,52 @@
-"""Planted: a Dataset whose __getitem__ builds features in Python, loaded with
-num_workers=0, so every step waits for its batch (TD101). Fix: num_workers>0, or
-pre-compute the features once."""
+"""Planted TD101 (dataloader-stall): the Dataset builds each sample's features in a Python
+loop inside `__getitem__`, and the DataLoader runs it in the main process
+(num_workers=0), so every training step first waits for its batch.
+
+Fix: compute the features once, vectorized, before training (or at least load with
+`num_workers=2..8, persistent_workers=True` so workers prepare batches while the model
+trains).
+"""
 # torchdoctor-example: planted
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+device = "cuda" if torch.cuda.is_available() else "cpu"
 
-class FeatureDataset(Dataset):
-    def __init__(self, n=4096, dim=64):
+
+class RollingFeatureDataset(Dataset):
+    """Raw 64-value signals; features are 5-wide rolling means, computed per sample."""
+
+    def __init__(self, n=4096, dim=64, window=5):
         g = torch.Generator().manual_seed(0)
         self.raw = torch.randn(n, dim, generator=g)
         self.labels = torch.randint(0, 10, (n,), generator=g)
+        self.window = window
 
     def __len__(self):
         return len(self.raw)
 
-    def __getitem__(self, i):
-        row = self.raw[i].tolist()
-        feats = [sum(row[max(0, k - 4):k + 1]) / 5.0 for k in range(len(row))]  # slow per-sample work
-        return torch.tensor(feats), self.labels[i]
+    def __getitem__(self, idx):
+        row = self.raw[idx].tolist()
+        feats = []
+        for k in range(len(row)):
+            lo = max(0, k - self.window + 1)
+            feats.append(sum(row[lo:k + 1]) / self.window)
+        return torch.tensor(feats), self.labels[idx]
 
 
-model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-loader = DataLoader(FeatureDataset(), batch_size=64, shuffle=True)  # expect: TD101
-for epoch in range(2):
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+loader = DataLoader(RollingFeatureDataset(), batch_size=64, shuffle=True)  # expect: TD101
+
+for epoch in range(1):
+    total = torch.zeros((), device=device)
     for x, y in loader:
+        x, y = x.to(device), y.to(device)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        total += loss.detach()
+    print(f"epoch {epoch} mean loss {total.item() / len(loader):.4f}")

@@ -54,7 +54,19 @@ def summarize(record: RunRecord, facts: RunFacts) -> RunSummary:
         summary.power_limit_w = record.nvml.mean("power_limit_w")
     if record.cuda_memory:
         summary.peak_memory_bytes = record.cuda_memory.peak_allocated_bytes
+    summary.gpu_metrics_missing = _gpu_metrics_missing(record, facts)
     return summary
+
+
+def _gpu_metrics_missing(record: RunRecord, facts: RunFacts) -> str | None:
+    if not facts.cuda_used:
+        return "not measurable on CPU: this run used the CPU"
+    if record.nvml is None or not record.nvml.available:
+        reason = record.nvml.reason if record.nvml else "the NVML sampler did not run"
+        return f"NVML not available: {reason}"
+    if not record.nvml.samples:
+        return "NVML returned no samples during the measured steps"
+    return None
 
 
 def environment_table(record: RunRecord) -> dict:

@@ -53,7 +53,7 @@ class NotMeasured:
 
 @dataclass
 class TimeSplit:
-    """Median seconds per measured step, by where the host spent them."""
+    """Mean seconds per measured step, by where the host spent them (means add up to the mean step)."""
 
     data_wait_s: float = 0.0
     forward_and_other_s: float = 0.0
@@ -82,6 +82,7 @@ class RunSummary:
     power_mean_w: float | None = None
     power_limit_w: float | None = None
     peak_memory_bytes: int | None = None
+    gpu_metrics_missing: str | None = None  # why the GPU rows are empty, when they are
 
 
 @dataclass

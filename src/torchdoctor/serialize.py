@@ -31,8 +31,8 @@ def to_plain(obj: Any) -> Any:
         return {str(k): to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:  # NaN is not valid JSON
-        return None
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None  # NaN and infinities are not valid JSON
     return obj
 
 

@@ -38,3 +38,8 @@ def test_corrupted_record_gives_a_schema_error(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(SchemaError, match=message):
         RunRecord.load(path)
+
+
+def test_non_finite_floats_become_null_so_the_file_stays_valid_json():
+    plain = to_plain({"a": float("inf"), "b": float("-inf"), "c": float("nan"), "d": 1.5})
+    assert json.loads(json.dumps(plain, allow_nan=False)) == {"a": None, "b": None, "c": None, "d": 1.5}

@@ -1,4 +1,5 @@
-"""Renderers: Report → text. They format; they never measure. One signature for all."""
+"""Renderers: Report → text. They format; they never measure. One signature for all:
+`(report: Report) -> str`, looked up by format name in RENDERERS."""
 
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
 
 
 def render(report: Report, fmt: str) -> str:
+    """`report` in format `fmt`; ValueError naming the valid formats for an unknown one."""
     try:
         renderer = RENDERERS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(RENDERERS)}") from None
     return renderer(report)
+
+
+__all__ = ["RENDERERS", "render", "render_json", "render_markdown", "render_text"]

@@ -1,9 +1,21 @@
-"""Formatting shared by the human renderers: numbers, durations, split rows."""
+"""Formatting shared by the human renderers: numbers, durations, locations, summary rows.
+
+Everything here turns values already in a Report into strings; nothing is measured or
+estimated. Strings returned here are *unescaped*: each renderer escapes for its medium.
+"""
 
 from __future__ import annotations
 
-from torchdoctor.findings import Finding, RunSummary
+import json
+from typing import Any
 
+from torchdoctor.findings import Finding, Report, RunSummary
+from torchdoctor.record import Location
+
+DASH = "—"  # shown where a value does not exist (no location, no estimate)
+NOT_MEASURED = "not measured"
+
+# (label, TimeSplit attribute), in the order a step runs through them.
 SPLIT_ROWS = (
     ("data wait", "data_wait_s"),
     ("forward + other", "forward_and_other_s"),
@@ -15,49 +27,106 @@ SPLIT_ROWS = (
 )
 
 
+def ranked_findings(report: Report) -> list[Finding]:
+    """The findings in `Report.ranked()` order, without reordering the caller's report."""
+    return sorted(report.findings, key=Finding.sort_key)
+
+
 def fmt_ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.1f} ms"
+    return DASH if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
-def fmt_rate(value: float | None, unit: str) -> str:
-    return "—" if value is None else f"{value:,.1f} {unit}"
+def fmt_rate(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.1f}"
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def fmt_speedup(finding: Finding) -> str:
-    return "—" if finding.estimated_speedup is None else f"{finding.estimated_speedup:.2f}x"
+    return DASH if finding.estimated_speedup is None else f"{finding.estimated_speedup:.2f}x"
 
 
-def where(finding: Finding) -> str:
-    loc = finding.location
-    return "—" if loc is None else f"{loc.path}:{loc.line}"
+def fmt_share(share: float | None) -> str:
+    return DASH if share is None else f"{share:.0%}"
+
+
+def fmt_value(value: Any) -> str:
+    """An evidence value as a short string: readable numbers, JSON for containers."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return str(value)
+        # Four significant digits is what a step-time diagnosis can honestly claim.
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+# C0 controls other than newline and tab (ESC above all) could drive the reader's terminal
+# when a report is printed or `cat`; they are shown as visible escapes instead.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f] if chr(c) not in "\n\t"}
+
+
+def plain(text: str) -> str:
+    """A user string made safe to show: line endings normalized, controls made visible."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.translate(_CONTROLS)
+
+
+def one_line(text: str) -> str:
+    """Collapse line breaks, for strings shown where a newline would break the layout
+    (a table row, a heading, a path)."""
+    return " ".join(plain(text).split("\n"))
+
+
+def where(location: Location | None) -> str:
+    """`path:line`, or a dash for findings about the whole run."""
+    return DASH if location is None else f"{location.path}:{location.line}"
 
 
 def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
+    """(label, value) for the run summary; GPU rows say "not measured" when absent."""
     rows = [
-        ("script", s.script),
         ("status", s.status),
         ("wall time", f"{s.wall_s:.1f} s"),
         ("steps measured / run", f"{s.steps_measured} / {s.steps_total}"),
-        ("steps/s", fmt_rate(s.steps_per_s, "steps/s")),
-        ("samples/s", fmt_rate(s.samples_per_s, "samples/s")),
+        ("steps/s", fmt_rate(s.steps_per_s)),
+        ("samples/s", fmt_rate(s.samples_per_s)),
         ("step time mean / p50 / p90",
          f"{fmt_ms(s.step_time_s)} / {fmt_ms(s.step_time_p50_s)} / {fmt_ms(s.step_time_p90_s)}"),
         ("device", s.device),
     ]
-    on_gpu = s.device != "cpu"
-    na = "not measured" if on_gpu else "not measurable on CPU"
-    rows.append(("GPU utilization", f"{s.gpu_util_mean:.0f} %" if s.gpu_util_mean is not None else na))
-    if s.power_mean_w is not None:
-        limit = f" of {s.power_limit_w:.0f} W" if s.power_limit_w else ""
-        rows.append(("GPU power", f"{s.power_mean_w:.0f} W{limit}"))
-    else:
-        rows.append(("GPU power", na))
-    rows.append(("peak GPU memory", f"{s.peak_memory_bytes / 2**30:.2f} GiB" if s.peak_memory_bytes else na))
+    rows += gpu_rows(s)
     return rows
 
 
-def split_rows(s: RunSummary) -> list[tuple[str, float, float]]:
-    """(label, seconds, share of the mean step) for each category."""
-    total = s.step_time_s or 0.0
-    return [(label, getattr(s.split, attr), getattr(s.split, attr) / total if total else 0.0)
+def gpu_rows(s: RunSummary) -> list[tuple[str, str]]:
+    missing = f"{NOT_MEASURED} ({s.gpu_metrics_missing})" if s.gpu_metrics_missing else NOT_MEASURED
+    util = missing if s.gpu_util_mean is None else f"{s.gpu_util_mean:.0f} %"
+    if s.power_mean_w is None:
+        power = missing
+    else:
+        limit = f" of {s.power_limit_w:.0f} W limit" if s.power_limit_w else ""
+        power = f"{s.power_mean_w:.0f} W{limit}"
+    memory = missing if s.peak_memory_bytes is None else fmt_bytes(s.peak_memory_bytes)
+    return [("GPU utilization", util), ("GPU power", power), ("peak GPU memory", memory)]
+
+
+def split_rows(s: RunSummary) -> list[tuple[str, float, float | None]]:
+    """(label, seconds per step, share of the mean step time) for each category.
+
+    The share is relative to `step_time_s` because `forward + other` is defined as the
+    mean step time minus the other categories, so the shares add up to 100 %.
+    """
+    total = s.step_time_s
+    return [(label, getattr(s.split, attr), getattr(s.split, attr) / total if total else None)
             for label, attr in SPLIT_ROWS]

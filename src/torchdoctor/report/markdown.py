@@ -1,64 +1,106 @@
-"""report.md: reads like the reference reports — summary table, where the time goes,
-ranked causes, then each cause with evidence, fix and estimate, then the environment."""
+"""report.md: reads like a hand-written performance report — run summary, where the time
+goes, ranked causes, then each cause with evidence, fix and estimate, then what could not
+be measured, the environment and notes."""
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-from torchdoctor.findings import Report
-from torchdoctor.report.common import fmt_ms, fmt_speedup, split_rows, summary_rows, where
-
-
-def cell(value) -> str:
-    """A user string made safe inside a Markdown table cell."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("<", "&lt;")
-
-
-def text(value: str) -> str:
-    """A user string made safe in running Markdown text (no raw HTML)."""
-    return value.replace("<", "&lt;").replace(">", "&gt;")
+from torchdoctor.findings import Finding, Report, RunSummary
+from torchdoctor.report.common import (DASH, fmt_ms, fmt_share, fmt_speedup, fmt_value, ranked_findings,
+                                       split_rows, summary_rows, where)
+from torchdoctor.report.mdtext import cell, code, heading, prose
 
 
 def render_markdown(report: Report) -> str:
+    findings = ranked_findings(report)
     out: list[str] = []
-    s = report.summary
-    title = f"torchdoctor report: `{cell(s.script)}`" if s else f"torchdoctor report ({report.source})"
-    out += [f"# {title}", ""]
-    if s:
-        out += ["## Run summary", "", "| | |", "|---|---|"]
-        out += [f"| {k} | {cell(v)} |" for k, v in summary_rows(s)]
-        out += ["", "## Where a step's time goes", "", "| part | per step | share |", "|---|---:|---:|"]
-        out += [f"| {label} | {fmt_ms(sec)} | {share:.0%} |" for label, sec, share in split_rows(s)]
-        out += ["", "Host-side time per measured step (sampled steps excluded).", ""]
-    out += ["## Causes, ranked", ""]
-    if not report.findings:
-        out += ["No findings.", ""]
-    else:
-        out += ["| # | code | cause | severity | where | est. speedup |", "|---|---|---|---|---|---:|"]
-        for i, f in enumerate(report.findings, 1):
-            out.append(f"| {i} | {f.code} | {cell(f.slug)} | {f.severity.value} | {cell(where(f))} | {fmt_speedup(f)} |")
-        out.append("")
-        for i, f in enumerate(report.findings, 1):
-            out += [f"### {i}. {f.code} {f.slug}: {text(f.title)}", ""]
-            if f.location:
-                fn = f" in `{cell(f.location.function)}`" if f.location.function else ""
-                out += [f"**Where:** `{cell(where(f))}`{fn}", ""]
-            out += [text(f.message), ""]
-            if f.evidence:
-                out += ["| evidence | value |", "|---|---|"]
-                out += [f"| {cell(k)} | {cell(v)} |" for k, v in f.evidence.items()]
-                out.append("")
-            out += ["**Fix:**", "", f.fix, ""]
-            out += [f"**Estimated speedup:** {fmt_speedup(f)} — {text(f.estimate_basis)}", ""]
+    out += _title(report)
+    if report.summary:
+        out += _run_summary(report.summary)
+        out += _time_split(report.summary)
+    out += _ranked_table(findings)
+    for rank, finding in enumerate(findings, 1):
+        out += _finding_section(rank, finding)
     if report.not_measured:
-        out += ["## Not measured in this run", "", "| code | cause | why |", "|---|---|---|"]
-        out += [f"| {n.code} | {cell(n.slug)} | {cell(n.reason)} |" for n in report.not_measured]
-        out.append("")
+        out += ["## Not measured in this run", ""]
+        out += _table(("code", "cause", "why"),
+                      [(code(n.code), code(n.slug), cell(n.reason)) for n in report.not_measured])
     if report.environment:
-        out += ["## Environment", "", "| | |", "|---|---|"]
-        out += [f"| {cell(k)} | {cell(v)} |" for k, v in report.environment.items()]
-        out.append("")
+        out += ["## Environment", ""]
+        out += _table(("", ""), [(cell(str(k)), _value_cell(v)) for k, v in report.environment.items()])
     if report.notes:
-        out += ["## Notes", ""] + [f"- {text(n)}" for n in report.notes] + [""]
+        out += ["## Notes", ""] + [f"- {heading(note)}" for note in report.notes] + [""]
     return "\n".join(out)
+
+
+def _title(report: Report) -> list[str]:
+    s = report.summary
+    title = "torchdoctor report"
+    if s and s.script:
+        title += f": {code(s.script, in_table=False)}"
+    byline = f"torchdoctor {cell(report.tool_version)} · source: {cell(report.source)}"
+    return [f"# {title}", "", byline, ""]
+
+
+def _run_summary(s: RunSummary) -> list[str]:
+    rows = [(label, cell(value)) for label, value in summary_rows(s)]
+    return ["## Run summary", ""] + _table(("", ""), rows)
+
+
+def _time_split(s: RunSummary) -> list[str]:
+    out = ["## Where a step's time goes", ""]
+    if not s.steps_measured:
+        return out + ["No measured steps, so there is no split.", ""]
+    rows = [(label, fmt_ms(seconds), fmt_share(share)) for label, seconds, share in split_rows(s)]
+    out += _table(("part", "per step", "share"), rows, align=("---", "---:", "---:"))
+    out += [f"Host-side time per measured step, as a share of the mean step ({fmt_ms(s.step_time_s)}); "
+            "warmup and sampled steps excluded.", ""]
+    return out
+
+
+def _ranked_table(findings: list[Finding]) -> list[str]:
+    out = ["## Causes, ranked", ""]
+    if not findings:
+        return out + ["No findings.", ""]
+    rows = [(str(rank), code(f.code), code(f.slug), f.severity.value, _where_cell(f), fmt_speedup(f))
+            for rank, f in enumerate(findings, 1)]
+    return out + _table(("#", "code", "cause", "severity", "where", "est. speedup"), rows,
+                        align=("---:", "---", "---", "---", "---", "---:"))
+
+
+def _where_cell(f: Finding) -> str:
+    return DASH if f.location is None else code(where(f.location))
+
+
+def _finding_section(rank: int, f: Finding) -> list[str]:
+    out = [f"### {rank}. {cell(f.code)} {code(f.slug, in_table=False)}: {heading(f.title)}", ""]
+    facts = [f"**Severity:** {f.severity.value}"]
+    if f.location:
+        function = f" in {code(f.location.function, in_table=False)}" if f.location.function else ""
+        facts.append(f"**Where:** {code(where(f.location), in_table=False)}{function}")
+    out += [" · ".join(facts), ""]
+    if f.message:
+        out += [prose(f.message), ""]
+    if f.evidence:
+        out += _table(("evidence", "value"), [(code(str(k)), _value_cell(v)) for k, v in f.evidence.items()])
+    if f.fix:
+        out += ["**Fix:**", "", prose(f.fix), ""]
+    estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
+    basis = f" — basis: {heading(f.estimate_basis)}" if f.estimate_basis else ""
+    out += [f"**Estimated speedup:** {estimate}{basis}", ""]
+    return out
+
+
+def _value_cell(value: Any) -> str:
+    # Lists and dicts print as JSON, which reads best (and escapes least) as code.
+    return code(fmt_value(value)) if isinstance(value, (list, tuple, dict)) else cell(fmt_value(value))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]],
+           align: tuple[str, ...] | None = None) -> list[str]:
+    """A GFM table; cells must already be escaped."""
+    align = align or tuple("---" for _ in header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [""]

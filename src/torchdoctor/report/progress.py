@@ -1,29 +1,78 @@
-"""A one-line live progress display for `torchdoctor run`, on stderr."""
+"""A one-line live progress display for `torchdoctor run`, on stderr.
+
+On a terminal it rewrites one line with `\\r`; anywhere else (CI logs, files, pipes) it
+stays silent per step and only prints the final line, so logs are not flooded. It is
+called from the user's training loop, so it must be cheap and must never raise.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import TextIO
+
+CLEAR_LINE = "\r\033[K"  # carriage return + erase to end of line (any ANSI terminal)
+# Redrawing more often than this is invisible to a reader but costs terminal I/O on
+# every step of a fast loop.
+MIN_REDRAW_INTERVAL_S = 0.1
 
 
 class RunProgress:
-    def __init__(self, total_steps: int, warmup: int, stream: TextIO | None = None, enabled: bool | None = None):
+    def __init__(self, total_steps: int, warmup: int, stream: TextIO | None = None,
+                 enabled: bool | None = None, min_interval_s: float = MIN_REDRAW_INTERVAL_S):
         self.total_steps = total_steps
         self.warmup = warmup
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        # Resolved at construction, not import, so a redirected sys.stderr is honoured.
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = _is_tty(self.stream) if enabled is None else enabled
+        self.min_interval_s = min_interval_s
+        self._last_draw: float | None = None
+        self._drawn = False
+        self._closed = False
+        self._lock = threading.Lock()  # the step hook and close() may come from different threads
+
+    def line(self, step: int, step_time_s: float | None) -> str:
+        """The progress text for optimizer step `step` (1-based, warmup included)."""
+        if step <= self.warmup:
+            position = f"warmup {step}/{self.warmup}"
+        else:
+            measured = step - self.warmup
+            total = f"/{self.total_steps}" if self.total_steps and self.total_steps > 0 else ""
+            position = f"step {measured}{total}" + (f" (warmup {self.warmup})" if self.warmup else "")
+        rate = f" {step_time_s * 1000:.1f} ms/step" if step_time_s is not None else ""
+        return f"torchdoctor: {position}{rate}"
 
     def update(self, step: int, step_time_s: float | None) -> None:
-        if not self.enabled:
+        if not self.enabled or self._closed:
             return
-        measured = max(0, step - self.warmup)
-        phase = f"warmup {step}/{self.warmup}" if step <= self.warmup else f"step {measured}/{self.total_steps}"
-        rate = f" {step_time_s * 1000:.1f} ms/step" if step_time_s is not None else ""
-        self.stream.write(f"\rtorchdoctor: {phase}{rate}   ")
-        self.stream.flush()
+        now = time.monotonic()
+        with self._lock:
+            if self._last_draw is not None and now - self._last_draw < self.min_interval_s:
+                return
+            self._last_draw = now
+            self._write(CLEAR_LINE + self.line(step, step_time_s))
+            self._drawn = True
 
     def close(self, message: str) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K")
-        self.stream.write(message + "\n")
-        self.stream.flush()
+        """Replace the live line with `message` (printed once, TTY or not)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._write((CLEAR_LINE if self._drawn else "") + message + "\n")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            # A closed or broken stderr must not stop the user's training.
+            self.enabled = False
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False

@@ -104,3 +104,13 @@ def test_underused_gpu_and_throttling_from_nvml_samples():
     assert under.evidence["power_mean_w"] == 200.0
     (throttle,) = run(ClockThrottle, rec)
     assert throttle.evidence["reasons"] == ["hw_thermal_slowdown"]
+
+
+def test_summary_says_why_gpu_metrics_are_missing():
+    from torchdoctor.analysis import analyze
+    from torchdoctor.record import NvmlRecord
+
+    assert "used the CPU" in analyze(record()).summary.gpu_metrics_missing
+    no_driver = record(cuda=True)
+    no_driver.nvml = NvmlRecord(available=False, reason="libnvidia-ml.so.1 not found")
+    assert analyze(no_driver).summary.gpu_metrics_missing == "NVML not available: libnvidia-ml.so.1 not found"
