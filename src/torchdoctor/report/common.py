@@ -111,6 +111,8 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
 
 def gpu_rows(s: RunSummary) -> list[tuple[str, str]]:
     missing = f"{NOT_MEASURED} ({s.gpu_metrics_missing})" if s.gpu_metrics_missing else NOT_MEASURED
+    if s.gpu_metrics_missing and s.gpu_util_mean is None and s.power_mean_w is None and s.peak_memory_bytes is None:
+        return [("GPU utilization, power, memory", missing)]  # one reason, said once
     util = missing if s.gpu_util_mean is None else f"{s.gpu_util_mean:.0f} %"
     if s.power_mean_w is None:
         power = missing

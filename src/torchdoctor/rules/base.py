@@ -42,15 +42,23 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-class Rule:
-    """One cause. Subclasses set the metadata and implement `check`."""
+class RuleInfo:
+    """What one cause is called and how to fix it: the catalogue entry (DESIGN.md §4).
+
+    `run`, `lint` and `trace` detectors all point at one entry, so the three speak one language.
+    """
 
     code: ClassVar[str]
     slug: ClassVar[str]
     title: ClassVar[str]
     rationale: ClassVar[str]
     fix: ClassVar[str]
+    example: ClassVar[str] = ""  # a short snippet of the slow habit, for `torchdoctor rules CODE`
     needs_cuda: ClassVar[bool] = False  # a GPU-only effect: "not measured" on CPU runs
+
+
+class Rule(RuleInfo):
+    """One runtime cause: the catalogue entry plus `check`, which turns a RunRecord into findings."""
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         raise NotImplementedError

@@ -37,6 +37,7 @@ class _PerLineSyncRule(Rule):
     kinds: tuple[str, ...] = ()
     phase = "train"
     noun = ""
+    unit, units, unit_key = "step", "steps", "step"  # words for one sampled window
 
     def windows(self, record: RunRecord) -> int:
         return record.dispatch.sampled_steps
@@ -56,14 +57,14 @@ class _PerLineSyncRule(Rule):
                     title=f"{', '.join(apis)} {self.noun} {per:.0f}x per {self.unit}",
                     message=(
                         f"{', '.join(apis)} at this line ran {total} times in {windows} sampled "
-                        f"{self.unit}s on {group[0].device} tensors. {self.rationale}"
+                        f"{self.units} on {group[0].device} tensors. {self.rationale}"
                     ),
                     location=group[0].location,
                     evidence={
-                        f"calls_per_{self.unit}": round(per, 2),
+                        f"calls_per_{self.unit_key}": round(per, 2),
                         "apis": apis,
                         "device": group[0].device,
-                        f"sampled_{self.unit}s": windows,
+                        f"sampled_{self.unit_key}s": windows,
                     },
                     speedup=None,
                     basis=_basis(facts),
@@ -71,8 +72,6 @@ class _PerLineSyncRule(Rule):
                 )
             )
         return findings
-
-    unit = "step"
 
 
 class HostSync(_PerLineSyncRule):
@@ -117,7 +116,7 @@ class EvalTransfer(_PerLineSyncRule):
     kinds = ("host-sync", "transfer-d2h")
     phase = "eval"
     noun = "moves results to the host"
-    unit = "eval batch"
+    unit, units, unit_key = "eval batch", "eval batches", "eval_batch"
     rationale = (
         "Copying every batch's outputs to the host (`.cpu().numpy()`) and doing metric math "
         "there serializes the evaluation: the GPU waits for each copy and for numpy."

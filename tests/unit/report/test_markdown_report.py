@@ -176,4 +176,5 @@ def test_hostile_constant_is_what_the_tests_think_it_is():
 def test_gpu_rows_give_the_reason_they_are_empty():
     cpu = render_markdown(Report(source="run", tool_version="0",
                                  summary=summary(gpu_metrics_missing="not measurable on CPU: this run used the CPU")))
-    assert row(cpu, "## Run summary", "GPU power")[1] == "not measured (not measurable on CPU: this run used the CPU)"
+    assert (row(cpu, "## Run summary", "GPU utilization, power, memory")[1]
+            == "not measured (not measurable on CPU: this run used the CPU)")

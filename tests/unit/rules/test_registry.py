@@ -3,23 +3,30 @@ import re
 from pathlib import Path
 
 from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
-from torchdoctor.rules.registry import RUNTIME_RULES
+from torchdoctor.rules.registry import CATALOGUE, RUNTIME_RULES, engines_for
 
 DESIGN_CODES = {"TD101", "TD102", "TD103", "TD104", "TD201", "TD202", "TD203", "TD204", "TD301", "TD302",
                 "TD303", "TD401", "TD402", "TD403", "TD501", "TD502", "TD701", "TD702", "TD703", "TD801", "TD802"}
 
 
 def test_codes_and_slugs_are_unique():
-    assert len({r.code for r in RUNTIME_RULES}) == len(RUNTIME_RULES)
-    assert len({r.slug for r in RUNTIME_RULES}) == len(RUNTIME_RULES)
+    assert len({r.code for r in CATALOGUE}) == len(CATALOGUE)
+    assert len({r.slug for r in CATALOGUE}) == len(CATALOGUE)
 
 
 def test_every_runtime_code_of_the_catalogue_has_a_rule():
     assert DESIGN_CODES <= {r.code for r in RUNTIME_RULES}
 
 
-def test_every_rule_is_documented():
+def test_every_catalogue_entry_is_detected_somewhere_and_runtime_rules_by_run():
     for rule in RUNTIME_RULES:
+        assert "run" in engines_for(rule.code)
+    assert all(engines_for(r.code) for r in CATALOGUE if r.code not in {"TD304", "TD404", "TD405", "TD601",
+                                                                        "TD602", "TD603", "TD604", "TD105", "TD704"})
+
+
+def test_every_rule_is_documented():
+    for rule in CATALOGUE:
         assert re.fullmatch(r"TD\d{3}", rule.code)
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.slug)
         assert rule.title and len(rule.rationale) > 40 and rule.fix
