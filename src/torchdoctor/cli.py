@@ -156,7 +156,24 @@ class RulesCommand:
         return EXIT_OK
 
 
-COMMANDS = {c.name: c for c in (RunCommand(), ReportCommand(), RulesCommand())}
+class _Deferred:
+    """A subcommand whose module is imported only when it runs, so `run` never pays for
+    the linter's or the trace parser's imports."""
+
+    def __init__(self, name: str, module: str, cls: str):
+        self.name, self._module, self._cls = name, module, cls
+
+    def main(self, argv: Sequence[str]) -> int:
+        import importlib
+
+        return getattr(importlib.import_module(self._module), self._cls)().main(argv)
+
+
+COMMANDS = {c.name: c for c in (
+    RunCommand(), ReportCommand(), RulesCommand(),
+    _Deferred("lint", "torchdoctor.lint.command", "LintCommand"),
+    _Deferred("trace", "torchdoctor.trace.command", "TraceCommand"),
+)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -86,6 +86,20 @@ class RunSummary:
 
 
 @dataclass
+class Table:
+    """A titled table a source adds to its report (trace breakdowns, before/after comparisons).
+
+    Cells are plain strings or numbers, already formatted by whoever measured them; renderers
+    only lay them out.
+    """
+
+    title: str
+    columns: list[str]
+    rows: list[list[str | float | int | None]] = field(default_factory=list)
+    caption: str = ""  # one sentence under the table: what the numbers are, how measured
+
+
+@dataclass
 class Report:
     source: str  # run | lint | trace
     tool_version: str
@@ -95,6 +109,7 @@ class Report:
     not_measured: list[NotMeasured] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)  # shown after the summary, before the causes
 
     def ranked(self) -> "Report":
         self.findings.sort(key=Finding.sort_key)

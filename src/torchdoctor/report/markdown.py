@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.findings import Finding, Report, RunSummary
+from torchdoctor.findings import Finding, Report, RunSummary, Table
 from torchdoctor.report.common import (DASH, fmt_ms, fmt_share, fmt_speedup, fmt_value, ranked_findings,
                                        split_rows, summary_rows, where)
 from torchdoctor.report.mdtext import cell, code, heading, prose
@@ -19,6 +19,8 @@ def render_markdown(report: Report) -> str:
     if report.summary:
         out += _run_summary(report.summary)
         out += _time_split(report.summary)
+    for table in report.tables:
+        out += _report_table(table)
     out += _ranked_table(findings)
     for rank, finding in enumerate(findings, 1):
         out += _finding_section(rank, finding)
@@ -41,6 +43,13 @@ def _title(report: Report) -> list[str]:
         title += f": {code(s.script, in_table=False)}"
     byline = f"torchdoctor {cell(report.tool_version)} · source: {cell(report.source)}"
     return [f"# {title}", "", byline, ""]
+
+
+def _report_table(table: Table) -> list[str]:
+    out = [f"## {heading(table.title)}", ""]
+    out += _table(tuple(cell(c) for c in table.columns),
+                  [tuple(cell(fmt_value(v)) for v in row) for row in table.rows])
+    return out + ([prose(table.caption), ""] if table.caption else [])
 
 
 def _run_summary(s: RunSummary) -> list[str]:

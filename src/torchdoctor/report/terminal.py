@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from torchdoctor.findings import Finding, NotMeasured, Report, RunSummary
-from torchdoctor.report.common import (NOT_MEASURED, fmt_ms, fmt_share, fmt_speedup, one_line, plain,
+from torchdoctor.findings import Table as ReportTable
+from torchdoctor.report.common import (NOT_MEASURED, fmt_ms, fmt_value, fmt_share, fmt_speedup, one_line, plain,
                                        ranked_findings, split_rows, summary_rows, where)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -32,6 +33,8 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     console = _console(buffer, color, width)
     if report.summary:
         _print_summary(console, report.summary)
+    for table in report.tables:
+        _print_report_table(console, table)
     findings = ranked_findings(report)
     if findings:
         console.print(_ranked_table(findings))
@@ -50,6 +53,17 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     if lines and not lines[-1]:
         lines.pop()
     return "".join(line.rstrip() + "\n" for line in lines)
+
+
+def _print_report_table(console: Console, table: ReportTable) -> None:
+    grid = Table(title=one_line(table.title), title_justify="left", title_style=BOLD)
+    for column in table.columns:
+        grid.add_column(one_line(column))
+    for row in table.rows:
+        grid.add_row(*(one_line(fmt_value(v)) for v in row))
+    console.print(grid)
+    if table.caption:
+        _print_indented(console, plain(table.caption), 0)
 
 
 def _console(buffer: io.StringIO, color: bool, width: int) -> Console:
