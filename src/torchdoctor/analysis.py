@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 import torchdoctor
-from torchdoctor.findings import NotMeasured, Report, RunSummary, TimeSplit
+from torchdoctor.findings import Table, NotMeasured, Report, RunSummary, TimeSplit
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.registry import RUNTIME_RULES
@@ -100,15 +100,45 @@ def analyze(record: RunRecord) -> Report:
             report.findings.extend(rule.check(record, facts))
         except Exception as exc:  # one broken rule must not hide the others' findings
             report.notes.append(f"rule {rule.code} failed: {type(exc).__name__}: {exc}")
+    report.tables.extend(_knob_tables(record))
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
     return report.ranked()
 
 
+def _knob_tables(record: RunRecord) -> list[Table]:
+    tables = []
+    if record.knobs:
+        tables.append(Table(
+            title="Knobs set for this run",
+            columns=["knob", "value", "applied", "where / why not"],
+            rows=[[k.name, k.value, "yes" if k.applied else "no", k.detail] for k in record.knobs],
+            caption="Applied at run time by `--set`; the script itself was not edited.",
+        ))
+    lo = record.loader_only
+    if lo is not None:
+        rate = lo.batches / lo.seconds if lo.seconds > 0 else None
+        samples = lo.samples / lo.seconds if lo.seconds > 0 and lo.samples is not None else None
+        tables.append(Table(
+            title="Training DataLoader alone",
+            columns=["batches", "seconds", "batches/s", "samples/s"],
+            rows=[[lo.batches, round(lo.seconds, 3), _round(rate), _round(samples)]],
+            caption="The input pipeline's ceiling: the loader iterated without the model.",
+        ))
+    return tables
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
     notes = []
     run = record.run
-    if not record.steps:
+    if run.status == "loader-only":
+        notes.append("data=loader-only: the training DataLoader was iterated alone and the script stopped "
+                     "before any training step; see the loader-only table.")
+    elif not record.steps:
         notes.append("No optimizer.step() was observed: there is no training step to time. "
                      "Data-loading and phase measurements are still shown.")
     elif not facts.measured:

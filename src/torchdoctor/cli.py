@@ -46,7 +46,11 @@ class RunCommand:
     help = "run a training script under the probes and diagnose it"
 
     def parser(self) -> argparse.ArgumentParser:
-        p = _Parser(prog="torchdoctor run", description=self.help)
+        from torchdoctor.knobs import knob_help
+
+        p = _Parser(prog="torchdoctor run", description=self.help,
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog="knobs for --set (this run only, the script is not edited):\n" + knob_help())
         p.add_argument("--steps", type=_positive(int), default=30, help="optimizer steps to measure (default 30)")
         p.add_argument("--warmup", type=_positive(int), default=3, help="steps run before measuring (default 3)")
         p.add_argument("--max-seconds", type=_positive(float), default=300.0, help="stop the script after this long")
@@ -54,12 +58,15 @@ class RunCommand:
         p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
         p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                        help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
+        p.add_argument("--set", dest="knobs", action="append", default=[], metavar="KNOB=VALUE",
+                       help="apply a fix or a measurement for this run only (repeatable; see below)")
         p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
         p.add_argument("target", nargs="?", help="the training script")
         p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
         return p
 
     def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.knobs import parse_settings
         from torchdoctor.rundir import create_run_dir, write_run
         from torchdoctor.runner import RunRequest, check_target, execute
 
@@ -77,9 +84,10 @@ class RunCommand:
             target, args, module = opts.target, opts.args, False
         if opts.steps == 0:
             raise UsageError("--steps must be at least 1")
+        knobs = parse_settings(opts.knobs)
         progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
         request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
-                             steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace,
+                             steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
                              on_step=lambda s: progress.update(s.index, s.duration_s))
         check_target(request)
         run_dir = create_run_dir(opts.out, target)
@@ -93,7 +101,7 @@ class RunCommand:
         return _outcome(record, run_dir)
 
 
-_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format"}
+_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set"}
 
 
 def _module_split(argv: list[str]) -> int | None:
@@ -114,7 +122,7 @@ def _outcome(record, run_dir: Path) -> int:
         raise ScriptFailed(f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}")
     if run.status == "interrupted":
         raise Interrupted(f"interrupted; the partial run is in {run_dir}")
-    if not record.steps:
+    if not record.steps and run.status != "loader-only":
         raise NoStepsMeasured(
             f"{run.script} never called optimizer.step(), so there is no training step to diagnose; "
             f"point torchdoctor at the training entry point (data-loader and phase measurements are in {run_dir})"

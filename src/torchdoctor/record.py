@@ -2,7 +2,8 @@
 
 Probes write it, rules read it, and it is saved as `record.json` so a report can be
 re-made without re-running. Times are seconds; timestamps are seconds since run start.
-Bump SCHEMA_VERSION whenever a serialized shape changes.
+Bump SCHEMA_VERSION whenever a serialized shape changes; OLDEST_READABLE_SCHEMA says how far
+back a record still loads (later versions only added fields with defaults).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 from torchdoctor.serialize import read_json, write_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: knobs and loader_only
+OLDEST_READABLE_SCHEMA = 1
 
 
 @dataclass
@@ -248,6 +250,26 @@ class ProbeNote:
 
 
 @dataclass
+class KnobOutcome:
+    """One `--set KNOB=VALUE` of this run: whether it took effect, and where or why not."""
+
+    name: str
+    value: str
+    applied: bool = False
+    detail: str = ""  # "applied to 2 DataLoaders (num_workers 0 -> 4)" or why it could not apply
+
+
+@dataclass
+class LoaderOnlyStats:
+    """The training DataLoader iterated alone (no model): the input pipeline's ceiling."""
+
+    batches: int
+    seconds: float
+    samples: int | None = None
+    location: Location | None = None  # where the loader was iterated
+
+
+@dataclass
 class RunRecord:
     run: RunInfo
     environment: Environment
@@ -262,6 +284,8 @@ class RunRecord:
     nvml: NvmlRecord | None = None
     trace_file: str | None = None  # Kineto trace, relative to the run directory
     probe_notes: list[ProbeNote] = field(default_factory=list)
+    knobs: list[KnobOutcome] = field(default_factory=list)  # changes applied for this run only
+    loader_only: LoaderOnlyStats | None = None  # set by the `data=loader-only` measurement
 
     @property
     def measured_steps(self) -> list[StepSample]:
@@ -273,4 +297,6 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
-        return read_json(path, cls, SCHEMA_VERSION)
+        record = read_json(path, cls, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA)
+        record.schema_version = SCHEMA_VERSION  # upgraded in memory: older shapes only lack fields
+        return record

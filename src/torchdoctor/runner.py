@@ -18,10 +18,12 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torchdoctor
 from torchdoctor.errors import UsageError
+from torchdoctor.knobs import KnobSet
+from torchdoctor.knobs.base import KnobContext
 from torchdoctor.probes.backward_attribution import BackwardTimer
 from torchdoctor.probes.cuda_events import CudaStepEvents
 from torchdoctor.probes.dataloader import DataLoaderProbe
@@ -48,6 +50,7 @@ class RunRequest:
     steps: int = 30
     max_seconds: float = 300.0
     trace: bool | None = None  # None: capture a profiler window only when CUDA is in use
+    knobs: dict[str, Any] = field(default_factory=dict)  # parsed `--set` knobs, for this run only
     on_step: Callable[[StepSample], None] | None = None
 
 
@@ -158,22 +161,29 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         steps_requested=request.steps,
         max_seconds=request.max_seconds,
     )
+    knobs = KnobSet(request.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=request.warmup))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     notes: list[ProbeNote] = []
     installed = []
     try:
+        # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
+        knobs.install("inner")
         for probe in probes:
             probe.install()
             installed.append(probe)
+        knobs.install("outer")
         with _Watchdog(request.max_seconds + WATCHDOG_GRACE_S) as watchdog:
             info.status, info.exit_code, info.error = _run_target(request, watchdog)
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
+        knobs.uninstall("outer")
         for probe in [*windows, *reversed(installed)]:
             probe.uninstall()
+        knobs.uninstall("inner")
         loaders.shutdown_workers()
         info.wall_s = session.elapsed()
     record = RunRecord(run=info, environment=read_environment(), steps=session.steps)
+    knobs.contribute(record)
     for probe in [*probes, backward]:  # backward after dispatch: it annotates the sites
         try:
             probe.contribute(record)

@@ -100,7 +100,7 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def read_json(path: Path, cls: type[T], expected_schema: int) -> T:
+def read_json(path: Path, cls: type[T], expected_schema: int, oldest: int | None = None) -> T:
     """Load `path` as `cls`; every failure becomes a `SchemaError` with a fix hint."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -111,9 +111,11 @@ def read_json(path: Path, cls: type[T], expected_schema: int) -> T:
     if not isinstance(data, dict):
         raise SchemaError(f"{path} is not a torchdoctor document (top level is not an object)")
     version = data.get("schema_version")
-    if version != expected_schema:
+    readable = range(oldest if oldest is not None else expected_schema, expected_schema + 1)
+    if not isinstance(version, int) or version not in readable:
         raise SchemaError(
-            f"{path} has schema_version {version!r}; this torchdoctor reads {expected_schema}"
+            f"{path} has schema_version {version!r}; this torchdoctor reads "
+            f"{readable.start}..{expected_schema}: re-run with a matching torchdoctor version"
         )
     try:
         return from_plain(cls, data)

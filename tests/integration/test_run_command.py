@@ -196,3 +196,20 @@ def test_markdown_report_has_the_reference_report_sections(tmp_path, capsys):
     for heading in ("## Run summary", "## Where a step's time goes", "## Causes, ranked", "## Environment"):
         assert heading in md
     assert "TD201" in md and md == (out / "report.md").read_text()
+
+
+def test_set_knob_is_recorded_and_shown_in_the_report(tmp_path, capsys):
+    code, out = run(tmp_path, script(tmp_path), "--set", "workers=1", "--format", "md")
+    assert code == 0
+    record = json.loads((out / "record.json").read_text())
+    assert record["loaders"][0]["num_workers"] == 1
+    assert record["knobs"] == [{"name": "workers", "value": "1", "applied": True,
+                                "detail": record["knobs"][0]["detail"]}]
+    assert "## Knobs set for this run" in capsys.readouterr().out
+
+
+def test_unknown_knob_is_a_usage_error_listing_the_valid_ones(tmp_path, capsys):
+    code, out = run(tmp_path, script(tmp_path), "--set", "num_workers=4")
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown knob 'num_workers'; valid knobs: workers," in err
+    assert not out.exists()  # nothing ran

@@ -43,3 +43,13 @@ def test_corrupted_record_gives_a_schema_error(tmp_path, content, message):
 def test_non_finite_floats_become_null_so_the_file_stays_valid_json():
     plain = to_plain({"a": float("inf"), "b": float("-inf"), "c": float("nan"), "d": 1.5})
     assert json.loads(json.dumps(plain, allow_nan=False)) == {"a": None, "b": None, "c": None, "d": 1.5}
+
+
+def test_a_version_1_record_without_knobs_still_loads(tmp_path):
+    data = to_plain(_record())
+    data["schema_version"] = 1
+    del data["knobs"], data["loader_only"]
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(data))
+    loaded = RunRecord.load(path)
+    assert loaded.knobs == [] and loaded.loader_only is None and loaded.schema_version == 2

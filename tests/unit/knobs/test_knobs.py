@@ -1,0 +1,163 @@
+"""Each knob takes effect, says so in the record, and leaves the numerics alone where it should."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchdoctor.errors import UsageError
+from torchdoctor.knobs import parse_settings
+from torchdoctor.runner import RunRequest, execute
+
+SCRIPT = str(Path(__file__).with_name("train_probe_script.py"))
+
+
+def run(tmp_path, *settings, conv=False, steps=40, warmup=2):
+    out = tmp_path / "seen.json"
+    args = [str(out)] + (["--conv"] if conv else [])
+    record = execute(RunRequest(target=SCRIPT, args=args, warmup=warmup, steps=steps,
+                                knobs=parse_settings(list(settings))), tmp_path)
+    assert record.run.status in ("completed", "step-limit", "loader-only"), record.run.error
+    seen = json.loads(out.read_text()) if out.exists() else None
+    return record, seen
+
+
+def outcome(record, name):
+    return next(k for k in record.knobs if k.name == name)
+
+
+# ---- parsing ------------------------------------------------------------------------
+@pytest.mark.parametrize("settings, message", [
+    (["wrokers=4"], "unknown knob 'wrokers'; valid knobs: workers, pin_memory"),
+    (["workers=-1"], "bad value '-1' for knob workers"),
+    (["amp=fp8"], "expected one of bf16, fp16, off"),
+    (["workers"], "needs KNOB=VALUE"),
+    (["fused=true", "foreach=true"], "conflict"),
+    (["workers=2", "workers=4"], "set twice"),
+    (["workers=0", "persistent_workers=true"], "need worker processes"),
+    (["data=loader-only", "workers=2"], "drop the other knobs"),
+])
+def test_bad_knobs_are_usage_errors_that_name_the_fix(settings, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        parse_settings(settings)
+
+
+def test_values_are_typed():
+    assert parse_settings(["workers=4", "pin-memory=TRUE", "amp=BF16"]) == {
+        "workers": 4, "pin_memory": True, "amp": "bf16"}
+
+
+# ---- effects ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("baseline"))
+
+
+def test_loader_settings_reach_the_dataloaders_and_leave_training_unchanged(tmp_path, baseline):
+    record, seen = run(tmp_path, "workers=2", "prefetch_factor=3")
+    train = record.loaders[0]
+    assert (train.num_workers, train.prefetch_factor) == (2, 3)
+    assert outcome(record, "workers").applied and "num_workers 0 → 2" in outcome(record, "workers").detail
+    assert seen["seen"] == baseline[1]["seen"]  # the sampler's order lives in the main process
+    assert seen["params"] == baseline[1]["params"]
+
+
+def test_persistent_workers_keep_the_first_epoch_order(tmp_path, baseline):
+    record, seen = run(tmp_path, "workers=2", "persistent_workers=true")
+    assert record.loaders[0].persistent_workers and len(record.loaders[0].iterator_starts_s) == 3
+    # A persistent iterator draws its worker seed once instead of every epoch, so the shared
+    # RNG (and the shuffle order) diverges from epoch 2 on, exactly as editing the script would.
+    assert seen["seen"][:8] == baseline[1]["seen"][:8]
+
+
+def test_batch_size_changes_samples_per_step(tmp_path):
+    record, seen = run(tmp_path, "batch_size=16", steps=6)
+    assert record.loaders[0].batch_size == 16
+    assert {len(b) for b in seen["seen"]} == {16}
+    assert "scale the learning rate" in outcome(record, "batch_size").detail
+
+
+def test_zero_grad_none_sets_grads_to_none_without_changing_the_update(tmp_path, baseline):
+    record, seen = run(tmp_path, "zero_grad=none")
+    # (before the first backward there are no grads to zero either way)
+    assert all(seen["grads_none_after_zero"]) and not any(baseline[1]["grads_none_after_zero"][1:])
+    assert outcome(record, "zero_grad").applied
+    assert seen["params"] == pytest.approx(baseline[1]["params"], rel=1e-6)
+
+
+@pytest.mark.parametrize("knob, key", [("foreach=true", "foreach"), ("fused=true", "fused")])
+def test_optimizer_kernels_switch_and_numerics_stay_close(tmp_path, baseline, knob, key):
+    record, seen = run(tmp_path, knob)
+    assert seen[key] is True and outcome(record, key).applied
+    assert seen["params"] == pytest.approx(baseline[1]["params"], rel=1e-4)
+
+
+def test_cached_data_replays_the_first_batches(tmp_path, baseline):
+    record, seen = run(tmp_path, "data=cached", warmup=2)
+    assert seen["seen"][2:8] == [seen["seen"][i % 2] for i in range(2, 8)]
+    assert seen["seen"][:2] == baseline[1]["seen"][:2]
+    assert len(seen["seen"]) == len(baseline[1]["seen"])  # epochs keep their length
+    assert outcome(record, "data").applied
+
+
+def test_loader_only_times_the_loader_and_stops_before_training(tmp_path):
+    record, seen = run(tmp_path, "data=loader-only")
+    assert record.run.status == "loader-only" and not record.steps and seen["seen"] == []
+    assert record.loader_only.batches == 8  # one epoch of 64 samples in batches of 8, then exhausted
+    assert record.loader_only.samples == 64 and record.loader_only.seconds > 0
+
+
+def test_eval_off_cuts_evaluation_to_one_batch_and_leaves_training(tmp_path, baseline):
+    record, seen = run(tmp_path, "eval=off")
+    assert baseline[1]["eval_batches"] == [4, 4, 4] and seen["eval_batches"] == [1, 1, 1]
+    assert seen["params"] == baseline[1]["params"]
+
+
+def test_checkpoint_off_writes_nothing(tmp_path, baseline):
+    record, seen = run(tmp_path, "checkpoint=off")
+    assert not list(tmp_path.glob("ckpt*.pt"))
+    assert "torch.save skipped at" in outcome(record, "checkpoint").detail
+    assert seen["params"] == baseline[1]["params"]
+
+
+def test_amp_bf16_autocasts_the_trained_model(tmp_path, baseline):
+    record, seen = run(tmp_path, "amp=bf16", steps=4)
+    assert baseline[1]["dtype"] == "torch.float32" and seen["dtype"] == "torch.bfloat16"
+    assert "Net.forward" in outcome(record, "amp").detail
+
+
+def test_amp_fp16_without_a_grad_scaler_is_refused(tmp_path):
+    record, seen = run(tmp_path, "amp=fp16", steps=4)
+    assert not outcome(record, "amp").applied and "GradScaler" in outcome(record, "amp").detail
+    assert seen["dtype"] == "torch.float32"
+
+
+def test_channels_last_converts_conv_models_only(tmp_path):
+    record, seen = run(tmp_path, "channels_last=true", conv=True, steps=4)
+    assert seen["channels_last"] is True and outcome(record, "channels_last").applied
+    record, _ = run(tmp_path, "channels_last=true", steps=4)
+    assert "no 2-D convolutions" in outcome(record, "channels_last").detail
+
+
+def test_compile_compiles_the_model_the_optimizer_trains(tmp_path, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: compiled.append(type(self).__name__))
+    record, _ = run(tmp_path, "compile=true", steps=4)
+    assert compiled == ["Net"] and outcome(record, "compile").applied
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+@pytest.mark.parametrize("knob", ["pin_memory=true", "tf32=true", "non_blocking=true", "cudnn_benchmark=true"])
+def test_cuda_only_knobs_say_why_they_did_not_apply_on_cpu(tmp_path, knob):
+    record, seen = run(tmp_path, knob, steps=4)
+    result = outcome(record, knob.split("=")[0])
+    assert not result.applied and "no CUDA" in result.detail
+    assert all(math.isfinite(p) for p in seen["params"])
+
+
+@pytest.mark.gpu
+def test_gpu_knobs_take_effect_on_cuda(tmp_path):
+    record, _ = run(tmp_path, "tf32=true", "pin_memory=true", "cudnn_benchmark=true", steps=4)
+    assert all(k.applied for k in record.knobs)
