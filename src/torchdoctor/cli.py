@@ -10,6 +10,7 @@ from typing import Sequence
 
 from torchdoctor import __version__
 from torchdoctor.analysis import analyze
+from torchdoctor.argparsing import CommandParser
 from torchdoctor.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -23,13 +24,6 @@ from torchdoctor.report import RENDERERS, render
 from torchdoctor.report.progress import RunProgress
 from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
 from torchdoctor.rules.registry import rule_by_code
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line) instead of printing usage and exiting."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message}; see `torchdoctor {self.prog.split()[-1]} --help`")
 
 
 def _positive(kind):
@@ -48,7 +42,7 @@ class RunCommand:
     def parser(self) -> argparse.ArgumentParser:
         from torchdoctor.knobs import knob_help
 
-        p = _Parser(prog="torchdoctor run", description=self.help,
+        p = CommandParser(prog="torchdoctor run", description=self.help,
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="knobs for --set (this run only, the script is not edited):\n" + knob_help())
         p.add_argument("--steps", type=_positive(int), default=30, help="optimizer steps to measure (default 30)")
@@ -137,7 +131,7 @@ class ReportCommand:
     def main(self, argv: Sequence[str]) -> int:
         from torchdoctor.rundir import load_record
 
-        p = _Parser(prog="torchdoctor report", description=self.help)
+        p = CommandParser(prog="torchdoctor report", description=self.help)
         p.add_argument("run_dir", type=Path)
         p.add_argument("--format", choices=sorted(RENDERERS), default="text")
         opts = p.parse_args(argv)
@@ -150,7 +144,7 @@ class RulesCommand:
     help = "list the rules, or explain one (torchdoctor rules TD301)"
 
     def main(self, argv: Sequence[str]) -> int:
-        p = _Parser(prog="torchdoctor rules", description=self.help)
+        p = CommandParser(prog="torchdoctor rules", description=self.help)
         p.add_argument("code", nargs="?")
         p.add_argument("--format", choices=["text", "md"], default="text")
         opts = p.parse_args(argv)
@@ -179,6 +173,8 @@ class _Deferred:
 
 COMMANDS = {c.name: c for c in (
     RunCommand(), ReportCommand(), RulesCommand(),
+    _Deferred("compare", "torchdoctor.compare.command", "CompareCommand"),
+    _Deferred("tune", "torchdoctor.tune.command", "TuneCommand"),
     _Deferred("lint", "torchdoctor.lint.command", "LintCommand"),
     _Deferred("trace", "torchdoctor.trace.command", "TraceCommand"),
 )}

@@ -1,0 +1,1 @@
+"""Before/after comparison of run directories (`torchdoctor compare`)."""

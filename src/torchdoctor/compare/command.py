@@ -1,0 +1,27 @@
+"""`torchdoctor compare RUN_A RUN_B [...]`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from torchdoctor.argparsing import CommandParser
+from torchdoctor.compare.runs import compare_runs, load_runs
+from torchdoctor.errors import EXIT_OK, UsageError
+from torchdoctor.report import RENDERERS, render
+
+
+class CompareCommand:
+    name = "compare"
+    help = "compare run directories: before/after table, noise-aware ratios, findings gone and new"
+
+    def main(self, argv: Sequence[str]) -> int:
+        p = CommandParser(prog="torchdoctor compare", description=self.help)
+        p.add_argument("runs", nargs="+", type=Path, help="run directories; the first is the baseline")
+        p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+        opts = p.parse_args(argv)
+        if len(opts.runs) < 2:
+            raise UsageError("compare needs at least two run directories: torchdoctor compare BEFORE AFTER")
+        sys.stdout.write(render(compare_runs(load_runs(opts.runs)), opts.format))
+        return EXIT_OK

@@ -1,0 +1,136 @@
+"""`torchdoctor compare`: a before/after table of run directories, in the style of the
+reference reports ("2.2 it/s → 4.9 it/s, 2.2x"), with changes inside the noise shown as such."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torchdoctor
+from torchdoctor.analysis import analyze
+from torchdoctor.compare.noise import Throughput, change, throughput
+from torchdoctor.findings import Finding, Report, Table
+from torchdoctor.record import RunRecord
+from torchdoctor.report.common import fmt_bytes
+
+
+@dataclass
+class ComparedRun:
+    name: str
+    record: RunRecord
+    report: Report
+    speed: Throughput | None
+
+    @classmethod
+    def of(cls, name: str, record: RunRecord) -> "ComparedRun":
+        return cls(name, record, analyze(record), throughput(record))
+
+    @property
+    def knobs(self) -> str:
+        applied = [f"{k.name}={k.value}" for k in self.record.knobs if k.applied]
+        skipped = [f"{k.name}={k.value} (not applied)" for k in self.record.knobs if not k.applied]
+        return ", ".join(applied + skipped) or "(as written)"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _rate(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _finding_keys(findings: list[Finding]) -> dict[tuple, Finding]:
+    return {(f.code, f.location.path if f.location else None, f.location.line if f.location else None): f
+            for f in findings}
+
+
+def _label(f: Finding) -> str:
+    where = f" at {f.location.path}:{f.location.line}" if f.location else ""
+    return f"{f.code} {f.slug}{where}"
+
+
+def compare_runs(runs: list[ComparedRun]) -> Report:
+    report = Report(source="compare", tool_version=torchdoctor.__version__)
+    first = runs[0]
+    rows, split_rows = [], []
+    for run in runs:
+        s = run.report.summary
+        vs_first = "baseline" if run is first else _vs(first, run)
+        rows.append([run.name, run.knobs, _rate(run.speed.steps_per_s if run.speed else None),
+                     _rate(run.speed.samples_per_s if run.speed else None), _ms(s.step_time_s), vs_first])
+        split = s.split
+        split_rows.append([run.name, _ms(split.data_wait_s), _ms(split.forward_and_other_s), _ms(split.backward_s),
+                           _ms(split.optimizer_s), _ms(split.eval_s), _ms(split.checkpoint_s),
+                           _pct(s.gpu_util_mean), _watts(s.power_mean_w),
+                           fmt_bytes(s.peak_memory_bytes) if s.peak_memory_bytes else None])
+    report.tables.append(Table(
+        title="Before / after", columns=["run", "knobs", "steps/s", "samples/s", "step ms", f"vs {first.name}"],
+        rows=rows,
+        caption=("Measured steps only (warmup and sampled steps excluded). A ratio whose distance from 1 is "
+                 "inside the 95 % band from each run's own window-to-window noise is shown as no measurable change."),
+    ))
+    report.tables.append(Table(
+        title="Step time split (ms per step)",
+        columns=["run", "data wait", "forward + other", "backward", "optimizer", "eval", "checkpoint",
+                 "GPU util", "GPU power", "peak GPU memory"],
+        rows=split_rows,
+        caption="Host-side time per measured step; GPU columns are empty on CPU runs (not measured there).",
+    ))
+    report.tables.extend(_findings_delta(first, runs[1:]))
+    report.notes.extend(_warnings(runs))
+    return report
+
+
+def _vs(first: ComparedRun, run: ComparedRun) -> str:
+    if first.speed is None or run.speed is None:
+        return "no measured steps to compare"
+    return change(first.speed, run.speed).describe()
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{value:.0f} %"
+
+
+def _watts(value: float | None) -> str | None:
+    return None if value is None else f"{value:.0f} W"
+
+
+def _findings_delta(first: ComparedRun, others: list[ComparedRun]) -> list[Table]:
+    base = _finding_keys(first.report.findings)
+    rows = []
+    for run in others:
+        mine = _finding_keys(run.report.findings)
+        gone = [_label(base[k]) for k in base if k not in mine]
+        new = [_label(mine[k]) for k in mine if k not in base]
+        rows.append([run.name, "; ".join(gone) or "-", "; ".join(new) or "-"])
+    if not rows:
+        return []
+    return [Table(title=f"Findings vs {first.name}", columns=["run", "gone", "new"], rows=rows,
+                  caption="By rule code and source line.")]
+
+
+def _warnings(runs: list[ComparedRun]) -> list[str]:
+    notes = []
+    scripts = {(r.record.run.script, tuple(r.record.run.argv)) for r in runs}
+    if len({s for s, _ in scripts}) > 1:
+        notes.append("These runs are of different scripts: "
+                     + ", ".join(sorted({s for s, _ in scripts})) + ". Compared anyway; read ratios with care.")
+    elif len(scripts) > 1:
+        notes.append("These runs passed different arguments to the script; compared anyway.")
+    devices = {r.report.summary.device for r in runs}
+    if len(devices) > 1:
+        notes.append(f"These runs used different devices ({', '.join(sorted(devices))}).")
+    for r in runs:
+        if r.speed is not None and r.speed.relative_sem is None:
+            notes.append(f"{r.name}: too few measured steps to measure noise; only changes over 10 % count.")
+    return notes
+
+
+def load_runs(paths: list[Path]) -> list[ComparedRun]:
+    from torchdoctor.rundir import load_record
+
+    names = [p.name or str(p) for p in paths]
+    if len(set(names)) < len(names):  # two runs/ dirs of the same name: show the full paths
+        names = [str(p) for p in paths]
+    return [ComparedRun.of(name, load_record(path)) for name, path in zip(names, paths)]

@@ -1,0 +1,90 @@
+"""Before/after comparison: ratios, noise, findings gone and new, mismatched runs."""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+from factory import record  # noqa: E402
+
+from torchdoctor.cli import main  # noqa: E402
+from torchdoctor.compare.noise import change, throughput  # noqa: E402
+from torchdoctor.compare.runs import ComparedRun, compare_runs  # noqa: E402
+from torchdoctor.record import KnobOutcome, StepSample  # noqa: E402
+
+
+def noisy(step_s, jitter, steps=30, samples=32, seed=0, **kw):
+    """A record whose measured steps take step_s ± jitter (uniform)."""
+    rng = random.Random(seed)
+    rec = record(step_s=step_s, steps=steps, **kw)
+    t = 0.0
+    out = []
+    for s in rec.steps:
+        d = step_s * (1 + rng.uniform(-jitter, jitter))
+        out.append(StepSample(index=s.index, start=t, end=t + d, warmup=s.warmup, sampled=False, samples=samples))
+        t += d
+    rec.steps = out
+    return rec
+
+
+def test_a_real_speedup_is_reported_with_its_noise_band():
+    before, after = throughput(noisy(0.10, 0.05)), throughput(noisy(0.05, 0.05, seed=1))
+    c = change(before, after)
+    assert c.significant and c.ratio == pytest.approx(2.0, rel=0.05)
+    assert c.describe().startswith("2.0") and "samples/s (±" in c.describe()
+
+
+def test_a_difference_inside_the_noise_is_no_measurable_change():
+    c = change(throughput(noisy(0.100, 0.30)), throughput(noisy(0.098, 0.30, seed=3)))
+    assert not c.significant and c.describe().startswith("no measurable change")
+
+
+def test_too_few_steps_means_unknown_noise_and_a_10_percent_bar():
+    short_a, short_b = throughput(noisy(0.1, 0.0, steps=4)), throughput(noisy(0.095, 0.0, steps=4))
+    c = change(short_a, short_b)
+    assert c.noise is None and not c.significant and "too few steps" in c.describe()
+
+
+def test_batch_size_change_compares_samples_per_second():
+    small = throughput(noisy(0.10, 0.01, samples=32))
+    big = throughput(noisy(0.15, 0.01, samples=64, seed=2))  # slower steps, more samples each
+    c = change(small, big)
+    assert c.measure == "samples/s" and c.ratio == pytest.approx(64 / 0.15 / (32 / 0.10), rel=0.03)
+
+
+def test_compare_table_findings_delta_and_warnings():
+    base = noisy(0.10, 0.02)
+    fixed = noisy(0.05, 0.02, seed=5)
+    fixed.knobs = [KnobOutcome("workers", "4", True, "x"), KnobOutcome("pin_memory", "true", False, "no CUDA")]
+    fixed.run.script = "other.py"
+    report = compare_runs([ComparedRun.of("base", base), ComparedRun.of("fixed", fixed)])
+    table = report.tables[0]
+    assert table.rows[0][-1] == "baseline"
+    assert table.rows[1][1] == "workers=4, pin_memory=true (not applied)"
+    assert table.rows[1][-1].startswith("2.0")
+    assert any("different scripts" in n for n in report.notes)
+
+
+def test_cli_compare_needs_two_runs_and_readable_records(tmp_path, capsys):
+    assert main(["compare", str(tmp_path)]) == 2
+    assert "at least two run directories" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "record.json").write_text("{truncated")
+    assert main(["compare", str(bad), str(bad)]) == 2
+    assert "cannot read the run record" in capsys.readouterr().err
+
+
+def test_cli_compare_renders_json(tmp_path, capsys):
+    dirs = []
+    for name, rec in (("a", noisy(0.1, 0.02)), ("b", noisy(0.1, 0.02, seed=9))):
+        d = tmp_path / name
+        d.mkdir()
+        rec.save(d / "record.json")
+        dirs.append(str(d))
+    assert main(["compare", *dirs, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"] == "compare" and data["tables"][0]["rows"][1][-1].startswith("no measurable change")
