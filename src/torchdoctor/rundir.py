@@ -17,12 +17,18 @@ MARKDOWN_FILE = "report.md"
 DEFAULT_PARENT = Path("torchdoctor-runs")
 
 
+def safe_name(text: str) -> str:
+    """A file-name-safe version of a label (a trial name, a script stem)."""
+    return "".join(c if c.isalnum() or c in "-_=." else "-" for c in text).strip("-") or "run"
+
+
 def _stem(target: str) -> str:
     stem = Path(target).stem if target.endswith(".py") else target.replace(".", "-")
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in stem) or "run"
 
 
-def create_run_dir(out: Path | None, target: str, now: _dt.datetime | None = None) -> Path:
+def create_run_dir(out: Path | None, target: str, now: _dt.datetime | None = None,
+                   parent: Path = DEFAULT_PARENT) -> Path:
     """Make a fresh run directory; never reuse one that has content."""
     if out is not None:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -30,7 +36,7 @@ def create_run_dir(out: Path | None, target: str, now: _dt.datetime | None = Non
         out.mkdir(parents=True, exist_ok=True)
         return out
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    base = DEFAULT_PARENT / f"{stamp}-{_stem(target)}"
+    base = parent / f"{stamp}-{_stem(target)}"
     candidate, n = base, 1
     while candidate.exists():
         n += 1

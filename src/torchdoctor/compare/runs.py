@@ -70,16 +70,23 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
         caption=("Measured steps only (warmup and sampled steps excluded). A ratio whose distance from 1 is "
                  "inside the 95 % band from each run's own window-to-window noise is shown as no measurable change."),
     ))
-    report.tables.append(Table(
+    report.tables.append(_without_empty_columns(Table(
         title="Step time split (ms per step)",
         columns=["run", "data wait", "forward + other", "backward", "optimizer", "eval", "checkpoint",
                  "GPU util", "GPU power", "peak GPU memory"],
         rows=split_rows,
-        caption="Host-side time per measured step; GPU columns are empty on CPU runs (not measured there).",
-    ))
+        caption="Host-side time per measured step; GPU columns appear when a run measured them (CUDA + NVML).",
+    )))
     report.tables.extend(_findings_delta(first, runs[1:]))
     report.notes.extend(_warnings(runs))
     return report
+
+
+def _without_empty_columns(table: Table) -> Table:
+    keep = [i for i in range(len(table.columns)) if any(row[i] is not None for row in table.rows)]
+    table.columns = [table.columns[i] for i in keep]
+    table.rows = [[row[i] for i in keep] for row in table.rows]
+    return table
 
 
 def _vs(first: ComparedRun, run: ComparedRun) -> str:

@@ -87,7 +87,13 @@ class StepProbe:
         started = self._step_started.pop(id(optimizer), None)
         if started is not None:
             self.session.add_time("optimizer", self.session.clock() - started)
-        self._info(optimizer).step_calls += 1
+        info = self._info(optimizer)
+        info.step_calls += 1
+        if info.step_calls == 1 and optimizer.param_groups:
+            # What the step ran with: a param group can differ from the constructor's defaults
+            # (set by the script, or by a `--set foreach=...` knob just before this step).
+            group = optimizer.param_groups[0]
+            info.foreach, info.fused = group.get("foreach", info.foreach), group.get("fused", info.fused)
         if self.primary is None:
             self.primary = weakref.ref(optimizer)
         if self.primary() is optimizer:

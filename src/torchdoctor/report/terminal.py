@@ -40,7 +40,7 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
         console.print(_ranked_table(findings))
         for rank, finding in enumerate(findings, 1):
             _print_finding(console, rank, finding)
-    else:
+    elif report.source in ("run", "lint", "trace"):  # a comparison's content is its tables
         console.print("No findings.")
     if report.not_measured:
         _print_not_measured(console, report.not_measured)

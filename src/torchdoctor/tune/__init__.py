@@ -1,0 +1,1 @@
+"""`torchdoctor tune`: measure each suggested knob on the user's own script."""

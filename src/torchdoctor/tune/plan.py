@@ -1,0 +1,102 @@
+"""Which trials a tune runs: the knobs that address the baseline's findings, the upper-bound
+measurements, and the staged ladder of the first reference report."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from torchdoctor.findings import Report
+from torchdoctor.record import RunRecord
+from torchdoctor.rules.facts import training_loader
+
+FIX, UPPER_BOUND, LADDER, COMBINED = "fix", "upper bound", "ladder", "combined"
+
+
+@dataclass
+class Trial:
+    name: str
+    knobs: dict[str, str]  # as given to --set
+    kind: str
+    addresses: list[str] = field(default_factory=list)  # finding codes this trial tests
+
+    def settings(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.knobs.items()]
+
+
+def _worker_count() -> int:
+    # One core stays with the training process; more workers than cores only contend.
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
+def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | None:
+    loader = training_loader(record)
+    if code == "TD101" and loader is not None:
+        if loader.num_workers == 0:
+            return {"workers": str(_worker_count()), "persistent_workers": "true"}
+        return {"workers": str(max(loader.num_workers * 2, _worker_count())), "prefetch_factor": "4"}
+    if code == "TD102":
+        return {"persistent_workers": "true"}
+    table = {
+        "TD103": {"pin_memory": "true"} if cuda else None,
+        "TD104": {"non_blocking": "true"} if cuda else None,
+        "TD302": {"foreach": "true"},
+        "TD303": {"zero_grad": "none"},
+        "TD402": {"amp": "bf16"} if cuda else None,
+        "TD403": {"tf32": "true"} if cuda else None,
+        "TD401": {"batch_size": str(loader.batch_size * 2)} if loader is not None and loader.batch_size else None,
+        "TD301": {"compile": "true"} if cuda else None,  # on CPU compile time dwarfs a short trial
+    }
+    return table.get(code)
+
+
+_UPPER_BOUNDS = {"TD701": ("eval", "off"), "TD702": ("checkpoint", "off")}
+
+
+def plan_trials(baseline: Report, record: RunRecord, cuda: bool) -> list[Trial]:
+    """Single-knob trials, one per distinct knob set, in the baseline's ranking order."""
+    trials: dict[tuple, Trial] = {}
+    for finding in baseline.findings:
+        knobs = _fixes_for(finding.code, record, cuda)
+        kind = FIX
+        if knobs is None and finding.code in _UPPER_BOUNDS:
+            name, value = _UPPER_BOUNDS[finding.code]
+            knobs, kind = {name: value}, UPPER_BOUND
+        if knobs is None:
+            continue
+        key = tuple(sorted(knobs.items()))
+        trial = trials.setdefault(key, Trial(" ".join(f"{k}={v}" for k, v in knobs.items()), knobs, kind))
+        if finding.code not in trial.addresses:
+            trial.addresses.append(finding.code)
+    planned = list(trials.values())
+    if record.loaders:
+        planned.append(Trial("data=cached", {"data": "cached"}, UPPER_BOUND))
+        planned.append(Trial("data=loader-only", {"data": "loader-only"}, LADDER))
+    return planned
+
+
+def parse_trials(texts: list[str]) -> list[Trial]:
+    """`--trials "workers=4 persistent_workers=true" --trials foreach=true`: one trial each."""
+    trials = []
+    for text in texts:
+        knobs = dict(part.split("=", 1) for part in text.replace(",", " ").split() if "=" in part)
+        kind = LADDER if knobs.get("data") == "loader-only" else (
+            UPPER_BOUND if knobs.get("data") == "cached" or "eval" in knobs or "checkpoint" in knobs else FIX)
+        trials.append(Trial(" ".join(f"{k}={v}" for k, v in knobs.items()), knobs, kind))
+    return trials
+
+
+def combined_trial(winners: list[Trial]) -> Trial | None:
+    """All fixes that helped on their own, together (later knobs win on a clash)."""
+    if len(winners) < 2:
+        return None
+    knobs: dict[str, str] = {}
+    addresses: list[str] = []
+    for trial in winners:
+        if trial.knobs.get("fused") == "true":
+            knobs.pop("foreach", None)
+        if trial.knobs.get("foreach") == "true":
+            knobs.pop("fused", None)
+        knobs.update(trial.knobs)
+        addresses += [c for c in trial.addresses if c not in addresses]
+    return Trial("combined: " + " ".join(f"{k}={v}" for k, v in knobs.items()), knobs, COMBINED, addresses)

@@ -1,0 +1,56 @@
+"""`torchdoctor tune` end to end: real trials in fresh processes on a small script."""
+
+import json
+
+from torchdoctor.cli import main
+
+SCRIPT = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(512, 32), torch.randn(512, 1)), batch_size=16)
+assert loader.num_workers == 0, "this script refuses worker processes"
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(50):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "tune"
+    code = main(["tune", "--steps", "6", "--warmup", "1", "--out", str(out), "--format", "json",
+                 "--trials", "zero_grad=none", "--trials", "workers=1", "--trials", "data=loader-only", str(script)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    tables = {t["title"]: t for t in report["tables"]}
+    assert [r[0] for r in tables["Before / after"]["rows"]] == ["baseline", "zero_grad=none"]
+    failed = tables["Failed trials"]["rows"]
+    assert failed[0][0] == "workers=1" and "refuses worker processes" in failed[0][2]
+    stages = [r[0] for r in tables["Staged ladder"]["rows"]]
+    assert stages[0] == "data loader alone" and "full run (baseline)" in stages
+    assert "[baseline] running baseline" in captured.err and "running data=loader-only" in captured.err
+    dirs = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only"]
+    assert json.loads((out / "tune.json").read_text())["source"] == "tune"
+
+
+def test_bad_knob_in_trials_fails_before_anything_runs(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    code = main(["tune", "--out", str(tmp_path / "t"), "--trials", "workers=many", str(script)])
+    assert code == 2 and "bad value 'many' for knob workers" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_crashing_baseline_exits_1_with_its_log(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('no data here')\n")
+    code = main(["tune", "--steps", "3", "--out", str(tmp_path / "t"), str(script)])
+    assert code == 1 and "the baseline run failed" in capsys.readouterr().err

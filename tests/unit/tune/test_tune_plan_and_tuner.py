@@ -1,0 +1,118 @@
+"""Tune planning and orchestration, with trials faked so no process is spawned."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
+from factory import loader, record  # noqa: E402
+from test_compare import noisy  # noqa: E402
+
+from torchdoctor.findings import Finding, Report, Severity  # noqa: E402
+from torchdoctor.tune import tuner as tuner_module  # noqa: E402
+from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial, plan_trials  # noqa: E402
+from torchdoctor.tune.report import estimate_checks, recommended, tune_report  # noqa: E402
+from torchdoctor.tune.trials import TrialResult, TrialSettings  # noqa: E402
+from torchdoctor.tune.tuner import Tuner  # noqa: E402
+
+
+def finding(code, speedup=None):
+    return Finding(code=code, slug="x", severity=Severity.HIGH, title="t", message="m", location=None,
+                   evidence={}, fix="f", estimated_speedup=speedup, estimate_basis="b")
+
+
+def test_plan_maps_findings_to_knobs_and_adds_upper_bounds():
+    rec = record()
+    rec.loaders = [loader(num_workers=0)]
+    report = Report(source="run", tool_version="0",
+                    findings=[finding("TD101", 1.5), finding("TD303"), finding("TD701"), finding("TD201")])
+    trials = {t.name: t for t in plan_trials(report, rec, cuda=False)}
+    assert trials["zero_grad=none"].addresses == ["TD303"] and trials["zero_grad=none"].kind == FIX
+    workers = next(t for n, t in trials.items() if n.startswith("workers="))
+    assert workers.knobs["persistent_workers"] == "true" and workers.addresses == ["TD101"]
+    assert trials["eval=off"].kind == UPPER_BOUND
+    assert "data=cached" in trials and "data=loader-only" in trials
+    assert not any("TD201" in t.addresses for t in trials.values())  # no knob fixes a host sync
+
+
+def test_cuda_only_fixes_are_not_planned_on_cpu():
+    report = Report(source="run", tool_version="0", findings=[finding("TD402"), finding("TD403")])
+    assert plan_trials(report, record(), cuda=False) == []
+    assert {t.name for t in plan_trials(report, record(), cuda=True)} == {"amp=bf16", "tf32=true"}
+
+
+class FakeTrials:
+    """Stands in for run_trial: each trial's step time comes from `speeds`; a name in
+    `crash` fails; `interrupt_at` raises KeyboardInterrupt when that trial starts."""
+
+    def __init__(self, speeds, crash=(), interrupt_at=None):
+        self.speeds, self.crash, self.interrupt_at, self.ran = speeds, crash, interrupt_at, []
+
+    def __call__(self, trial, settings, run_dir):
+        if trial.name == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.ran.append(trial.name)
+        if trial.name in self.crash:
+            return TrialResult(trial, run_dir, 1, 0.1, "Traceback...\nRuntimeError: boom")
+        run_dir.mkdir(parents=True)
+        step_s = self.speeds.get(trial.name.removeprefix("combined: "), 0.1)
+        rec = noisy(step_s, 0.01, seed=len(self.ran))
+        rec.loaders = [loader(num_workers=0)]
+        rec.save(run_dir / "record.json")
+        return TrialResult(trial, run_dir, 0, 0.1)
+
+
+def fake_analyze(rec):
+    return Report(source="run", tool_version="0", findings=[finding("TD303", 1.3), finding("TD302")])
+
+
+def tune(tmp_path, monkeypatch, fake, **kw):
+    monkeypatch.setattr(tuner_module, "run_trial", fake)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", fake_analyze)
+    settings = TrialSettings("train.py", [], False, 30, 2, 60)
+    return Tuner(settings, tmp_path, analyze=fake_analyze, **kw).run()
+
+
+def test_winners_are_combined_and_recommended(tmp_path, monkeypatch):
+    fake = FakeTrials({"baseline": 0.1, "zero_grad=none": 0.08, "foreach=true": 0.09})
+    outcome = tune(tmp_path, monkeypatch, fake)
+    assert fake.ran[:3] == ["baseline", "zero_grad=none", "foreach=true"]
+    combo = outcome.trials[-1]
+    assert combo.result.trial.kind == COMBINED and combo.result.trial.knobs == {"zero_grad": "none", "foreach": "true"}
+    checks = {c.code: c for c in estimate_checks(outcome)}
+    assert checks["TD303"].measured == pytest.approx(1.25, rel=0.03) and checks["TD303"].agreement < 1.1
+    assert checks["TD302"].estimated is None
+    assert recommended(outcome).result.trial.name.startswith("zero_grad=none") or recommended(outcome) is combo
+
+
+def test_a_crashing_trial_is_recorded_and_the_tune_goes_on(tmp_path, monkeypatch):
+    fake = FakeTrials({}, crash={"zero_grad=none"})
+    outcome = tune(tmp_path, monkeypatch, fake)
+    assert "foreach=true" in fake.ran
+    report = tune_report(outcome)
+    failed = next(t for t in report.tables if t.title == "Failed trials")
+    assert failed.rows == [["zero_grad=none", 1, "RuntimeError: boom"]]
+
+
+def test_ctrl_c_keeps_the_finished_trials(tmp_path, monkeypatch):
+    fake = FakeTrials({"zero_grad=none": 0.05}, interrupt_at="foreach=true")
+    outcome = tune(tmp_path, monkeypatch, fake)
+    assert outcome.interrupted and [t.result.trial.name for t in outcome.trials] == ["zero_grad=none"]
+    report = tune_report(outcome)
+    assert [r[0] for r in report.tables[0].rows] == ["baseline", "zero_grad=none"]
+    assert any("Interrupted" in n for n in report.notes)
+
+
+def test_budget_skips_trials_that_would_not_fit(tmp_path, monkeypatch):
+    fake = FakeTrials({})
+    outcome = tune(tmp_path, monkeypatch, fake, budget_s=0.0)
+    assert fake.ran == ["baseline"] and len(outcome.skipped) >= 2
+    assert any("Skipped by --budget" in n for n in tune_report(outcome).notes)
+
+
+def test_chosen_trials_replace_the_plan(tmp_path, monkeypatch):
+    fake = FakeTrials({})
+    tune(tmp_path, monkeypatch, fake, trials=[Trial("workers=1", {"workers": "1"}, FIX)])
+    assert fake.ran == ["baseline", "workers=1"]
