@@ -18,6 +18,7 @@ VENV = ROOT / ".venv"
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 TORCH = os.environ.get("TORCHDOCTOR_TORCH", "torch==2.13.0")
 STAMP = VENV / ".torchdoctor-installed"
+BENCH_HELPERS = {"trace_gen"}  # benchmarks/ modules that are inputs to a benchmark, not benchmarks
 
 
 def sh(*cmd: str) -> None:
@@ -42,7 +43,7 @@ def ensure_env() -> None:
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "help"
     if command not in ("demo", "test", "bench"):
-        print("usage: python3 dev.py demo | test [pytest args] | bench")
+        print("usage: python3 dev.py demo | test [pytest args] | bench [NAME...]")
         return 2
     ensure_env()
     if command == "demo":
@@ -50,9 +51,12 @@ def main(argv: list[str]) -> int:
                                 "examples/demo_prompt_encoder.py", *argv[1:]], cwd=ROOT)
     if command == "test":
         return subprocess.call([str(PY), "-m", "pytest", "-q", *argv[1:]], cwd=ROOT)
+    # `bench NAME...` runs some; plain `bench` runs every benchmarks/*.py that writes results.
+    names = argv[1:] or sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_")
+                               and p.stem not in BENCH_HELPERS)
     code = 0
-    for bench in ("benchmarks/accuracy.py", "benchmarks/overhead.py"):
-        code |= subprocess.call([str(PY), bench], cwd=ROOT)
+    for name in names:
+        code |= subprocess.call([str(PY), f"benchmarks/{name.removesuffix('.py')}.py"], cwd=ROOT)
     return code
 
 

@@ -30,14 +30,14 @@ def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tmp_path, 
     assert code == 0, captured.err
     report = json.loads(captured.out)
     tables = {t["title"]: t for t in report["tables"]}
-    assert [r[0] for r in tables["Before / after"]["rows"]] == ["baseline", "zero_grad=none"]
+    assert [r[0] for r in tables["Before / after"]["rows"]] == ["baseline", "baseline (repeat)", "zero_grad=none"]
     failed = tables["Failed trials"]["rows"]
     assert failed[0][0] == "workers=1" and "refuses worker processes" in failed[0][2]
     stages = [r[0] for r in tables["Staged ladder"]["rows"]]
     assert stages[0] == "data loader alone" and "full run (baseline)" in stages
     assert "[baseline] running baseline" in captured.err and "running data=loader-only" in captured.err
     dirs = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only"]
+    assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only", "05-baseline_repeat"]
     assert json.loads((out / "tune.json").read_text())["source"] == "tune"
 
 

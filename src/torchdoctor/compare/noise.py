@@ -30,8 +30,10 @@ class Throughput:
     relative_sem: float | None  # standard error of the mean step time / mean; None: too few steps
 
 
-def throughput(record: RunRecord) -> Throughput | None:
-    steps = record.measured_steps
+def throughput(*records: RunRecord) -> Throughput | None:
+    """Of one run, or of repeats of one configuration pooled in run order: windows then span
+    the runs, so a shift between repeats widens the noise band as it should."""
+    steps = [s for record in records for s in record.measured_steps]
     if not steps:
         return None
     durations = [s.duration_s for s in steps]

@@ -16,13 +16,14 @@ _NEEDS_CUDA = "no CUDA device: {} only changes GPU kernels"
 
 
 class ComputeKnobs(KnobGroup):
-    names = ("tf32", "cudnn_benchmark", "non_blocking", "amp", "compile", "channels_last")
+    names = ("tf32", "cudnn_benchmark", "non_blocking", "amp", "compile", "channels_last", "threads")
     layer = "inner"
 
     def __init__(self, settings, ctx) -> None:
         super().__init__(settings, ctx)
         self.finder: TrainedModelFinder | None = None
         self._autocast_stack: list = []
+        self._threads_before: int | None = None
 
     def install(self) -> None:
         cuda = self.ctx.cuda_available()
@@ -33,6 +34,10 @@ class ComputeKnobs(KnobGroup):
             self._apply_backend_flags()
             # Scripts often set these flags themselves after startup; re-assert ours each step.
             self.handles.append(register_optimizer_step_post_hook(lambda *a: self._apply_backend_flags()))
+        if "threads" in self.settings:
+            self._threads_before = torch.get_num_threads()
+            self._apply_threads()
+            self.handles.append(register_optimizer_step_post_hook(lambda *a: self._apply_threads()))
         if cuda and self.settings.get("non_blocking"):
             self.patches.wrap(torch.Tensor, "to", self._wrap_copy)
             self.patches.wrap(torch.Tensor, "cuda", self._wrap_copy)
@@ -45,6 +50,8 @@ class ComputeKnobs(KnobGroup):
             self.finder.uninstall()
         while self._autocast_stack:  # a forward that raised past our exit hook
             self._autocast_stack.pop().__exit__(None, None, None)
+        if self._threads_before is not None:  # the run is over; leave the process as it was
+            torch.set_num_threads(self._threads_before)
         super().uninstall()
 
     def _wants_model(self) -> bool:
@@ -62,6 +69,13 @@ class ComputeKnobs(KnobGroup):
         if "cudnn_benchmark" in self.settings:
             torch.backends.cudnn.benchmark = self.settings["cudnn_benchmark"]
             self.applied("cudnn_benchmark", f"cudnn.benchmark={self.settings['cudnn_benchmark']}")
+
+    def _apply_threads(self) -> None:
+        wanted = self.settings["threads"]
+        if torch.get_num_threads() != wanted:  # set at start, and again if the script changed it
+            before = torch.get_num_threads()
+            torch.set_num_threads(wanted)
+            self.applied("threads", f"torch threads {before} → {wanted}")
 
     def _wrap_copy(self, original):
         group = self

@@ -64,6 +64,8 @@ KNOB_SPECS: tuple[KnobSpec, ...] = (
              "autocast around the trained model's forward (fp16 only when the script has a GradScaler)"),
     KnobSpec("compile", _flag, "true", "torch.compile the model whose parameters the optimizer updates"),
     KnobSpec("channels_last", _flag, "true", "the trained model in channels_last memory format (conv nets)"),
+    KnobSpec("threads", _count(1), "N",
+             "torch.set_num_threads(N) in the training process, e.g. to leave cores to DataLoader workers"),
     KnobSpec("cudnn_benchmark", _flag, "true|false", "torch.backends.cudnn.benchmark (CUDA only)"),
     KnobSpec("foreach", _flag, "true|false", "optimizers update all parameters with multi-tensor (foreach) kernels"),
     KnobSpec("fused", _flag, "true", "fused optimizer kernels (Adam, AdamW, SGD)"),

@@ -33,7 +33,13 @@ def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | Non
     loader = training_loader(record)
     if code == "TD101" and loader is not None:
         if loader.num_workers == 0:
-            return {"workers": str(_worker_count()), "persistent_workers": "true"}
+            workers = _worker_count()
+            knobs = {"workers": str(workers), "persistent_workers": "true"}
+            cores, threads = record.environment.cpu_count or 1, record.environment.num_threads or 1
+            if not cuda and threads + workers > cores:
+                # On CPU the model's own threads take every core; workers then only contend.
+                knobs["threads"] = str(max(1, cores - workers))
+            return knobs
         return {"workers": str(max(loader.num_workers * 2, _worker_count())), "prefetch_factor": "4"}
     if code == "TD102":
         return {"persistent_workers": "true"}

@@ -65,7 +65,8 @@ def tune_report(outcome: TuneOutcome) -> Report:
         report = Report(source="tune", tool_version=torchdoctor.__version__)
         report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
         return report
-    timed = [t for t in [outcome.baseline, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
+    repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []
+    timed = [t for t in [outcome.baseline, *repeat, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
     report = compare_runs([ComparedRun.of(t.result.trial.name, t.record) for t in timed])
     report.source = "tune"
     checks = estimate_checks(outcome)
@@ -85,6 +86,9 @@ def tune_report(outcome: TuneOutcome) -> Report:
                                    rows=[[t.result.trial.name, t.result.exit_code, _last_line(t.result.error)]
                                          for t in failed]))
     report.notes[:0] = _summary_notes(outcome)
+    if len(outcome.baseline_records()) == 2:
+        report.notes.append("Trial ratios in the estimate and recommendation are against both baseline runs "
+                            "pooled, so drift during the tune widens the noise band.")
     return report
 
 
@@ -99,7 +103,9 @@ def _ladder(outcome: TuneOutcome) -> Table:
     for label, trial in (("compute on cached data", by_kind.get("data=cached")),
                          ("full run (baseline)", outcome.baseline),
                          ("full run, recommended knobs", recommended(outcome))):
-        speed = throughput(trial.record) if trial is not None and trial.ok else None
+        records = (outcome.baseline_records() if trial is outcome.baseline
+                   else [trial.record] if trial is not None and trial.ok else [])
+        speed = throughput(*records) if records else None
         if speed is not None:
             rows.append([label, _r(speed.steps_per_s), _r(speed.samples_per_s)])
     return Table(title="Staged ladder", columns=["stage", "steps/s (batches/s)", "samples/s"], rows=rows,

@@ -55,6 +55,7 @@ def command_for(trial: Trial, settings: TrialSettings, run_dir: Path) -> list[st
 
 def run_trial(trial: Trial, settings: TrialSettings, run_dir: Path) -> TrialResult:
     """Blocks until the trial ends. Ctrl-C stops the child too, then propagates."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = run_dir.with_suffix(".stderr.log")  # the script's stderr, tracebacks, the doctor's errors
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log, open(run_dir.with_suffix(".stdout.log"), "w") as out:

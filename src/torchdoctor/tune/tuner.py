@@ -17,6 +17,8 @@ from torchdoctor.tune.plan import FIX, Trial, combined_trial, plan_trials
 from torchdoctor.tune.trials import TrialResult, TrialSettings, run_trial
 
 BASELINE = Trial("baseline", {}, "baseline")
+# Run again after the trials: machine drift during a tune shows up as a gap between the two.
+BASELINE_REPEAT = Trial("baseline (repeat)", {}, "baseline")
 
 
 @dataclass
@@ -36,10 +38,15 @@ class TuneOutcome:
     trials: list[TunedTrial] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # trials left out by the budget
     interrupted: bool = False
+    baseline_repeat: TunedTrial | None = None
+
+    def baseline_records(self) -> list[RunRecord]:
+        repeat = self.baseline_repeat
+        return [self.baseline.record] + ([repeat.record] if repeat is not None and repeat.ok else [])
 
     def gain(self, trial: TunedTrial):
-        """The noise-aware change of a trial against the baseline, or None."""
-        base = throughput(self.baseline.record) if self.baseline.ok else None
+        """The noise-aware change of a trial against the (pooled) baseline, or None."""
+        base = throughput(*self.baseline_records()) if self.baseline.ok else None
         mine = throughput(trial.record) if trial.ok else None
         return change(base, mine) if base and mine else None
 
@@ -69,31 +76,36 @@ class Tuner:
             record = outcome.baseline.record
             planned = self.chosen if self.chosen is not None else plan_trials(
                 self.analyze(record), record, cuda=record.environment.cuda_used)
-            total = 1 + len(planned) + (1 if self.chosen is None else 0)
+            total = 2 + len(planned) + (1 if self.chosen is None else 0)
             for i, trial in enumerate(planned, 2):
                 self._maybe_run(outcome, trial, i, total)
             if self.chosen is None:
                 winners = [t.result.trial for t in outcome.trials if t.result.trial.kind == FIX and _helped(outcome, t)]
                 combo = combined_trial(winners)
                 if combo is not None:
-                    self._maybe_run(outcome, combo, total, total)
+                    self._maybe_run(outcome, combo, total - 1, total)
+            outcome.baseline_repeat = self._maybe_run(outcome, BASELINE_REPEAT, total, total, keep=False)
         except KeyboardInterrupt:
             outcome.interrupted = True
         return outcome
 
-    def _maybe_run(self, outcome: TuneOutcome, trial: Trial, index: int, total: int) -> None:
+    def _maybe_run(self, outcome: TuneOutcome, trial: Trial, index: int, total: int,
+                   keep: bool = True) -> TunedTrial | None:
         per_trial = outcome.baseline.result.seconds
         left = None if self.budget_s is None else self.budget_s - (time.monotonic() - self._started)
         if left is not None and left < per_trial:
             outcome.skipped.append(f"{trial.name} (budget: {max(left, 0):.0f} s left, a trial takes ~{per_trial:.0f} s)")
-            return
-        outcome.trials.append(self._run(trial, index, total, per_trial * (total - index + 1)))
+            return None
+        done = self._run(trial, index, total, per_trial * (total - index + 1))
+        if keep:
+            outcome.trials.append(done)
+        return done
 
     def _run(self, trial: Trial, position: int, total: int | None, eta_s: float | None) -> TunedTrial:
         """`on_trial(position, total, trial, seconds left)`: total is unknown until the plan exists."""
         self._count += 1
         self.on_trial(position, total, trial, eta_s)
-        run_dir = self.tune_dir / f"{self._count:02d}-{safe_name(trial.name.replace(' ', '_'))}"
+        run_dir = self.tune_dir / f"{self._count:02d}-{safe_name(trial.name.replace(' ', '_').replace('(', '').replace(')', ''))}"
         result = run_trial(trial, self.settings, run_dir)
         record = load_record(run_dir) if result.ok else None
         return TunedTrial(result, record)

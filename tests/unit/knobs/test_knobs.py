@@ -161,3 +161,14 @@ def test_cuda_only_knobs_say_why_they_did_not_apply_on_cpu(tmp_path, knob):
 def test_gpu_knobs_take_effect_on_cuda(tmp_path):
     record, _ = run(tmp_path, "tf32=true", "pin_memory=true", "cudnn_benchmark=true", steps=4)
     assert all(k.applied for k in record.knobs)
+
+
+def test_threads_sets_torch_threads_for_the_run_then_restores_them(tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        record, seen = run(tmp_path, "threads=1", steps=4)
+        assert outcome(record, "threads").applied and "2 → 1" in outcome(record, "threads").detail
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -108,11 +108,21 @@ def test_ctrl_c_keeps_the_finished_trials(tmp_path, monkeypatch):
 def test_budget_skips_trials_that_would_not_fit(tmp_path, monkeypatch):
     fake = FakeTrials({})
     outcome = tune(tmp_path, monkeypatch, fake, budget_s=0.0)
-    assert fake.ran == ["baseline"] and len(outcome.skipped) >= 2
+    assert fake.ran == ["baseline"] and len(outcome.skipped) >= 3
     assert any("Skipped by --budget" in n for n in tune_report(outcome).notes)
 
 
 def test_chosen_trials_replace_the_plan(tmp_path, monkeypatch):
     fake = FakeTrials({})
     tune(tmp_path, monkeypatch, fake, trials=[Trial("workers=1", {"workers": "1"}, FIX)])
-    assert fake.ran == ["baseline", "workers=1"]
+    assert fake.ran == ["baseline", "workers=1", "baseline (repeat)"]
+
+
+def test_drift_between_the_two_baselines_widens_the_noise_band(tmp_path, monkeypatch):
+    chosen = [Trial("zero_grad=none", {"zero_grad": "none"}, FIX)]
+    steady = tune(tmp_path / "a", monkeypatch, FakeTrials(
+        {"baseline": 0.115, "baseline (repeat)": 0.115, "zero_grad=none": 0.105}), trials=chosen)
+    drifting = tune(tmp_path / "b", monkeypatch, FakeTrials(
+        {"baseline": 0.10, "baseline (repeat)": 0.13, "zero_grad=none": 0.105}), trials=chosen)
+    assert steady.gain(steady.trials[0]).significant
+    assert not drifting.gain(drifting.trials[0]).significant  # 0.105 s lies inside the 0.10-0.13 s drift
