@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 import torchdoctor
+from torchdoctor.crosscheck import link_static_findings
 from torchdoctor.findings import Table, NotMeasured, Report, RunSummary, TimeSplit
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
@@ -101,6 +102,7 @@ def analyze(record: RunRecord) -> Report:
         except Exception as exc:  # one broken rule must not hide the others' findings
             report.notes.append(f"rule {rule.code} failed: {type(exc).__name__}: {exc}")
     report.tables.extend(_knob_tables(record))
+    link_static_findings(report, record)
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
     return report.ranked()

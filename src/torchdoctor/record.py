@@ -14,7 +14,7 @@ from typing import Any
 
 from torchdoctor.serialize import read_json, write_json
 
-SCHEMA_VERSION = 2  # 2: knobs and loader_only
+SCHEMA_VERSION = 2  # 2: knobs, loader_only, source_files, static_findings
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -270,6 +270,19 @@ class LoaderOnlyStats:
 
 
 @dataclass
+class StaticFinding:
+    """What `torchdoctor lint` said about a file this run executed, kept with the run so a
+    re-rendered report does not depend on the source as it is later."""
+
+    code: str
+    slug: str
+    severity: str
+    path: str  # absolute, for matching with runtime locations
+    line: int
+    message: str
+
+
+@dataclass
 class RunRecord:
     run: RunInfo
     environment: Environment
@@ -286,6 +299,8 @@ class RunRecord:
     probe_notes: list[ProbeNote] = field(default_factory=list)
     knobs: list[KnobOutcome] = field(default_factory=list)  # changes applied for this run only
     loader_only: LoaderOnlyStats | None = None  # set by the `data=loader-only` measurement
+    source_files: list[str] = field(default_factory=list)  # user files the run executed (absolute)
+    static_findings: list[StaticFinding] = field(default_factory=list)  # lint of source_files
 
     @property
     def measured_steps(self) -> list[StepSample]:

@@ -33,6 +33,7 @@ from torchdoctor.probes.gpu import GpuProbe
 from torchdoctor.probes.line_sampler import LineSampler
 from torchdoctor.probes.phases import PhaseProbe
 from torchdoctor.probes.profiler import ProfilerWindow
+from torchdoctor.probes.sources import executed_user_files, lint_executed
 from torchdoctor.probes.steps import StepProbe
 from torchdoctor.record import ProbeNote, RunInfo, RunRecord, StepSample
 from torchdoctor.session import RunSession, SessionConfig, StopRun
@@ -163,6 +164,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     )
     knobs = KnobSet(request.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=request.warmup))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
+    modules_before = set(sys.modules)
     notes: list[ProbeNote] = []
     installed = []
     try:
@@ -184,6 +186,11 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         info.wall_s = session.elapsed()
     record = RunRecord(run=info, environment=read_environment(), steps=session.steps)
     knobs.contribute(record)
+    record.source_files = executed_user_files(None if request.module else request.target, modules_before)
+    try:
+        record.static_findings = lint_executed(record.source_files)
+    except Exception as exc:  # the static cross-check is a bonus; never lose the run for it
+        notes.append(ProbeNote("lint", f"could not lint the executed files: {type(exc).__name__}: {exc}"))
     for probe in [*probes, backward]:  # backward after dispatch: it annotates the sites
         try:
             probe.contribute(record)

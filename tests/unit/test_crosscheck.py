@@ -1,0 +1,40 @@
+"""Runtime findings confirmed by the static findings of the files a run executed."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "rules"))
+from factory import record  # noqa: E402
+
+from torchdoctor.crosscheck import link_static_findings  # noqa: E402
+from torchdoctor.findings import Finding, Report, Severity  # noqa: E402
+from torchdoctor.record import Location, StaticFinding  # noqa: E402
+
+
+def _finding(code, line):
+    return Finding(code=code, slug="s", severity=Severity.MEDIUM, title="t", message="Measured.",
+                   location=Location("train.py", line, "f"), evidence={}, fix="f",
+                   estimated_speedup=None, estimate_basis="b")
+
+
+def test_same_cause_same_line_is_confirmed_and_both_sides_link():
+    rec = record()  # cwd /w
+    rec.static_findings = [StaticFinding("TD201", "host-sync", "medium", "/w/train.py", 12, "loss.item()"),
+                           StaticFinding("TD105", "dataloader-sync-loading", "medium", "/w/train.py", 5, "nw=0"),
+                           StaticFinding("TD303", "grad-zero-not-none", "low", "/w/train.py", 30, "z")]
+    report = Report(source="run", tool_version="0",
+                    findings=[_finding("TD201", 12), _finding("TD101", 5), _finding("TD202", 12)])
+    link_static_findings(report, rec)
+    host, stall, mask = report.findings
+    assert host.evidence["confirmed_by_lint"] == "TD201 host-sync at train.py:12"
+    assert stall.evidence["confirmed_by_lint"].startswith("TD105")  # the static name of the same cause
+    assert "confirmed_by_lint" not in mask.evidence  # same line, different cause
+    rows = {r[0]: r[-1] for r in report.tables[0].rows}
+    assert rows == {"TD201": "confirmed by this run", "TD105": "confirmed by this run",
+                    "TD303": "not measured in this run"}
+
+
+def test_no_static_findings_adds_nothing():
+    report = Report(source="run", tool_version="0", findings=[_finding("TD201", 12)])
+    link_static_findings(report, record())
+    assert report.tables == [] and report.findings[0].evidence == {}
