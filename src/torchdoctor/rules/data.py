@@ -30,9 +30,23 @@ def _startup_per_step(record: RunRecord, facts: RunFacts) -> float:
     return starts / total_steps if total_steps else 0.0
 
 
+def _core_caveat(record: RunRecord) -> str:
+    """On a CPU run workers overlap only on cores the model's threads leave free."""
+    env = record.environment
+    if env.cuda_used or not env.cpu_count or not env.num_threads or env.num_threads < env.cpu_count:
+        return ""
+    return (f"; on this CPU run torch already uses {env.num_threads} threads on {env.cpu_count} cores, so workers "
+            f"compete with the model: free a core (`--set threads={max(1, env.cpu_count - 1)}`) or make "
+            "`__getitem__` cheaper")
+
+
 class DataLoaderStall(Rule):
     code = "TD101"
     slug = "dataloader-stall"
+    example = (
+        "loader = DataLoader(ImageFolder(root, transform=heavy_augment), batch_size=256)  # num_workers=0\n"
+        "for x, y in loader:  # every step first waits here for decoding and augmentation"
+    )
     title = "Training steps wait for the next batch"
     rationale = (
         "While the main process waits in `next(loader)`, the model does nothing. The loader "
@@ -79,7 +93,8 @@ class DataLoaderStall(Rule):
                     "batches": loader.batches,
                 },
                 speedup=speedup,
-                basis="Amdahl: the measured data wait per step removed, assuming loading fully overlaps compute",
+                basis="Amdahl: the measured data wait per step removed, assuming loading fully overlaps compute"
+                      + _core_caveat(record),
             )
         ]
 
@@ -87,6 +102,11 @@ class DataLoaderStall(Rule):
 class WorkerRespawn(Rule):
     code = "TD102"
     slug = "worker-respawn"
+    example = (
+        "loader = DataLoader(ds, batch_size=64, num_workers=8)  # persistent_workers=False\n"
+        "for epoch in range(100):\n"
+        "    for x, y in loader: ...  # 8 workers start again every epoch"
+    )
     title = "DataLoader workers restart every epoch"
     rationale = (
         "With `persistent_workers=False` every epoch shuts the worker processes down and "
@@ -148,6 +168,10 @@ def _per_step(record: RunRecord, count: int) -> float:
 class PageableTransfer(Rule):
     code = "TD103"
     slug = "pageable-transfer"
+    example = (
+        "loader = DataLoader(ds, batch_size=64, num_workers=4)  # pin_memory=False\n"
+        "x = x.to(\"cuda\")  # staged through a pageable bounce buffer"
+    )
     title = "Host→device copies from pageable memory"
     needs_cuda = True
     rationale = (
@@ -191,6 +215,10 @@ class PageableTransfer(Rule):
 class BlockingTransfer(Rule):
     code = "TD104"
     slug = "blocking-transfer"
+    example = (
+        "loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)\n"
+        "x = x.to(\"cuda\")  # the host waits for the copy to finish"
+    )
     title = "Pinned batches copied without non_blocking=True"
     needs_cuda = True
     rationale = (
