@@ -18,6 +18,7 @@ TF32_MAJOR = 8  # Ampere and newer have TF32
 class SmallBatch(Rule):
     code = "TD401"
     slug = "small-batch"
+    example = "loader = DataLoader(ds, batch_size=4)  # a few hundred FLOPs per op on a GPU"
     title = "Batch too small for the GPU"
     needs_cuda = True
     rationale = "Tiny matmuls leave most of the GPU idle; per-op overhead dominates."
@@ -51,6 +52,7 @@ class SmallBatch(Rule):
 class NoMixedPrecision(Rule):
     code = "TD402"
     slug = "no-mixed-precision"
+    example = "loss = loss_fn(model(x.cuda()), y.cuda())  # fp32 matmuls, no torch.autocast"
     title = "fp32 matmuls on a GPU with tensor cores"
     needs_cuda = True
     rationale = "bf16/fp16 matmuls run several times faster on tensor cores than fp32."
@@ -80,6 +82,7 @@ class NoMixedPrecision(Rule):
 class NoTf32(Rule):
     code = "TD403"
     slug = "no-tf32"
+    example = "torch.backends.cuda.matmul.allow_tf32 = False"
     title = "fp32 matmuls with TF32 disabled on Ampere or newer"
     needs_cuda = True
     rationale = "TF32 tensor cores run fp32 matmuls ~8x faster with 10-bit mantissa inputs."

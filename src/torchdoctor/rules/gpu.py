@@ -32,6 +32,10 @@ class _NvmlRule(Rule):
 class GpuUnderutilized(_NvmlRule):
     code = "TD801"
     slug = "gpu-underutilized"
+    example = (
+        "for x, y in loader:  # data loading, Python and syncs between steps\n"
+        "    loss = model(x.cuda()).sum()  # leave the GPU idle most of the time"
+    )
     title = "GPU mostly idle or far below its power limit"
     rationale = "Low utilization or power means the GPU waits on the host; see the causes above."
     fix = "Fix the higher-ranked causes (data loading, syncs, launch overhead); then re-run."
@@ -60,6 +64,7 @@ class GpuUnderutilized(_NvmlRule):
 class ClockThrottle(_NvmlRule):
     code = "TD802"
     slug = "clock-throttle"
+    example = "model = big_model.cuda()  # GPU in a hot, closed case: SM clock held at 60 % of max"
     title = "GPU clocks throttled"
     rationale = "Thermal or power slowdowns lower the SM clock: the same work takes longer."
     fix = "Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`); the code is not the cause."

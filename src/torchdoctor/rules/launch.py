@@ -26,6 +26,11 @@ DISPATCH_BASIS = "op and inter-op time in sampled steps, calibrated sampler cost
 class PythonLoopOps(Rule):
     code = "TD301"
     slug = "python-loop-ops"
+    example = (
+        "for i in range(batch_size):\n"
+        "    for j in range(num_prompts):\n"
+        "        embeds[i, positions[i, j]] = prompts[j]  # one tiny op per element"
+    )
     title = "A Python loop issues many tiny ops per step"
     rationale = (
         "Each tensor op costs a few microseconds of Python and dispatch, and on a GPU a kernel "
@@ -105,6 +110,7 @@ class PythonLoopOps(Rule):
 class OptimizerForeachOff(Rule):
     code = "TD302"
     slug = "optimizer-foreach-off"
+    example = "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)"
     title = "Optimizer updates parameters one tensor at a time"
     rationale = (
         "With `foreach=False` the optimizer runs a Python loop issuing several ops per "
@@ -155,6 +161,7 @@ class OptimizerForeachOff(Rule):
 class GradZeroNotNone(Rule):
     code = "TD303"
     slug = "grad-zero-not-none"
+    example = "optimizer.zero_grad(set_to_none=False)  # writes zeros into every gradient each step"
     title = "Gradients are zeroed instead of set to None"
     rationale = (
         "`zero_grad(set_to_none=False)` writes zeros into every gradient each step (a memset "

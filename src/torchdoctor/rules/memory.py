@@ -14,6 +14,7 @@ PRESSURE_MIN_USE = 0.95  # peak reserved above 95 %: the allocator is close to f
 class MemoryHeadroom(Rule):
     code = "TD501"
     slug = "memory-headroom"
+    example = "loader = DataLoader(ds, batch_size=16)  # peak memory 3 GB of an 80 GB GPU"
     title = "Peak GPU memory far below capacity"
     needs_cuda = True
     rationale = "Unused memory is unused batch: a larger batch usually raises throughput."
@@ -46,6 +47,7 @@ class MemoryHeadroom(Rule):
 class MemoryPressure(Rule):
     code = "TD502"
     slug = "memory-pressure"
+    example = "loader = DataLoader(ds, batch_size=512)  # peak memory 79 of 80 GB, allocator retries"
     title = "GPU memory near capacity or allocator retries"
     needs_cuda = True
     rationale = "When the caching allocator runs out it frees its cache and retries (a sync, slow)."

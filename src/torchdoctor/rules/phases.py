@@ -61,6 +61,11 @@ class _PhaseShareRule(Rule):
 class FrequentEval(_PhaseShareRule):
     code = "TD701"
     slug = "frequent-eval"
+    example = (
+        "for step, (x, y) in enumerate(loader):\n"
+        "    train_step(x, y)\n"
+        "    val_acc = evaluate(model, val_loader)  # a full validation pass every step"
+    )
     title = "Evaluation takes a large share of wall time"
     kind, step_attr, what = "eval", "eval_s", "Evaluation"
     min_share = 0.10
@@ -75,6 +80,11 @@ class FrequentEval(_PhaseShareRule):
 class FrequentCheckpoint(_PhaseShareRule):
     code = "TD702"
     slug = "frequent-checkpoint"
+    example = (
+        "for step, (x, y) in enumerate(loader):\n"
+        "    train_step(x, y)\n"
+        "    torch.save(model.state_dict(), \"ckpt.pt\")  # every step"
+    )
     title = "Checkpoint saving takes a large share of wall time"
     kind, step_attr, what = "checkpoint", "checkpoint_s", "Checkpoint saving"
     rationale = "`torch.save` serializes and writes the whole state synchronously; training waits."
@@ -88,6 +98,7 @@ class FrequentCheckpoint(_PhaseShareRule):
 class LoggingOverhead(_PhaseShareRule):
     code = "TD703"
     slug = "logging-overhead"
+    example = "print(f\"step {step} loss {loss} grad {model.fc.weight.grad}\")  # every step"
     title = "Per-step logging costs measurable time"
     kind, step_attr, what = "logging", "logging_s", "Printing and logging"
     min_share = 0.03

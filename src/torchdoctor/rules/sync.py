@@ -77,6 +77,7 @@ class _PerLineSyncRule(Rule):
 class HostSync(_PerLineSyncRule):
     code = "TD201"
     slug = "host-sync"
+    example = "running_loss += loss.item()  # every step: the host waits for the GPU to finish"
     title = "Host reads a device tensor every step"
     kinds = ("host-sync", "transfer-d2h")
     noun = "syncs the device"
@@ -95,6 +96,7 @@ class HostSync(_PerLineSyncRule):
 class DataDependentSync(_PerLineSyncRule):
     code = "TD202"
     slug = "data-dependent-sync"
+    example = "loss = err[mask].mean()  # output size depends on mask: the host waits to count it"
     title = "Op whose output shape depends on the data, every step"
     kinds = ("data-dependent",)
     noun = "needs the data's shape"
@@ -112,6 +114,10 @@ class DataDependentSync(_PerLineSyncRule):
 class EvalTransfer(_PerLineSyncRule):
     code = "TD203"
     slug = "eval-transfer"
+    example = (
+        "for x, y in val_loader:\n"
+        "    preds.append(model(x).argmax(1).cpu().numpy())  # one blocking transfer per batch"
+    )
     title = "Per-batch device→host transfers in evaluation"
     kinds = ("host-sync", "transfer-d2h")
     phase = "eval"
@@ -135,6 +141,10 @@ class EvalTransfer(_PerLineSyncRule):
 class ExplicitSync(Rule):
     code = "TD204"
     slug = "explicit-sync"
+    example = (
+        "optimizer.step()\n"
+        "torch.cuda.synchronize()  # every step, to time it"
+    )
     title = "Explicit device synchronization in the training loop"
     rationale = (
         "`torch.cuda.synchronize()` in the loop, or `CUDA_LAUNCH_BLOCKING=1`, make the host wait "

@@ -1,0 +1,142 @@
+"""Lint paths or files: the entry points `torchdoctor lint` and `torchdoctor run` share.
+
+`lint_paths` covers a command line's worth of paths (discovery, configuration, severity
+filter, optional worker processes); `lint_files` is the small API for callers that already
+know which files they want linted, such as `run` for the files a script executed.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchdoctor.findings import Finding
+from torchdoctor.lint.config import SEVERITIES, LintConfig, find_config, load_config
+from torchdoctor.lint.discovery import discover, display_path
+from torchdoctor.lint.engine import FileOutcome, LintFinding, lint_source
+from torchdoctor.lint.selection import Selection
+from torchdoctor.lint.source import Problem, read_source
+
+PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
+
+
+@dataclass
+class LintOptions:
+    select: list[str] | None = None  # parsed codes; None: the config's (or everything)
+    ignore: list[str] | None = None
+    config: Path | None = None  # an explicit pyproject.toml
+    isolated: bool = False  # ignore every pyproject.toml
+    min_severity: str | None = None  # None: the config's ("low")
+    jobs: int = 0  # 0: one per CPU for large trees, 1: in this process
+
+
+@dataclass
+class LintResult:
+    findings: list[LintFinding] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files_found: int = 0
+    files_linted: int = 0
+    hidden: int = 0  # findings below the minimum severity (info: "runtime will decide")
+    files: dict[str, Path] = field(default_factory=dict)  # display path → path on disk
+
+    @property
+    def nothing_readable(self) -> bool:
+        return self.files_linted == 0
+
+
+@dataclass(frozen=True)
+class _Job:
+    path: Path
+    shown: str
+    selection: Selection
+    max_bytes: int
+    relative: str  # for per-file ignores: the path from the config's folder
+    min_rank: int  # findings of a lower severity (a higher rank) are hidden
+
+
+def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path | None = None) -> LintResult:
+    options = options or LintOptions()
+    cwd = cwd or Path.cwd()
+    result = LintResult()
+    jobs: list[_Job] = []
+    for config, targets in _group_by_config(paths, options):
+        selection = Selection(options.select if options.select is not None else config.select,
+                              options.ignore if options.ignore is not None else config.ignore,
+                              config.per_file_ignores)
+        min_rank = SEVERITIES.index(options.min_severity or config.min_severity)
+        found = discover(targets, config.exclude, config.root, cwd)
+        result.problems += found.problems
+        result.notes += found.notes
+        jobs += [_Job(path, shown, selection, config.max_file_bytes, _relative(path, config.root), min_rank)
+                 for path, shown in found.files]
+    result.files_found = len(jobs)
+    result.files = {job.shown: job.path for job in jobs}
+    for outcome, hidden in _run(jobs, options.jobs):
+        result.problems += outcome.problems
+        result.files_linted += outcome.linted
+        result.findings += outcome.findings
+        result.hidden += hidden
+    result.findings.sort(key=LintFinding.sort_key)
+    result.problems.sort(key=lambda p: (p.display, p.cell or 0, p.line))
+    return result
+
+
+def lint_files(paths: list[Path], select: list[str] | None = None) -> list[Finding]:
+    """Findings for these files (all severities, `info` included), in path and line order.
+
+    Configuration and `# noqa` apply as on the command line; files that cannot be read or
+    parsed give no findings. Runs in this process (safe to call with torch loaded).
+    """
+    options = LintOptions(select=select, min_severity="info", jobs=1)
+    return [f.finding for f in lint_paths(list(paths), options).findings]
+
+
+def _group_by_config(paths: list[Path], options: LintOptions) -> list[tuple[LintConfig, list[Path]]]:
+    if options.isolated:
+        return [(LintConfig(), list(paths))]
+    if options.config is not None:
+        return [(load_config(options.config), list(paths))]
+    loaded: dict[Path | None, LintConfig] = {}
+    groups: dict[int, tuple[LintConfig, list[Path]]] = {}
+    for path in paths:
+        where = find_config(path)
+        if where not in loaded:
+            loaded[where] = load_config(where)
+        config = loaded[where]
+        groups.setdefault(id(config), (config, []))[1].append(path)
+    return list(groups.values())
+
+
+def _relative(path: Path, root: Path | None) -> str:
+    if root is None:
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return path.as_posix()
+
+
+def _lint_one(job: _Job) -> tuple[FileOutcome, int]:
+    source = read_source(job.path, job.shown, job.max_bytes)
+    if isinstance(source, Problem):
+        return FileOutcome(problems=[source]), 0
+    outcome = lint_source(source, job.selection, job.relative)
+    shown = [f for f in outcome.findings if SEVERITIES.index(f.finding.severity.value) <= job.min_rank]
+    hidden = len(outcome.findings) - len(shown)
+    outcome.findings = shown
+    return outcome, hidden
+
+
+def _run(jobs: list, workers: int):
+    if workers == 0:
+        workers = min(os.cpu_count() or 1, 8) if len(jobs) >= PARALLEL_MIN_FILES else 1
+    if workers <= 1 or len(jobs) < 2:
+        return map(_lint_one, jobs)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_lint_one, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
+
+
+__all__ = ["LintFinding", "LintOptions", "LintResult", "display_path", "lint_files", "lint_paths"]

@@ -1,0 +1,73 @@
+"""Compute-path settings: TD403 no-tf32 (TF32 switched off explicitly) and TD405
+recompilation (`torch.compile` called inside a loop or the step)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from torchdoctor.findings import Severity
+from torchdoctor.lint.checks.base import Check, Hit
+from torchdoctor.lint.context import nearest_loop
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.values import Unknown
+
+# Settings that turn TF32 off when given these values. `fp32_precision` is the API of torch ≥ 2.9.
+_TF32_FLAGS = {
+    "torch.backends.cuda.matmul.allow_tf32": (False, "matmuls"),
+    "torch.backends.cudnn.allow_tf32": (False, "convolutions"),
+    "torch.backends.cuda.matmul.fp32_precision": ("ieee", "matmuls"),
+    "torch.backends.cudnn.fp32_precision": ("ieee", "convolutions"),
+    "torch.backends.cudnn.conv.fp32_precision": ("ieee", "convolutions"),
+    "torch.backends.cudnn.rnn.fp32_precision": ("ieee", "RNNs"),
+    "torch.backends.fp32_precision": ("ieee", "matmuls and convolutions"),
+}
+
+
+class Tf32Off(Check):
+    codes = ("TD403",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for statement, block in facts.model.assignments:
+            if not isinstance(statement, ast.Assign):
+                continue
+            for target in statement.targets:
+                name = facts.qualify(target) if isinstance(target, ast.Attribute) else None
+                if name in _TF32_FLAGS:
+                    off, what = _TF32_FLAGS[name]
+                    value = facts.values.evaluate(statement.value, block.scope)
+                    if not isinstance(value, Unknown) and value == off:
+                        yield self._hit(statement, f"`{name} = {value!r}`", what)
+        for call, block in facts.model.calls_named("set_float32_matmul_precision"):
+            if facts.qualify(call.func) != "torch.set_float32_matmul_precision" or not call.args:
+                continue
+            value = facts.values.evaluate(call.args[0], block.scope)
+            if value == "highest":
+                yield self._hit(call, "`torch.set_float32_matmul_precision(\"highest\")`", "matmuls")
+
+    @staticmethod
+    def _hit(node: ast.AST, spelled: str, what: str) -> Hit:
+        return Hit("TD403", node, f"TF32 turned off for {what}",
+                   f"{spelled} keeps fp32 {what} off the TF32 tensor cores of Ampere and newer GPUs, "
+                   f"several times slower for a precision most training does not need",
+                   Severity.MEDIUM, {"setting": spelled})
+
+
+class CompileInLoop(Check):
+    codes = ("TD405",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for call, block in facts.model.calls_named("compile"):
+            if facts.qualify(call.func) != "torch.compile":
+                continue
+            region = facts.context.region(block)
+            loop = nearest_loop(block)
+            if region.kind in ("step", "forward"):
+                where, severity = region.via, Severity.MEDIUM
+            elif loop is not None:
+                where, severity = f"the loop at line {loop.line}", Severity.MEDIUM
+            else:
+                continue
+            yield Hit("TD405", call, "torch.compile called inside a loop",
+                      f"`torch.compile` inside {where} wraps and compiles again on every iteration; compile "
+                      f"once before the loop and reuse the compiled module", severity, {"where": where})

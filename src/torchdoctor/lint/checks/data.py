@@ -1,0 +1,249 @@
+"""DataLoader habits: TD105 dataloader-sync-loading, TD102 worker-respawn, TD103
+pageable-transfer, TD104 blocking-transfer.
+
+Each starts from a `DataLoader(...)` call of torch's (whatever the import alias), reads its
+arguments by keyword or position, and follows the loader to the loops that iterate it
+(`flow.py`). A loader no loop can be traced to is reported only where the finding does not
+depend on its use; an argument whose value the file does not fix gives an `info` finding.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from torchdoctor.findings import Severity
+from torchdoctor.lint.checks.base import Check, Hit, set_keyword
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.flow import Loader, LoaderUse, batch_names, derived_names, find_loaders
+from torchdoctor.lint.kinds import DATASET
+from torchdoctor.lint.model import Block, Scope, names_in
+from torchdoctor.lint.names import short_source
+from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, is_cpu_device, truthy
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+#            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
+#            *, prefetch_factor, persistent_workers, ...)
+DATALOADER_PARAMS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
+                     "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                     "multiprocessing_context", "generator")
+_DTYPES = {"float", "float16", "half", "bfloat16", "float32", "float64", "double", "int", "int8", "int16",
+           "int32", "int64", "long", "short", "bool", "uint8", "complex64", "complex128", "cfloat"}
+
+
+class _LoaderCheck(Check):
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for loader in find_loaders(facts):
+            yield from self.check(loader, bind(loader.call, DATALOADER_PARAMS), facts)
+
+    def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
+        raise NotImplementedError
+
+    @staticmethod
+    def argument(args: Bound, name: str, default, facts: Facts, scope: Scope):
+        expr = args.get(name)
+        if expr is None:
+            return Unknown("may be passed through **kwargs") if args.splat else default
+        return facts.values.evaluate(expr, scope)
+
+
+class SyncLoading(_LoaderCheck):
+    codes = ("TD105",)
+
+    def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
+        scope = loader.block.scope
+        workers = self.argument(args, "num_workers", 0, facts, scope)
+        training = loader.feeds_training
+        if not training and loader.uses:
+            return  # only evaluation loops read it: not the training loop's stall
+        if isinstance(workers, Unknown):
+            if training or not loader.uses:
+                yield Hit("TD105", loader.call, "DataLoader num_workers set at run time",
+                          f"num_workers {workers.why}; if it is 0, every batch is loaded in the training "
+                          f"process between steps. The runtime check (TD101) will decide", Severity.INFO,
+                          {"num_workers": "unknown"})
+            return
+        if workers is POSITIVE or workers != 0:
+            return
+        dataset, kind = _dataset(args.get("dataset"), facts, scope)
+        if kind == "in-memory":
+            return  # indexing in-memory tensors is cheaper than shipping them from worker processes
+        spelled = "num_workers=0" if args.get("num_workers") is not None else "no num_workers (default 0)"
+        if training:
+            severity = Severity.MEDIUM if kind == "loads-data" else Severity.LOW
+            where = f"feeds {next(u for u in loader.uses if u.region.kind == 'step').region.via}"
+        else:
+            severity, where = Severity.INFO, "is built here; where it is iterated could not be followed"
+        yield Hit("TD105", loader.call, f"DataLoader with {spelled} loads batches in the training process",
+                  f"DataLoader over {dataset} with {spelled} {where}: every batch is read, transformed and "
+                  f"collated in the main process while the model waits", severity,
+                  {"num_workers": 0, "dataset": dataset})
+
+
+class WorkerRespawn(_LoaderCheck):
+    codes = ("TD102",)
+
+    def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
+        scope = loader.block.scope
+        repeated = [u for u in loader.uses if u.repeats]
+        if not repeated:
+            return
+        persistent = self.argument(args, "persistent_workers", False, facts, scope)
+        if isinstance(persistent, Unknown) or truthy(persistent):
+            return
+        workers = self.argument(args, "num_workers", 0, facts, scope)
+        use = min(repeated, key=lambda u: u.region.rank())
+        training = use.region.kind == "step"
+        if isinstance(workers, Unknown):
+            yield Hit("TD102", loader.call, "DataLoader workers may restart every epoch",
+                      f"num_workers {workers.why} and persistent_workers is off; the loader is iterated again "
+                      f"and again ({use.region.via or f'loop at line {use.loop.line}'}), so any workers start "
+                      f"over each time. The runtime check will decide", Severity.INFO, {"num_workers": "unknown"})
+            return
+        if workers is not POSITIVE and (not isinstance(workers, (int, float)) or workers <= 0):
+            return
+        shown = "several" if workers is POSITIVE else str(workers)
+        yield Hit("TD102", loader.call, f"{shown} DataLoader workers restart on every pass",
+                  f"num_workers={shown} without persistent_workers=True: the loop at line {use.loop.line} "
+                  f"iterates the loader again on every pass of an outer loop, and each pass starts "
+                  f"{shown} worker processes (imports, dataset copy) before the first batch",
+                  Severity.MEDIUM if training else Severity.LOW,
+                  {"num_workers": shown, "iterated_at_line": use.loop.line},
+                  fix=set_keyword("persistent_workers"))
+
+
+class PageableTransfer(_LoaderCheck):
+    codes = ("TD103",)
+
+    def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
+        scope = loader.block.scope
+        transfers = [(use, call) for use in loader.uses for call, _ in batch_transfers(use, facts)]
+        if not transfers:
+            return
+        use, call = min(transfers, key=lambda t: (t[0].region.rank(), t[1].lineno, t[1].col_offset))
+        pinned = self.argument(args, "pin_memory", False, facts, scope)
+        training = use.region.kind == "step"
+        if isinstance(pinned, Unknown):
+            if training:
+                yield Hit("TD103", loader.call, "pin_memory set at run time",
+                          f"pin_memory {pinned.why}; batches go to the device at line {call.lineno}. "
+                          f"If it is off, every copy stages through pageable memory: the runtime check will "
+                          f"decide", Severity.INFO, {"transfer_line": call.lineno})
+            return
+        if truthy(pinned):
+            return
+        yield Hit("TD103", loader.call, "Batches copied to the GPU from pageable memory",
+                  f"pin_memory is off but the batches go to the device at line {call.lineno} "
+                  f"(`{short_source(call)}`): on CUDA each copy is staged through a pageable bounce "
+                  f"buffer and cannot overlap compute", Severity.MEDIUM if training else Severity.LOW,
+                  {"transfer_line": call.lineno}, fix=set_keyword("pin_memory"))
+
+
+class BlockingTransfer(_LoaderCheck):
+    codes = ("TD104",)
+
+    def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
+        pinned = self.argument(args, "pin_memory", False, facts, loader.block.scope)
+        if isinstance(pinned, Unknown) or not truthy(pinned):
+            return  # non_blocking only helps from pinned memory; TD103 covers the rest
+        seen = set()
+        for use in sorted(loader.uses, key=lambda u: u.region.rank()):
+            for call, scope in batch_transfers(use, facts):
+                if id(call) in seen or _non_blocking(call, facts, scope) is not False:
+                    continue
+                seen.add(id(call))
+                when = " (pinned when on CUDA)" if pinned is WHEN_CUDA else ""
+                yield Hit("TD104", call, f"`{short_source(call, 32)}` blocks on a pinned batch",
+                          f"`{short_source(call)}` copies a batch from the pinned DataLoader at line "
+                          f"{loader.call.lineno}{when} without non_blocking=True: the host waits for each copy "
+                          f"instead of queuing it behind compute",
+                          Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
+                          {"loader_line": loader.call.lineno}, fix=set_keyword("non_blocking"))
+
+
+def batch_transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
+    """`.to(device)` / `.cuda()` calls moving this loop's batches, in the loop or one call down."""
+    found = []
+    names = batch_names(use.loop, facts)
+    for call, block in facts.model.calls_named("to", "cuda"):
+        if _inside(block, use.loop) and _moves_batch(call, names, facts, block.scope):
+            found.append((call, block.scope))
+    for call, block in facts.model.calls:  # `self.to_device(x, y)`: follow the batch one call down
+        if not _inside(block, use.loop):
+            continue
+        callee = facts.context.local_callee(call, block)
+        if callee is None:
+            continue
+        received = _params_with(call, callee, names)
+        if received:
+            inner = derived_names(received, callee)
+            found += [(c, b.scope) for c, b in facts.model.calls_named("to", "cuda")
+                      if b.scope is callee and _moves_batch(c, inner, facts, callee)]
+    return found
+
+
+def _inside(block: Block, loop: Block) -> bool:
+    for b in block.ancestors():
+        if b is loop:
+            return True
+        if b.kind == "scope":
+            return False
+    return False
+
+
+def _params_with(call: ast.Call, callee: Scope, names: set[str]) -> set[str]:
+    params = callee.params
+    offset = 1 if params and params[0] == "self" and isinstance(call.func, ast.Attribute) else 0
+    received = {params[i + offset] for i, a in enumerate(call.args)
+                if i + offset < len(params) and names_in(a) & names}
+    return received | {k.arg for k in call.keywords if k.arg in params and names_in(k.value) & names}
+
+
+def _moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
+        return False
+    if func.attr == "cuda":
+        return True
+    device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+    if device is None or _is_dtype(device, facts) or facts.kinds.is_tensor(device, scope):
+        return False
+    return not is_cpu_device(device, facts.values, scope)
+
+
+def _is_dtype(expr: ast.expr, facts: Facts) -> bool:
+    name = facts.qualify(expr) or ""
+    return name.startswith("torch.") and name.split(".")[-1] in _DTYPES
+
+
+def _non_blocking(call: ast.Call, facts: Facts, scope: Scope) -> bool | None:
+    """True/False when the call's non_blocking is known, None when it is set at run time."""
+    expr = next((k.value for k in call.keywords if k.arg == "non_blocking"), None)
+    if expr is None and getattr(call.func, "attr", "") == "cuda" and len(call.args) > 1:
+        expr = call.args[1]
+    if expr is None:
+        if any(k.arg is None for k in call.keywords) or len(call.args) > 2:
+            return None  # **kwargs or `.to(device, dtype, non_blocking)`: cannot tell
+        return False
+    return truthy(facts.values.evaluate(expr, scope))
+
+
+def _dataset(expr: ast.expr | None, facts: Facts, scope: Scope) -> tuple[str, str]:
+    """(how to name it, "in-memory" | "loads-data" | "unknown")."""
+    for _ in range(3):  # follow `ds = TensorDataset(...)` through a couple of names
+        if isinstance(expr, ast.Name):
+            found = facts.values.definition(expr.id, scope)
+            if found is None or found[0] is None:
+                return f"`{expr.id}`", "unknown"
+            expr, scope = found
+    if not isinstance(expr, ast.Call):
+        return ("the dataset", "unknown") if expr is None else (f"`{short_source(expr)}`", "unknown")
+    shown = f"`{short_source(expr.func)}(…)`"
+    name = facts.qualify(expr.func) or ""
+    if name == "torch.utils.data.TensorDataset":
+        return shown, "in-memory"
+    if name.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
+        return shown, "loads-data"
+    if isinstance(expr.func, ast.Name) and facts.kinds.class_kind(expr.func.id) == DATASET:
+        return shown, "loads-data"  # the file's own Dataset: its __getitem__ runs in the loop
+    return shown, "unknown"

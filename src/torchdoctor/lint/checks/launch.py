@@ -1,0 +1,159 @@
+"""Launch-overhead habits: TD301 python-loop-ops, TD302 optimizer-foreach-off,
+TD303 grad-zero-not-none.
+
+TD301 is the reference report's `_apply_prompt`: a Python `for` over the batch (or sequence)
+dimension that reads or writes one tensor element per iteration, in code that runs every
+step. Each iteration is a separate tiny op (and autograd node); vectorized indexing does the
+same work in one.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from torchdoctor.findings import Severity
+from torchdoctor.lint.checks.base import Check, Hit, drop_argument
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.model import Block, Scope, loop_iter, loop_targets, names_in
+from torchdoctor.lint.names import short_source
+from torchdoctor.lint.values import Unknown, bind
+
+
+class PythonLoopOps(Check):
+    codes = ("TD301",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        dim_loops = {}
+        for loop in facts.model.loops:
+            over = self._dimension(loop, facts)
+            if over is not None:
+                dim_loops[id(loop)] = (loop, over)
+        if not dim_loops:
+            return
+        by_line: dict[int, tuple] = {}
+        for sub, block in facts.model.subscripts:
+            found = self._enclosing_dim_loop(block, dim_loops)
+            if found is None:
+                continue
+            loop, over, loop_vars = found
+            if not names_in(sub.slice) & loop_vars or not facts.kinds.is_tensor(sub.value, block.scope):
+                continue
+            region = facts.context.region(block)
+            if not region.per_step:
+                continue
+            store = isinstance(sub.ctx, ast.Store)
+            current = by_line.get(sub.lineno)
+            if current is None or (store and not current[2]):
+                by_line[sub.lineno] = (sub, loop, store, over, region.via)
+        for line in sorted(by_line):
+            sub, loop, store, over, via = by_line[line]
+            verb = "writes" if store else "reads"
+            yield Hit("TD301", sub, f"Python loop over {over} {verb} one tensor element per iteration",
+                      f"the loop at line {loop.line} runs over {over} and {verb} `{short_source(sub)}` once per "
+                      f"iteration, inside {via}: one small op (plus its autograd node) per element, every step; "
+                      f"index all elements at once instead",
+                      Severity.MEDIUM if store else Severity.LOW,
+                      {"loop_line": loop.line, "iterates": over, "access": verb})
+
+    def _dimension(self, loop: Block, facts: Facts) -> str | None:
+        """What tensor dimension the loop walks (`inputs.shape[0]`), or None."""
+        iterable = loop_iter(loop)
+        if iterable is None:
+            return None
+        scope = loop.scope
+        if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", "") == "enumerate" and iterable.args:
+            iterable = iterable.args[0]
+        if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", "") == "range" and iterable.args:
+            for bound in iterable.args[:2]:
+                dim = _dimension_expr(bound, facts, scope)
+                if dim:
+                    return dim
+            return None
+        if facts.kinds.is_tensor(iterable, scope) and not isinstance(iterable, ast.Call):
+            return f"the rows of `{short_source(iterable)}`"
+        return None
+
+    @staticmethod
+    def _enclosing_dim_loop(block: Block, dim_loops: dict) -> tuple | None:
+        loop_vars: set[str] = set()
+        for b in block.ancestors():
+            if b.kind == "scope":
+                return None
+            if b.kind == "loop":
+                for target in loop_targets(b):
+                    loop_vars |= names_in(target)
+                if id(b) in dim_loops:
+                    loop, over = dim_loops[id(b)]
+                    return loop, over, loop_vars
+        return None
+
+
+def _dimension_expr(expr: ast.expr, facts: Facts, scope: Scope, depth: int = 0) -> str | None:
+    """`x.shape[0]`, `x.size(1)`, `len(x)` of a tensor, `B - 1`, or a name assigned one of those."""
+    if isinstance(expr, ast.BinOp):
+        return _dimension_expr(expr.left, facts, scope, depth) or _dimension_expr(expr.right, facts, scope, depth)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape":
+        return f"`{short_source(expr)}`"
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "size" and expr.args:
+        if facts.kinds.is_tensor(expr.func.value, scope):
+            return f"`{short_source(expr)}`"
+    if isinstance(expr, ast.Call) and getattr(expr.func, "id", "") == "len" and len(expr.args) == 1:
+        if facts.kinds.is_tensor(expr.args[0], scope):
+            return f"`{short_source(expr)}`"
+    if isinstance(expr, ast.Name) and depth < 2:
+        found = facts.values.definition(expr.id, scope)
+        if found is not None and found[0] is not None:
+            inner = _dimension_expr(found[0], facts, found[1], depth + 1)
+            return f"`{expr.id}` ({inner})" if inner else None
+    return None
+
+
+class ForeachOff(Check):
+    codes = ("TD302",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for tail, calls in facts.model.calls_by_tail.items():
+            if tail[:1].isupper():
+                yield from self._check(calls, facts)
+
+    def _check(self, calls, facts: Facts) -> Iterator[Hit]:
+        for call, block in calls:
+            name = facts.qualify(call.func) or ""
+            parts = name.split(".")
+            if not (len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()):
+                continue
+            expr = next((k.value for k in call.keywords if k.arg == "foreach"), None)
+            if expr is None:
+                continue
+            value = facts.values.evaluate(expr, block.scope)
+            if isinstance(value, Unknown):
+                yield Hit("TD302", call, f"{parts[2]} foreach set at run time",
+                          f"foreach {value.why}; if it is False, `{parts[2]}.step()` loops over the parameters in "
+                          f"Python: the runtime check will decide", Severity.INFO, {"optimizer": parts[2]})
+            elif value is False:
+                yield Hit("TD302", call, f"{parts[2]} created with foreach=False",
+                          f"`{parts[2]}(..., foreach=False)` updates one parameter tensor at a time: about a dozen "
+                          f"small ops per parameter in every `step()`, instead of a few multi-tensor kernels",
+                          Severity.MEDIUM, {"optimizer": parts[2]})
+
+
+class ZeroGradDense(Check):
+    codes = ("TD303",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for call, block in facts.model.calls_named("zero_grad"):
+            if not isinstance(call.func, ast.Attribute):
+                continue
+            args = bind(call, ("set_to_none",))
+            expr = args.get("set_to_none")
+            if expr is None:
+                continue
+            value = facts.values.evaluate(expr, block.scope)
+            if value is False:
+                positional = 0 if call.args else None
+                yield Hit("TD303", call, "zero_grad(set_to_none=False) writes zeros into every gradient",
+                          f"`{short_source(call)}` fills every gradient with zeros each step (a memset per "
+                          f"parameter), and backward then adds into them instead of writing fresh tensors",
+                          Severity.MEDIUM, {"call": short_source(call)},
+                          fix=drop_argument("set_to_none", positional))

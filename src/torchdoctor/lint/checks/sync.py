@@ -1,0 +1,246 @@
+"""Host-device synchronization habits: TD201 host-sync, TD202 data-dependent-sync,
+TD203 eval-transfer, TD204 explicit-sync.
+
+A value read on the host (`.item()`, `float(t)`, `print(t)`, `if t:`) makes the CPU wait for
+every queued GPU kernel. Once per log line it is harmless; in every training step it keeps
+the GPU idle while Python queues the next step, so only per-step code is reported (an
+`if step % N == 0:` guard makes it periodic, and silent). The same reads in an evaluation
+loop are TD203: per-batch transfers that serialize evaluation.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from torchdoctor.findings import Severity
+from torchdoctor.lint.checks.base import Check, Hit
+from torchdoctor.lint.context import nearest_loop
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.kinds import HOST_READING, MODULE
+from torchdoctor.lint.model import Block
+from torchdoctor.lint.names import short_source
+from torchdoctor.lint.values import Unknown, truthy
+
+_HOST_METHODS = ("item", "tolist", "numpy", "cpu")
+_CASTS = ("float", "int", "bool", "complex")
+_LOG_METHODS = ("debug", "info", "warning", "error", "critical", "log", "exception")
+_SHAPE_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
+_SYNC_CALLS = {
+    "torch.cuda.synchronize": "waits for every queued kernel",
+    "torch.accelerator.synchronize": "waits for every queued kernel",
+    "torch.cuda.current_stream.synchronize": "waits for every queued kernel",
+    "torch.cuda.empty_cache": "synchronizes and returns cached blocks, so later allocations go to the driver",
+}
+_LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING"
+
+
+def host_reads(facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
+    """Every expression that copies a tensor value to the host: (node, block, what it is)."""
+    kinds = facts.kinds
+    for call, block in facts.model.calls_named(*_HOST_METHODS):
+        func = call.func
+        if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE:
+            yield call, block, f"`{short_source(call)}`"
+    for call, block in facts.model.calls_named(*HOST_READING):
+        name = facts.qualify(call.func) or ""
+        if name.startswith("torch.") or (isinstance(call.func, ast.Attribute) and name == ""
+                                          and kinds.is_tensor(call.func.value, block.scope)):
+            yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
+    for call, block in facts.model.calls_named(*_CASTS):
+        if isinstance(call.func, ast.Name) and len(call.args) == 1 and kinds.is_tensor(call.args[0], block.scope):
+            yield call, block, f"`{short_source(call)}` on a tensor"
+    for call, block in facts.model.calls_named("print", *_LOG_METHODS, "format"):
+        if _formats_tensor(call, block, facts):
+            yield call, block, f"formatting a tensor in `{short_source(call, 40)}`"
+    for fstring, block in facts.model.fstrings:
+        for part in fstring.values:
+            if isinstance(part, ast.FormattedValue) and kinds.is_tensor(part.value, block.scope):
+                yield fstring, block, f"formatting tensor `{short_source(part.value)}` in an f-string"
+                break
+    for test, block in facts.model.conditions:
+        for operand in _truth_tested(test):
+            if kinds.is_tensor(operand, block.scope):
+                yield test, block, f"branching on tensor `{short_source(operand)}`"
+                break
+
+
+def _formats_tensor(call: ast.Call, block: Block, facts: Facts) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "print":
+        args = call.args
+    elif isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant):
+        args = [*call.args, *(k.value for k in call.keywords)]
+    elif isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS and "log" in short_source(func.value).lower():
+        args = call.args[1:]  # logger.info("loss %s", loss): the format arguments
+    else:
+        return False
+    return any(facts.kinds.is_tensor(a, block.scope) for a in args)
+
+
+def _truth_tested(test: ast.expr) -> Iterator[ast.expr]:
+    """The operands Python calls `bool()` on: `a and not b` tests `a` and `b`."""
+    if isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from _truth_tested(value)
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _truth_tested(test.operand)
+    else:
+        yield test
+
+
+def _one_per_line(hits: list[tuple[ast.AST, str, str]]) -> Iterator[tuple[ast.AST, str, str, int]]:
+    """Group (node, what, via) by line; keep the leftmost and count the rest."""
+    by_line: dict[int, list[tuple[ast.AST, str, str]]] = {}
+    for item in hits:
+        by_line.setdefault(item[0].lineno, []).append(item)
+    for line in sorted(by_line):
+        group = sorted(by_line[line], key=lambda h: h[0].col_offset)
+        yield (*group[0], len(group))
+
+
+class HostSync(Check):
+    codes = ("TD201", "TD203")
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        train, evaluation = [], []
+        for node, block, what in host_reads(facts):
+            region = facts.context.region(block)
+            if region.per_step:
+                train.append((node, what, region.via))
+            elif region.per_eval_batch:
+                evaluation.append((node, what, region.via))
+        for node, what, via, count in _one_per_line(train):
+            yield Hit("TD201", node, f"{_strip(what)} in every training step",
+                      f"{what} inside {via} copies a value to the host every step: on a GPU the host "
+                      f"waits for all queued kernels before Python can go on",
+                      Severity.MEDIUM, {"construct": what, "where": via, "reads_on_line": count})
+        for node, what, via, count in _one_per_line(evaluation):
+            yield Hit("TD203", node, f"{_strip(what)} for every evaluation batch",
+                      f"{what} inside {via} moves every batch's result to the host, so evaluation "
+                      f"waits for the GPU batch by batch; keep results on the device and transfer once",
+                      Severity.MEDIUM, {"construct": what, "where": via, "reads_on_line": count})
+
+
+class DataDependentSync(Check):
+    codes = ("TD202",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        found = []
+        kinds = facts.kinds
+        for call, block in facts.model.calls_named(*_SHAPE_DEPENDENT, "where", "repeat_interleave"):
+            if self._shape_dependent(call, block, facts):
+                found.append((call, block, f"`{short_source(call)}`"))
+        for sub, block in facts.model.subscripts:
+            index = sub.slice
+            parts = index.elts if isinstance(index, ast.Tuple) else [index]
+            mask = next((p for p in parts if kinds.is_bool(p, block.scope)), None)
+            if mask is not None:
+                found.append((sub, block, f"boolean-mask indexing `{short_source(sub)}`"))
+        hits = []
+        for node, block, what in found:
+            region = facts.context.region(block)
+            if region.per_step:
+                hits.append((node, what, region.via))
+        for node, what, via, count in _one_per_line(hits):
+            yield Hit("TD202", node, f"{_strip(what)}: output size depends on the data",
+                      f"{what} inside {via} has an output size that depends on tensor values, so the "
+                      f"host waits for the GPU to count them every step",
+                      Severity.MEDIUM, {"construct": what, "where": via, "ops_on_line": count})
+
+    @staticmethod
+    def _shape_dependent(call: ast.Call, block: Block, facts: Facts) -> bool:
+        func = call.func
+        name = facts.qualify(func)
+        tail = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        is_torch_function = name is not None and name.startswith("torch.")
+        is_method = isinstance(func, ast.Attribute) and name is None
+        if not (is_torch_function or is_method):
+            return False
+        if is_method and facts.kinds.of(func.value, block.scope) == MODULE:
+            return False
+        if tail == "where":  # torch.where(cond) is nonzero; the 3-argument form is not
+            return is_torch_function and len(call.args) == 1 and not call.keywords
+        if tail == "repeat_interleave":
+            repeats = call.args[1] if is_torch_function and len(call.args) > 1 else (
+                call.args[0] if is_method and call.args else None)
+            has_size = any(k.arg == "output_size" for k in call.keywords)
+            return repeats is not None and not has_size and facts.kinds.is_tensor(repeats, block.scope)
+        return True
+
+
+class ExplicitSync(Check):
+    codes = ("TD204",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        for call, block in facts.model.calls_named("synchronize", "empty_cache"):
+            name = self._qualified(call, facts)
+            if name not in _SYNC_CALLS:
+                continue
+            region = facts.context.region(block)
+            loop = nearest_loop(block)
+            if region.guarded or (loop is not None and facts.context.guard_between(block, loop)):
+                continue
+            if region.per_step or region.per_eval_batch:
+                severity, where = Severity.MEDIUM, region.via
+            elif loop is not None:
+                severity, where = Severity.LOW, f"the loop at line {loop.line}"
+            else:
+                continue
+            short = name.replace(".current_stream.", ".current_stream().")
+            yield Hit("TD204", call, f"`{short}()` in a loop",
+                      f"`{short}()` inside {where} {_SYNC_CALLS[name]} on every iteration; the GPU "
+                      f"runs dry while the host waits", severity, {"call": short, "where": where})
+        yield from self._launch_blocking(facts)
+
+    @staticmethod
+    def _qualified(call: ast.Call, facts: Facts) -> str | None:
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+            inner = facts.qualify(func.value.func)
+            return f"{inner}.{func.attr}" if inner else None
+        return facts.qualify(func)
+
+    def _launch_blocking(self, facts: Facts) -> Iterator[Hit]:
+        for node, value, block in _environment_writes(facts, _LAUNCH_BLOCKING):
+            result = facts.values.evaluate(value, block.scope)
+            if isinstance(result, Unknown):
+                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING set from a run-time value",
+                          f"CUDA_LAUNCH_BLOCKING is set in code; its value {result.why}. If it is 1, every "
+                          f"kernel launch waits for the kernel to finish: the runtime check will decide",
+                          Severity.INFO, {"variable": _LAUNCH_BLOCKING})
+            elif truthy(result) and str(result).strip() not in ("0", "", "False", "false"):
+                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING=1 set in code",
+                          "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch wait until the kernel "
+                          "finishes: the host and GPU never overlap. It is a debugging switch; remove it",
+                          Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
+
+
+def _environment_writes(facts: Facts, variable: str) -> Iterator[tuple[ast.AST, ast.expr, Block]]:
+    """`os.environ[V] = x`, `os.environ.setdefault(V, x)`, `os.putenv(V, x)`, `os.environ.update(V=x)`."""
+    for statement, block in facts.model.assignments:
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        for target in targets:
+            if (isinstance(target, ast.Subscript) and facts.qualify(target.value) == "os.environ"
+                    and _is_string(target.slice, variable) and statement.value is not None):
+                yield statement, statement.value, block
+    for call, block in facts.model.calls_named("setdefault", "putenv", "update"):
+        name = facts.qualify(call.func) or ""
+        if name in ("os.environ.setdefault", "os.putenv") and len(call.args) == 2 and _is_string(call.args[0], variable):
+            yield call, call.args[1], block
+        elif name == "os.environ.update":
+            for kw in call.keywords:
+                if kw.arg == variable:
+                    yield call, kw.value, block
+            if call.args and isinstance(call.args[0], ast.Dict):
+                for key, value in zip(call.args[0].keys, call.args[0].values):
+                    if key is not None and _is_string(key, variable):
+                        yield call, value, block
+
+
+def _is_string(expr: ast.expr, text: str) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value == text
+
+
+def _strip(what: str) -> str:
+    return what[0].upper() + what[1:] if what and not what.startswith("`") else what

@@ -1,0 +1,319 @@
+"""How often a piece of code runs: every training step, every evaluation batch, in `forward`,
+or none of these, and whether an `if step % N == 0:` guard thins it out.
+
+A loop is a *training loop* when its own body (not a nested loop's) calls `.backward()` or
+`optimizer.step()`, directly or through a function of the same file (two levels deep). A
+function that itself steps (`train_step`) runs once per step. An *evaluation loop* is a loop
+under `torch.no_grad()`/`inference_mode()`, in a `@torch.no_grad()` function, or after a
+`model.eval()` in the same function. Functions called from any of these inherit the region,
+two levels deep. The epoch loop around a training loop is not per-step: its own statements
+run once per epoch.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from torchdoctor.lint.kinds import LOADER, MODULE, OPTIMIZER, Kinds
+from torchdoctor.lint.model import Block, FileModel, Scope, is_comprehension, loop_iter
+from torchdoctor.lint.names import dotted, last_name
+
+STEP, EVAL, FORWARD = "step", "eval", "forward"
+CALL_DEPTH = 2  # how many calls deep a region reaches (the issue's "one or two levels")
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode"}
+_STEP_METHODS = {"training_step": STEP, "validation_step": EVAL, "test_step": EVAL, "predict_step": EVAL}
+_EVAL_WORDS = ("eval", "valid", "test", "predict", "infer")
+
+
+@dataclass(frozen=True)
+class Region:
+    kind: str | None  # STEP, EVAL, FORWARD or None
+    guarded: bool = False  # behind a periodic `if` (every N steps), so not per-step
+    via: str = ""  # words for messages: "the training loop at line 36"
+
+    @property
+    def per_step(self) -> bool:
+        return self.kind in (STEP, FORWARD) and not self.guarded
+
+    @property
+    def per_eval_batch(self) -> bool:
+        return self.kind == EVAL and not self.guarded
+
+    def rank(self) -> int:
+        order = {STEP: 0, FORWARD: 1, EVAL: 2, None: 6}
+        return order[self.kind] + (3 if self.guarded and self.kind else 0)
+
+
+NOWHERE = Region(None)
+
+
+class Context:
+    def __init__(self, model: FileModel, kinds: Kinds):
+        self.model = model
+        self.kinds = kinds
+        self.imports = model.imports
+        self.counters = _counters(model)
+        self.backward_calls: list[tuple[ast.Call, Block]] = []
+        self.optimizer_steps: list[tuple[ast.Call, Block]] = []
+        self._callers: dict[int, list[tuple[ast.Call, Block]]] = {}
+        self._regions: dict[int, Region] = {}
+        self._scope_regions: dict[tuple[int, int], Region] = {}
+        self._periodic: dict[int, bool] = {}
+        self._model_loops: set[int] | None = None
+        self._find_step_calls()
+        self._link_calls()
+        self.step_loops, self.step_functions = self._training_structure()
+        self.eval_loops = {id(loop) for loop in model.loops if self._is_eval_loop(loop)}
+
+    # -- public questions ------------------------------------------------------------------
+    def region(self, block: Block, depth: int = 0) -> Region:
+        if depth == 0 and id(block) in self._regions:
+            return self._regions[id(block)]
+        guarded = False
+        result = NOWHERE
+        for b in block.ancestors():
+            if b.kind == "if":
+                guarded = guarded or self.is_periodic(b)
+            elif b.kind == "loop" and id(b) in self.step_loops:
+                result = Region(STEP, guarded, f"the training loop at line {b.line}")
+                break
+            elif b.kind == "loop" and id(b) in self.eval_loops:
+                result = Region(EVAL, guarded, f"the evaluation loop at line {b.line}")
+                break
+            elif b.kind == "scope":
+                inner = self.scope_region(b.scope, depth)
+                if inner.kind:
+                    result = Region(inner.kind, guarded or inner.guarded, inner.via)
+                break
+        if depth == 0:
+            self._regions[id(block)] = result
+        return result
+
+    def scope_region(self, scope: Scope, depth: int = 0) -> Region:
+        key = (id(scope), depth)
+        if key in self._scope_regions:
+            return self._scope_regions[key]
+        self._scope_regions[key] = NOWHERE  # cycle guard for recursive functions
+        result = self._scope_region(scope, depth)
+        self._scope_regions[key] = result
+        return result
+
+    def is_periodic(self, if_block: Block) -> bool:
+        key = id(if_block)
+        if key not in self._periodic:
+            self._periodic[key] = _periodic_branch(if_block.node.test, self.counters) == if_block.branch
+        return self._periodic[key]
+
+    def local_callee(self, call: ast.Call, block: Block) -> Scope | None:
+        """The function of this file that `call` runs: `f(...)` or `self.f(...)`."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            scope: Scope | None = block.scope
+            while scope is not None:
+                found = scope.functions.get(func.id) if scope.kind != "class" else None
+                if found is not None:
+                    return found if found.kind == "function" else None
+                scope = scope.parent
+            return None
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+                and block.scope.class_scope is not None):
+            found = block.scope.class_scope.functions.get(func.attr)
+            return found if found is not None and found.kind == "function" else None
+        return None
+
+    def callers(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
+        return self._callers.get(id(scope), [])
+
+    def guard_between(self, block: Block, outer: Block) -> bool:
+        """A periodic `if` between `block` and the enclosing `outer` block."""
+        for b in block.ancestors():
+            if b is outer:
+                return False
+            if b.kind == "if" and self.is_periodic(b):
+                return True
+        return False
+
+    # -- building --------------------------------------------------------------------------
+    def _find_step_calls(self) -> None:
+        for call, block in self.model.calls_named("backward", "manual_backward"):
+            if isinstance(call.func, ast.Attribute) or self.imports.qualify(call.func) == "torch.autograd.backward":
+                self.backward_calls.append((call, block))
+        for call, block in self.model.calls_named("step"):
+            if isinstance(call.func, ast.Attribute) and self._is_optimizer(call.func.value, block.scope):
+                self.optimizer_steps.append((call, block))
+
+    def _is_optimizer(self, receiver: ast.expr, scope: Scope) -> bool:
+        if self.kinds.of(receiver, scope) == OPTIMIZER:
+            return True
+        name = last_name(receiver).lower()
+        if "sched" in name or name.startswith("lr") or name in ("env", "environment"):
+            return False
+        return name.startswith("opt") or "optim" in name or "scaler" in name
+
+    def _link_calls(self) -> None:
+        for call, block in self.model.calls:
+            callee = self.local_callee(call, block)
+            if callee is not None:
+                self._callers.setdefault(id(callee), []).append((call, block))
+
+    def _training_structure(self) -> tuple[set[int], set[int]]:
+        step_loops: set[int] = set()
+        step_functions: set[int] = set()
+        for _, block in (*self.backward_calls, *self.optimizer_steps):
+            loop = nearest_loop(block)
+            if loop is not None:
+                step_loops.add(id(loop))
+            elif block.scope.kind == "function":
+                step_functions.add(id(block.scope))
+        for _ in range(CALL_DEPTH):  # a function that calls a stepping function outside loops steps too
+            for scope in self.model.scopes:
+                if id(scope) in step_functions:
+                    for _, block in self.callers(scope):
+                        loop = nearest_loop(block)
+                        if loop is not None:
+                            step_loops.add(id(loop))
+                        elif block.scope.kind == "function":
+                            step_functions.add(id(block.scope))
+        return step_loops, step_functions
+
+    def _is_eval_loop(self, loop: Block) -> bool:
+        if id(loop) in self.step_loops or is_comprehension(loop):
+            return False
+        scope = loop.scope
+        no_grad = eval_mode = False
+        for b in loop.ancestors():
+            if b.kind == "loop" and id(b) in self.step_loops:
+                return False  # a loop inside the step (EMA update, metrics) is part of the step
+            if b.kind == "with" and any(self._disables_grad(i.context_expr) for i in b.node.items):
+                no_grad = True
+            if b.kind == "scope":
+                break
+        if not no_grad and scope.kind == "function":
+            no_grad = any(self._disables_grad(d) for d in scope.node.decorator_list)
+            eval_mode = any(c.lineno < loop.line and not c.args and isinstance(c.func, ast.Attribute)
+                            and _owner(b) is scope for c, b in self.model.calls_named("eval"))
+            if not eval_mode and _named_like_eval(scope.name):
+                eval_mode = _STEP_METHODS.get(scope.name) != STEP
+        # no_grad alone is not evaluation (weight init, optimizer internals): the loop must
+        # also read batches from a loader or run a model
+        return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop))
+
+    def _iterates_loader(self, loop: Block) -> bool:
+        iterable = loop_iter(loop)
+        while isinstance(iterable, ast.Call) and last_name(iterable.func) in ("enumerate", "tqdm", "iter") \
+                and iterable.args:
+            iterable = iterable.args[0]
+        return iterable is not None and self.kinds.of(iterable, loop.scope) == LOADER
+
+    def _runs_model(self, loop: Block) -> bool:
+        """The loop body calls a model or loss module (`model(x)`, `self.net(x)`)."""
+        if self._model_loops is None:
+            self._model_loops = set()
+            for call, block in self.model.calls:
+                func = call.func
+                direct = isinstance(func, ast.Name) or (
+                    isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self")
+                if direct and self.kinds.of(func, block.scope) == MODULE:
+                    for b in block.ancestors():
+                        if b.kind == "scope":
+                            break
+                        if b.kind == "loop":
+                            self._model_loops.add(id(b))
+        return id(loop) in self._model_loops
+
+    def _disables_grad(self, expr: ast.expr) -> bool:
+        target = expr.func if isinstance(expr, ast.Call) else expr
+        name = self.imports.qualify(target) or dotted(target) or ""
+        if name in _NO_GRAD:
+            return True
+        if name == "torch.set_grad_enabled" and isinstance(expr, ast.Call) and expr.args:
+            arg = expr.args[0]
+            return isinstance(arg, ast.Constant) and arg.value is False
+        return False
+
+    def _scope_region(self, scope: Scope, depth: int) -> Region:
+        if scope.kind != "function":
+            return NOWHERE
+        if id(scope) in self.step_functions:
+            return Region(STEP, False, f"`{scope.name}()`, which runs a training step")
+        if scope.class_scope is not None and scope.name == "forward":
+            return Region(FORWARD, False, f"`{scope.class_scope.name}.forward()`")
+        if scope.class_scope is not None and scope.name in _STEP_METHODS:
+            return Region(_STEP_METHODS[scope.name], False, f"`{scope.name}()`")
+        if depth >= CALL_DEPTH:
+            return NOWHERE
+        best = NOWHERE
+        for _, block in self.callers(scope):
+            found = self.region(block, depth + 1)
+            if found.rank() < best.rank():
+                best = found
+        if best.kind is None:
+            return NOWHERE
+        return Region(best.kind, best.guarded, f"`{scope.name}()`, called from {best.via}")
+
+
+def nearest_loop(block: Block) -> Block | None:
+    """The innermost loop around `block` in the same function (None at a function boundary)."""
+    for b in block.ancestors():
+        if b.kind == "loop":
+            return b
+        if b.kind == "scope":
+            return None
+    return None
+
+
+def _owner(block: Block) -> Scope:
+    return block.scope
+
+
+def _named_like_eval(name: str) -> bool:
+    """`evaluate`, `run_validation`, `test_epoch`: a word of the name starts like evaluation."""
+    return any(part.startswith(_EVAL_WORDS) for part in name.lower().split("_"))
+
+
+def _counters(model: FileModel) -> set[str]:
+    """Names that count steps: `step += 1` targets and `range`/`enumerate` loop indices."""
+    found: set[str] = set()
+    for scope in model.scopes:
+        for target, value, how in scope.assigns:
+            if how == "Add" and isinstance(value, ast.Constant):
+                name = dotted(target)
+                if name:
+                    found.add(name)
+            elif how == "for" and isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                if value.func.id == "range" and isinstance(target, ast.Name):
+                    found.add(target.id)
+                elif value.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
+                    first = target.elts[0]
+                    if isinstance(first, ast.Name):
+                        found.add(first.id)
+    return found
+
+
+def _periodic_branch(test: ast.expr, counters: set[str]) -> str | None:
+    """Which branch of `if test:` runs only now and then: "body", "orelse" or None.
+
+    `step % N == 0` and `step == 0` (a step counter) run the body now and then; a bare
+    `step % N` (non-zero most of the time) runs the else branch now and then.
+    """
+    if isinstance(test, ast.BoolOp):
+        branches = [_periodic_branch(v, counters) for v in test.values]
+        return "body" if "body" in branches else None  # `and`: at most as often; `or last_step`: nearly
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _periodic_branch(test.operand, counters)
+        return {"body": "orelse", "orelse": "body"}.get(inner or "")
+    if _is_mod(test):
+        return "orelse"
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, sides = test.ops[0], (test.left, test.comparators[0])
+        if any(_is_mod(s) for s in sides):
+            return "body" if isinstance(op, ast.Eq) else "orelse" if isinstance(op, ast.NotEq) else None
+        if isinstance(op, ast.Eq) and any(dotted(s) in counters for s in sides):
+            return "body"
+    return None
+
+
+def _is_mod(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and not (
+        isinstance(expr.left, ast.Constant) and isinstance(expr.left.value, str))  # "%d" % x is formatting

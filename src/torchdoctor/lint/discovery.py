@@ -1,0 +1,134 @@
+"""Which files a `torchdoctor lint PATH...` covers: Python files and notebooks under the given
+directories, skipping virtualenvs, build output and VCS folders (any folder with a
+`pyvenv.cfg` is a virtualenv, whatever its name), each file once however many symlinks lead
+to it, and never looping through a symlink that points back up the tree. A path named on the
+command line is always linted, even inside an excluded folder."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchdoctor.lint.source import Problem
+
+# The folders ruff and flake8 skip by default, plus virtualenv spellings and our run output.
+DEFAULT_EXCLUDES = frozenset({
+    ".bzr", ".direnv", ".eggs", ".git", ".hg", ".ipynb_checkpoints", ".mypy_cache", ".nox", ".pants.d",
+    ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", "__pycache__", "__pypackages__",
+    "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "venv", "torchdoctor-runs",
+})
+SUFFIXES = (".py", ".ipynb")
+
+
+@dataclass
+class Discovered:
+    files: list[tuple[Path, str]] = field(default_factory=list)  # (path on disk, display path)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def display_path(path: Path, cwd: Path) -> str:
+    """Relative to the working directory when inside it, else as given."""
+    if path.is_absolute():
+        try:
+            return path.relative_to(cwd).as_posix()
+        except ValueError:
+            return str(path)
+    return path.as_posix()
+
+
+def discover(targets: list[Path], excludes: list[str] = (), root: Path | None = None,
+             cwd: Path | None = None) -> Discovered:
+    cwd = cwd or Path.cwd()
+    found = Discovered()
+    seen_files: set[tuple[int, int]] = set()
+    for target in targets:
+        shown = display_path(target, cwd)
+        if not target.exists():
+            message = "broken symbolic link" if target.is_symlink() else "no such file or directory"
+            found.problems.append(Problem(shown, message))
+        elif target.is_dir():
+            _walk(target, shown, found, seen_files, _Excluder(excludes, root))
+        else:
+            _add(target, shown, found, seen_files)
+    return found
+
+
+class _Excluder:
+    def __init__(self, patterns, root: Path | None):
+        self.patterns = [p.rstrip("/") for p in patterns]
+        self.root = root.resolve() if root else None
+
+    def skips_dir(self, entry: os.DirEntry) -> bool:
+        if entry.name in DEFAULT_EXCLUDES:
+            return True
+        if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+            return True  # a virtualenv, whatever it is called
+        return self.matches(entry)
+
+    def matches(self, entry: os.DirEntry) -> bool:
+        if not self.patterns:
+            return False
+        relative = self._relative(entry.path)
+        return any(fnmatch.fnmatch(entry.name, p) or (relative and fnmatch.fnmatch(relative, p))
+                   for p in self.patterns)
+
+    def _relative(self, path: str) -> str:
+        if self.root is None:
+            return ""
+        try:
+            return Path(path).resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return ""
+
+
+def _walk(top: Path, shown: str, found: Discovered, seen_files: set, excluder: _Excluder) -> None:
+    seen_dirs: set[tuple[int, int]] = set()
+    stack = [(str(top), shown)]
+    while stack:
+        directory, shown_dir = stack.pop()
+        try:
+            info = os.stat(directory)
+        except OSError as exc:
+            found.problems.append(Problem(shown_dir, f"cannot read directory: {exc.strerror or exc}"))
+            continue
+        key = (info.st_dev, info.st_ino)
+        if key in seen_dirs:
+            found.notes.append(f"{shown_dir}: skipped, a symbolic link back to a folder already searched")
+            continue
+        seen_dirs.add(key)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            found.problems.append(Problem(shown_dir, f"cannot read directory: {exc.strerror or exc}"))
+            continue
+        subdirs = []
+        for entry in entries:
+            child_shown = f"{shown_dir.rstrip('/')}/{entry.name}" if shown_dir not in ("", ".") else entry.name
+            try:
+                is_dir = entry.is_dir()  # follows symlinks; loops are caught by seen_dirs
+            except OSError:
+                continue
+            if is_dir:
+                if not excluder.skips_dir(entry):
+                    subdirs.append((entry.path, child_shown))
+            elif entry.name.endswith(SUFFIXES) and not excluder.matches(entry):
+                if entry.is_symlink() and not os.path.exists(entry.path):
+                    found.problems.append(Problem(child_shown, "broken symbolic link"))
+                else:
+                    _add(Path(entry.path), child_shown, found, seen_files)
+        stack.extend(reversed(subdirs))
+
+
+def _add(path: Path, shown: str, found: Discovered, seen_files: set) -> None:
+    try:
+        info = path.stat()
+    except OSError as exc:
+        found.problems.append(Problem(shown, f"cannot read: {exc.strerror or exc}"))
+        return
+    key = (info.st_dev, info.st_ino)
+    if key not in seen_files:
+        seen_files.add(key)
+        found.files.append((path, shown))

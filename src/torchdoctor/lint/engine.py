@@ -1,0 +1,161 @@
+"""Lint one source file: parse it, run every selected check over one shared `Facts`, and turn
+the hits into `Finding`s that carry the catalogue's code, slug and fix text, with static
+estimate fields. `# noqa` and per-file ignores are applied here, once for all checks."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from torchdoctor.findings import Finding
+from torchdoctor.lint.checks.base import FixAction, Hit
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.noqa import file_suppressions, line_suppressions, silenced
+from torchdoctor.lint.notebook import blank_cell
+from torchdoctor.lint.registry import CHECKS
+from torchdoctor.lint.selection import Selection
+from torchdoctor.lint.source import Problem, SourceFile
+from torchdoctor.record import Location
+from torchdoctor.rules.registry import rule_by_code
+
+STATIC_BASIS = ("static finding: read from the source without running it; `torchdoctor run` on this "
+                "script measures what it costs")
+
+
+@dataclass
+class LintFinding:
+    """A Finding plus what only a linter knows: the column, the statement's last line (for
+    `# noqa` on multi-line calls), the notebook cell, and the rewrite `--fix` may apply."""
+
+    finding: Finding
+    column: int  # 1-based, in characters
+    end_line: int
+    cell: int | None = None
+    fix: FixAction | None = None
+    fix_span: tuple[int, int, int, int] | None = None  # the call to rewrite: line, col, end line, end col (0-based cols)
+
+    @property
+    def code(self) -> str:
+        return self.finding.code
+
+    @property
+    def line(self) -> int:
+        return self.finding.location.line if self.finding.location else 0
+
+    @property
+    def path(self) -> str:
+        return self.finding.location.path if self.finding.location else ""
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.cell or 0, self.line, self.column, self.code)
+
+
+@dataclass
+class FileOutcome:
+    findings: list[LintFinding] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    linted: bool = False  # at least part of the file was parsed and checked
+
+
+def lint_source(source: SourceFile, selection: Selection, relative: str = "") -> FileOutcome:
+    """All findings for one file; `relative` is its path for per-file ignores."""
+    outcome = FileOutcome()
+    tree, text = _parse(source, outcome)
+    if tree is None:
+        return outcome
+    outcome.linted = True
+    checks = [c for c in CHECKS if any(selection.wants(code, relative) for code in c.codes)]
+    if not checks:
+        return outcome
+    facts = Facts(tree, text)
+    lines = text.split("\n")
+    file_noqa = file_suppressions(text)
+    seen: set[tuple[str, int]] = set()
+    for check in checks:
+        for hit in _guarded(check, facts, source, outcome):
+            line = hit.node.lineno
+            if (hit.code, line) in seen or not selection.wants(hit.code, relative):
+                continue
+            seen.add((hit.code, line))
+            end = getattr(hit.node, "end_lineno", None) or line
+            if silenced(hit.code, file_noqa) or any(
+                    silenced(hit.code, line_suppressions(lines[i - 1])) for i in range(line, min(end, len(lines)) + 1)):
+                continue
+            outcome.findings.append(_finding(hit, source, facts, lines, end))
+    return outcome
+
+
+def _guarded(check, facts: Facts, source: SourceFile, outcome: FileOutcome):
+    """A check's hits; a bug in one check costs its findings for this file, not the whole run."""
+    try:
+        return list(check.run(facts))
+    except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        outcome.problems.append(Problem(source.display, f"internal error in {type(check).__name__} "
+                                        f"({type(exc).__name__}: {exc}); its findings for this file are missing",
+                                        fatal=False))
+        return []
+
+
+def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None, str]:
+    text = source.text
+    attempts = len(source.cells.starts) + 1 if source.cells else 1
+    for _ in range(attempts):
+        try:
+            return ast.parse(text, filename=source.display), text
+        except SyntaxError as exc:
+            line, column = exc.lineno or 0, exc.offset or 0
+            if source.cells is None or not line:
+                outcome.problems.append(Problem(source.display, f"cannot parse: {exc.msg}; the file was skipped",
+                                                line, column))
+                return None, text
+            cell, cell_line = source.cells.locate(line)
+            outcome.problems.append(Problem(source.display, f"cannot parse: {exc.msg}; this cell was skipped",
+                                            cell_line, column, cell=cell, fatal=False))
+            text = blank_cell(text, source.cells, source.cells.numbers.index(cell))
+        except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or type(exc).__name__
+            outcome.problems.append(Problem(source.display, f"cannot parse: {reason}; the file was skipped"))
+            return None, text
+    return None, text
+
+
+def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int) -> LintFinding:
+    rule = rule_by_code(hit.code)
+    assert rule is not None, f"lint check emitted {hit.code}, which has no catalogue entry"
+    line = hit.node.lineno
+    column = char_column(lines[line - 1], hit.node.col_offset) + 1
+    cell = None
+    evidence = dict(hit.evidence)
+    shown_line, shown_end = line, end
+    if source.cells is not None:
+        cell, shown_line = source.cells.locate(line)
+        shown_end = source.cells.locate(end)[1]
+        evidence["cell"] = cell
+    finding = Finding(
+        code=hit.code, slug=rule.slug, severity=hit.severity, title=hit.title, message=hit.message,
+        location=Location(source.display, shown_line, _function_at(facts, line)),
+        evidence=evidence, fix=rule.fix, estimated_speedup=None, estimate_basis=STATIC_BASIS,
+    )
+    span = None
+    target = hit.fix_target or hit.node
+    if hit.fix is not None and source.cells is None and isinstance(target, ast.Call):
+        span = (target.lineno, char_column(lines[target.lineno - 1], target.col_offset),
+                target.end_lineno, char_column(lines[target.end_lineno - 1], target.end_col_offset))
+    return LintFinding(finding, column, shown_end, cell, hit.fix if span else None, span)
+
+
+def char_column(line: str, byte_offset: int) -> int:
+    """ast columns count UTF-8 bytes; editors and libcst count characters."""
+    if line.isascii():
+        return byte_offset
+    return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+
+def _function_at(facts: Facts, line: int) -> str:
+    best, best_start = "<module>", 0
+    for scope in facts.model.scopes:
+        if scope.kind == "function":
+            node = scope.node
+            if node.lineno <= line <= (node.end_lineno or node.lineno) and node.lineno >= best_start:
+                best, best_start = scope.name, node.lineno
+    return best

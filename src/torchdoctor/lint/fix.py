@@ -1,0 +1,132 @@
+"""`--fix` and `--diff`: rewrite the safe cases with libcst, which keeps every comment, blank
+line and quote style that is not part of the edit.
+
+The safe cases only touch one call's arguments: add `non_blocking=True` to a host→device copy
+of a pinned batch, `pin_memory=True` / `persistent_workers=True` (only where num_workers > 0
+is certain) to a DataLoader, and remove `set_to_none=False` from `zero_grad`. A rewrite that
+would not parse is dropped and the file is left as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchdoctor.lint.checks.base import FixAction
+from torchdoctor.lint.engine import LintFinding
+
+Span = tuple[int, int, int, int]
+
+
+@dataclass
+class FileFix:
+    path: Path
+    display: str
+    before: bytes
+    after: bytes
+    applied: list[LintFinding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        old = self.before.decode("utf-8", errors="replace").splitlines(keepends=True)
+        new = self.after.decode("utf-8", errors="replace").splitlines(keepends=True)
+        return "".join(difflib.unified_diff(old, new, f"a/{self.display}", f"b/{self.display}"))
+
+
+def plan_fixes(findings: list[LintFinding], files: dict[str, Path]) -> tuple[list[FileFix], list[str]]:
+    """Rewrite each file that has fixable findings (in memory); also return notes on files skipped."""
+    by_path: dict[str, list[LintFinding]] = {}
+    for item in findings:
+        if item.fix is not None and item.fix_span is not None:
+            by_path.setdefault(item.path, []).append(item)
+    fixes, notes = [], []
+    for display, items in sorted(by_path.items()):
+        path = files[display]
+        try:
+            before = path.read_bytes()
+            after = rewrite(before, _actions(items))
+            ast.parse(after)
+        except (OSError, cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
+            notes.append(f"{display}: not fixed ({type(exc).__name__}: {str(exc).splitlines()[0]})")
+            continue
+        fixes.append(FileFix(path, display, before, after, items))
+    return fixes, notes
+
+
+def _actions(items: list[LintFinding]) -> dict[Span, list[FixAction]]:
+    actions: dict[Span, list[FixAction]] = {}
+    for item in items:
+        actions.setdefault(item.fix_span, []).append(item.fix)
+    return actions
+
+
+def rewrite(source: bytes, actions: dict[Span, list[FixAction]]) -> bytes:
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    return wrapper.visit(_ArgumentEditor(actions)).bytes
+
+
+class _ArgumentEditor(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, actions: dict[Span, list[FixAction]]):
+        super().__init__()
+        self.actions = actions
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        pos = self.get_metadata(PositionProvider, original)
+        todo = self.actions.get((pos.start.line, pos.start.column, pos.end.line, pos.end.column))
+        for action in todo or ():
+            if action.kind == "set-keyword":
+                updated = set_keyword(updated, action.name, action.value)
+            elif action.kind == "drop-argument":
+                updated = drop_argument(updated, action.name, action.position)
+        return updated
+
+
+def set_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
+    args = list(call.args)
+    new_value = cst.parse_expression(value)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args[i] = arg.with_changes(value=new_value)
+            return call.with_changes(args=args)
+    new = cst.Arg(value=new_value, keyword=cst.Name(name),
+                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                        whitespace_after=cst.SimpleWhitespace("")))
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    # The separator between arguments as the call already spells it: ", " on one line, or a
+    # comma plus newline and indentation when one argument per line.
+    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+        separator = args[-2].comma
+    elif isinstance(last.comma, cst.Comma):
+        separator = cst.Comma(whitespace_after=call.whitespace_before_args)
+    else:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument keeps it
+        args[-1:] = [last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
+    else:
+        args[-1:] = [last.with_changes(comma=separator), new]
+    return call.with_changes(args=args)
+
+
+def drop_argument(call: cst.Call, name: str, position: int | None) -> cst.Call:
+    args = list(call.args)
+    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == name), None)
+    if index is None and position is not None and position < len(args) and args[position].keyword is None:
+        index = position
+    if index is None:
+        return call
+    removed = args.pop(index)
+    if args and index == len(args):  # removed the last one: its comma (or none) moves back
+        args[-1] = args[-1].with_changes(comma=removed.comma)
+    return call.with_changes(args=args)

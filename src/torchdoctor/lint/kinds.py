@@ -1,0 +1,425 @@
+"""What kind of object an expression holds — a tensor, a boolean tensor, a module, a DataLoader,
+an optimizer — as far as the file shows it. `float(loss)` only syncs if `loss` is a tensor, and
+`x[mask]` only needs a sync if `mask` is boolean, so the sync checks ask here first.
+
+The inference is small and local: assignments in the scope (and enclosing scopes), loop
+variables drawn from a DataLoader, `self.x` attributes set in the class, what local functions
+return, parameters of `forward`, and how a parameter is used (`x.shape` means a tensor).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.lint.model import FileModel, Scope
+from torchdoctor.lint.names import last_name
+from torchdoctor.lint.values import Values
+
+TENSOR, BOOL, MODULE, LOADER, OPTIMIZER, DATASET, OTHER = (
+    "tensor", "bool", "module", "loader", "optimizer", "dataset", "other")
+
+# Attributes of a tensor that are plain Python values, not tensors (reading them never syncs).
+_META_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names",
+               "grad_fn", "is_leaf", "itemsize", "nbytes", "training"}
+_TENSOR_ATTRS = {"grad", "data", "T", "mT", "H", "mH", "real", "imag", "weight", "bias"}
+# Tensor methods that return Python values or None.
+_PLAIN_METHODS = {"item", "tolist", "numpy", "dim", "ndimension", "numel", "nelement", "element_size",
+                  "data_ptr", "get_device", "stride", "storage_offset", "backward", "register_hook", "size",
+                  "__len__", "untyped_storage", "type", "equal", "allclose"}
+# torch functions / tensor methods that return a Python bool computed on the device: the call
+# itself reads the device (a host sync), and what it returns is a plain value.
+HOST_READING = {"allclose", "equal"}
+_BOOL_METHODS = {"bool", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "any", "all",
+                 "logical_and", "logical_or", "logical_not", "logical_xor", "isclose", "eq_", "signbit"}
+_MODULE_METHODS = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
+                   "requires_grad_", "to_empty", "share_memory"}
+# torch.* functions that do not return tensors.
+_TORCH_PLAIN = {"device", "Size", "Generator", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled",
+                "compile", "load", "save", "manual_seed", "seed", "initial_seed", "get_default_dtype",
+                "set_default_dtype", "is_tensor", "is_floating_point", "is_complex", "numel", "get_num_threads",
+                "set_num_threads", "is_grad_enabled", "autocast", "use_deterministic_algorithms",
+                "set_float32_matmul_precision", "get_float32_matmul_precision", "typename", "is_storage",
+                "set_printoptions", "finfo", "iinfo", "dtype", "is_inference_mode_enabled", "vmap"}
+_BOOL_FUNCTIONS = {"isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "logical_xor",
+                   "isclose", "eq", "ne", "gt", "lt", "ge", "le", "isin", "signbit", "isneginf", "isposinf"}
+_TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
+# Callables named like this are models or losses when the file does not say otherwise.
+_MODULE_NAMES = {"model", "net", "network", "module", "criterion", "loss_fn", "loss_func", "lossfn",
+                 "encoder", "decoder", "classifier", "backbone", "generator", "discriminator"}
+_FORWARD_NAMES = {"forward", "training_step", "validation_step", "test_step", "predict_step", "compute_loss"}
+
+
+class Kinds:
+    def __init__(self, model: FileModel, values: Values):
+        self.model = model
+        self.values = values
+        self._instances: dict[str, list[tuple[ast.Call, Scope]]] | None = None
+        self._names: dict[tuple[int, str], str | None] = {}
+        self._active: set[tuple[int, str]] = set()
+        self._classes: dict[str, str | None] = {}
+        self._bound: dict[int, dict[str, list]] = {}
+
+    # -- public questions ------------------------------------------------------------------
+    def is_tensor(self, expr: ast.expr, scope: Scope) -> bool:
+        return self.of(expr, scope) in (TENSOR, BOOL)
+
+    def is_bool(self, expr: ast.expr, scope: Scope) -> bool:
+        return self.of(expr, scope) == BOOL
+
+    def of(self, expr: ast.expr, scope: Scope) -> str | None:
+        t = type(expr)
+        if t is ast.Name:
+            return self.name(expr.id, scope)
+        if t is ast.Attribute:
+            return self._attribute(expr, scope)
+        if t is ast.Call:
+            return self._call(expr, scope)
+        if t is ast.BinOp:
+            kinds = {self.of(expr.left, scope), self.of(expr.right, scope)}
+            if kinds <= {BOOL} and isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+                return BOOL
+            return TENSOR if kinds & {TENSOR, BOOL} else None
+        if t is ast.UnaryOp:
+            inner = self.of(expr.operand, scope)
+            if isinstance(expr.op, ast.Not):
+                return OTHER
+            return inner if inner in (TENSOR, BOOL) else None
+        if t is ast.Compare:
+            operands = (expr.left, *expr.comparators)
+            if any(isinstance(op, (ast.In, ast.NotIn, ast.Is, ast.IsNot)) for op in expr.ops):
+                return OTHER
+            return BOOL if any(self.is_tensor(e, scope) for e in operands) else OTHER
+        if t is ast.Subscript:
+            base = self.of(expr.value, scope)
+            return base if base in (TENSOR, BOOL) else None
+        if t is ast.Starred:
+            return self.of(expr.value, scope)
+        if t in (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
+                 ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Lambda):
+            return OTHER
+        return None
+
+    def name(self, name: str, scope: Scope) -> str | None:
+        current: Scope | None = scope
+        while current is not None:
+            if name in self._names_bound(current):
+                return self._local(name, current) or _fallback(name)
+            current = current.parent
+        return _fallback(name)
+
+    def _names_bound(self, scope: Scope) -> dict[str, list[tuple[ast.expr, ast.expr | None, str]]]:
+        """name → the assignments that bind it in `scope` (parameters map to no assignment)."""
+        bound = self._bound.get(id(scope))
+        if bound is None:
+            bound = {p: [] for p in scope.params}
+            for assign in scope.assigns:
+                for name in _target_names(assign[0]):
+                    bound.setdefault(name, []).append(assign)
+            self._bound[id(scope)] = bound
+        return bound
+
+    def class_kind(self, class_name: str) -> str | None:
+        """MODULE for nn.Module subclasses, DATASET for Dataset subclasses defined in the file."""
+        if class_name not in self._classes:
+            self._classes[class_name] = None  # cycle guard (class A(B), class B(A))
+            scope = self.model.module.functions.get(class_name)
+            kind = None
+            if scope is not None and scope.kind == "class":
+                for base in scope.node.bases:
+                    kind = self._base_kind(base)
+                    if kind:
+                        break
+            self._classes[class_name] = kind
+        return self._classes[class_name]
+
+    # -- pieces ----------------------------------------------------------------------------
+    def _local(self, name: str, scope: Scope) -> str | None:
+        key = (id(scope), name)
+        if key in self._names:
+            return self._names[key]
+        if key in self._active:
+            return None  # `x = x.to(device)`: the other assignments decide
+        self._active.add(key)
+        kinds = [self._bound_kind(name, t, v, how, scope) for t, v, how in self._names_bound(scope).get(name, ())]
+        if name in scope.params:
+            kinds.append(self._param_kind(name, scope))
+        self._active.discard(key)
+        result = _combine(kinds)
+        self._names[key] = result
+        return result
+
+    def _bound_kind(self, name: str, target: ast.expr, value: ast.expr | None, how: str, scope: Scope) -> str | None:
+        if value is None:
+            return None
+        if how == "for":
+            return self._element(target, name, value, scope)
+        if how == "with":
+            return None
+        if isinstance(target, ast.Name):
+            if how == "=":
+                return self.of(value, scope)
+            value_kind = self.of(value, scope)  # augmented: `acc += (p == y).sum()` makes a tensor
+            return TENSOR if value_kind in (TENSOR, BOOL) else None
+        if isinstance(target, (ast.Tuple, ast.List)) and how == "=":
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for element, item in zip(target.elts, value.elts):
+                    if _binds(element, name):
+                        return self._bound_kind(name, element, item, how, scope)
+            return TENSOR if self.of(value, scope) == TENSOR else None  # `a, b = model(x)`; split
+        return None
+
+    def _element(self, target: ast.expr, name: str, iterable: ast.expr, scope: Scope) -> str | None:
+        """Kind of `name` bound by `for target in iterable`."""
+        if isinstance(iterable, ast.Call):
+            func = last_name(iterable.func)
+            if func == "enumerate" and iterable.args and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                return None if _binds(target.elts[0], name) else self._element(target.elts[1], name, iterable.args[0], scope)
+            if func == "zip" and isinstance(target, ast.Tuple) and len(target.elts) == len(iterable.args):
+                for element, source in zip(target.elts, iterable.args):
+                    if _binds(element, name):
+                        return self._element(element, name, source, scope)
+                return None
+            if func in ("tqdm", "iter", "islice", "prefetch", "cycle") and iterable.args:
+                return self._element(target, name, iterable.args[0], scope)
+        source = self.of(iterable, scope)
+        if source in (LOADER, TENSOR):
+            return TENSOR  # batches from a DataLoader, rows of a tensor
+        return None
+
+    def _param_kind(self, name: str, scope: Scope) -> str | None:
+        if name in ("self", "cls"):
+            return None
+        declared = _declared_kind(name, scope.node)
+        if declared is not None:
+            return declared
+        if scope.name in _FORWARD_NAMES and self._is_module_method(scope):
+            # inputs of forward / a Lightning step are tensors; the calls `model(x, mask)` say which are boolean
+            passed = self._arguments_for(name, scope)
+            return BOOL if passed and all(self.of(a, s) == BOOL for a, s in passed) else TENSOR
+        return TENSOR if name in scope.tensor_evidence else None
+
+    def _is_module_method(self, scope: Scope) -> bool:
+        """A method of an nn.Module subclass (not an autograd.Function's static `forward(ctx, ...)`)."""
+        if scope.class_scope is None or not isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if any(last_name(d) == "staticmethod" for d in scope.node.decorator_list):
+            return False
+        return self.class_kind(scope.class_scope.name) == MODULE
+
+    def instance_class(self, expr: ast.expr, scope: Scope, depth: int = 0) -> str | None:
+        """The file's own class `expr` is an instance of: `model` after `model = Net().to(device)`."""
+        if depth > 4:
+            return None
+        if isinstance(expr, ast.Name):
+            found = self.values.definition(expr.id, scope)
+            if found is None or found[0] is None:
+                return None
+            return self.instance_class(found[0], found[1], depth + 1)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            if scope.class_scope is not None:
+                values = self.values.class_attrs(scope.class_scope).get(expr.attr, [])
+                if len(values) == 1:
+                    return self.instance_class(values[0], scope, depth + 1)
+            return None
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            if isinstance(func, ast.Name) and self.class_kind(func.id) == MODULE:
+                return func.id
+            if isinstance(func, ast.Attribute) and func.attr in _MODULE_METHODS:
+                return self.instance_class(func.value, scope, depth + 1)
+            if expr.args and last_name(func) in ("compile", "DistributedDataParallel", "DDP", "DataParallel"):
+                return self.instance_class(expr.args[0], scope, depth + 1)
+        return None
+
+    def _arguments_for(self, param: str, forward: Scope) -> list[tuple[ast.expr, Scope]]:
+        """What the file passes for `param` wherever it calls an instance of forward's class."""
+        if self._instances is None:
+            self._instances = {}
+            for call, block in self.model.calls:
+                if isinstance(call.func, (ast.Name, ast.Attribute)):
+                    owner = self.instance_class(call.func, block.scope)
+                    if owner is not None:
+                        self._instances.setdefault(owner, []).append((call, block.scope))
+        params = forward.params[1:]  # without self
+        passed = []
+        for call, scope in self._instances.get(forward.class_scope.name, []):
+            for i, arg in enumerate(call.args):
+                if i < len(params) and params[i] == param and not isinstance(arg, ast.Starred):
+                    passed.append((arg, scope))
+            passed += [(k.value, scope) for k in call.keywords if k.arg == param]
+        return passed
+
+    def _attribute(self, expr: ast.Attribute, scope: Scope) -> str | None:
+        if expr.attr in _META_ATTRS:
+            return OTHER
+        if expr.attr in _TENSOR_ATTRS:
+            return TENSOR
+        base = expr.value
+        if isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None:
+            key = (id(scope.class_scope), "self." + expr.attr)
+            if key not in self._names:
+                if key in self._active:
+                    return None
+                self._active.add(key)
+                from_methods = [(m, t, v, how) for m in scope.class_scope.functions.values()
+                                for t, v, how in m.assigns if _is_self_attr(t, expr.attr)]
+                kinds = [self.of(v, m) if how == "=" else None for m, t, v, how in from_methods if v is not None]
+                self._active.discard(key)
+                self._names[key] = _combine(kinds) or _fallback(expr.attr)
+            return self._names[key]
+        return _fallback(expr.attr) if self.of(base, scope) != TENSOR else None
+
+    def _call(self, call: ast.Call, scope: Scope) -> str | None:
+        qualified = self.model.imports.qualify(call.func)
+        if qualified is not None:
+            return _qualified_kind(qualified, call, self, scope)
+        func = call.func
+        if isinstance(func, ast.Name):
+            local = self.model.module.functions.get(func.id)
+            if local is not None and local.kind == "class":
+                return self.class_kind(func.id) or OTHER
+            if func.id in ("float", "int", "bool", "len", "str", "repr", "list", "dict", "tuple", "range",
+                           "enumerate", "zip", "print", "isinstance", "sum", "max", "min", "round", "abs"):
+                return OTHER
+            if local is not None:
+                return self.returned(local)
+        if isinstance(func, ast.Attribute):
+            receiver = self.of(func.value, scope)
+            method = func.attr
+            if receiver in (TENSOR, BOOL):
+                if method in _PLAIN_METHODS or method.startswith("is_"):
+                    return OTHER
+                return BOOL if method in _BOOL_METHODS else TENSOR
+            if receiver == MODULE:
+                return MODULE if method in _MODULE_METHODS else None
+            if isinstance(func.value, ast.Name) and func.value.id == "self" and scope.class_scope is not None:
+                method_scope = scope.class_scope.functions.get(method)
+                if method_scope is not None and method_scope.kind == "function":
+                    return self.returned(method_scope)
+        if self.of(func, scope) == MODULE:
+            return TENSOR  # calling a model or a loss module gives a tensor
+        return None
+
+    def returned(self, function: Scope) -> str | None:
+        """What a function of this file returns (None while it is being worked out: recursion)."""
+        key = (id(function), "<return>")
+        if key not in self._names:
+            self._names[key] = None
+            self._names[key] = _combine([self.of(r, function) for r in function.returns])
+        return self._names[key]
+
+    def _base_kind(self, base: ast.expr) -> str | None:
+        qualified = self.model.imports.qualify(base) or ""
+        name = last_name(base)
+        if qualified == "torch.nn.Module" or name.endswith("Module") or name.endswith("Model"):
+            return MODULE
+        if qualified.startswith("torch.utils.data.") and "Dataset" in qualified or name.endswith("Dataset"):
+            return DATASET
+        if isinstance(base, ast.Name):
+            return self.class_kind(base.id)
+        return None
+
+
+def _qualified_kind(name: str, call: ast.Call, kinds: Kinds, scope: Scope) -> str | None:
+    parts = name.split(".")
+    leaf = parts[-1]
+    if name == "torch.utils.data.DataLoader":
+        return LOADER
+    if name.startswith("torch.utils.data.") and leaf.endswith("Dataset"):
+        return DATASET
+    if name == "torch.nn.Parameter":
+        return TENSOR
+    if name.startswith("torch.nn.") and leaf[:1].isupper() and not name.startswith("torch.nn.functional."):
+        return MODULE
+    if name.startswith("torch.optim.") and len(parts) == 3 and leaf[:1].isupper():
+        return OPTIMIZER
+    if name == "torch.compile":
+        return kinds.of(call.args[0], scope) if call.args else OTHER
+    if name.startswith(_TENSOR_NAMESPACES):
+        return TENSOR
+    if len(parts) == 2 and parts[0] == "torch":
+        if leaf in _TORCH_PLAIN or leaf in HOST_READING or leaf[:1].isupper() or leaf.startswith("is_"):
+            return OTHER
+        if leaf.startswith("_"):
+            return None  # private helpers return all sorts of things
+        return BOOL if leaf in _BOOL_FUNCTIONS else TENSOR
+    if name.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
+        return DATASET
+    return None
+
+
+def _combine(kinds: list[str | None]) -> str | None:
+    known = [k for k in kinds if k is not None]
+    if not known:
+        return None
+    if all(k == BOOL for k in known):
+        return BOOL
+    if any(k in (TENSOR, BOOL) for k in known):
+        return TENSOR
+    for kind in (MODULE, LOADER, OPTIMIZER, DATASET):
+        if kind in known:
+            return kind
+    return OTHER
+
+
+def _fallback(name: str) -> str | None:
+    lowered = name.lower()
+    if lowered in _MODULE_NAMES or lowered.endswith("model"):
+        return MODULE
+    if lowered.endswith("loader"):
+        return LOADER
+    return None
+
+
+_PLAIN_ANNOTATIONS = ("bool", "int", "float", "str", "dict", "list", "tuple", "Callable", "Sequence")
+
+
+def _declared_kind(name: str, function: ast.AST) -> str | None:
+    """What a parameter's annotation or default says: `x: Tensor` is a tensor, `flag: bool = False`
+    or `flag=False` is not. None when it says nothing (no annotation, no default or `None`)."""
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return None
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    for arg in (*positional, *args.kwonlyargs):
+        if arg.arg != name:
+            continue
+        annotation = getattr(arg, "annotation", None)
+        if annotation is not None:
+            text = ast.unparse(annotation)
+            if "Tensor" in text:
+                return TENSOR
+            if any(word in text for word in _PLAIN_ANNOTATIONS):
+                return OTHER
+        default = defaults.get(name)
+        if isinstance(default, ast.Constant) and default.value is not None:
+            return OTHER
+        return None
+    return None
+
+
+def _binds(target: ast.expr, name: str) -> bool:
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_binds(e, name) for e in target.elts)
+    if isinstance(target, ast.Starred):
+        return _binds(target.value, name)
+    return False
+
+
+def _target_names(target: ast.expr):
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _target_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _target_names(target.value)
+
+
+def _is_self_attr(target: ast.expr, attr: str) -> bool:
+    return (isinstance(target, ast.Attribute) and target.attr == attr
+            and isinstance(target.value, ast.Name) and target.value.id == "self")

@@ -1,0 +1,334 @@
+"""One walk over a module's AST that records where code sits and what the checks look at.
+
+Structure: every node lives in a chain of `Block`s (function, loop, periodic-looking `if`,
+`with`), innermost first. Events: calls (indexed by the called name), subscripts, branch
+conditions, f-strings and assignments, each with its innermost block. The walk decides
+nothing; `context.py` later says which loops are training loops, which blocks are guarded.
+One pass keeps the linter fast: parsing dominates, and every check reads these lists.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from typing import Iterator
+
+from torchdoctor.lint.names import Imports, call_tail
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# Methods whose receiver can only be a tensor (or an array): evidence for an unannotated parameter.
+TENSOR_EVIDENCE = frozenset({
+    "shape", "size", "dim", "ndim", "numel", "unsqueeze", "squeeze", "view", "reshape", "permute", "transpose",
+    "contiguous", "detach", "item", "masked_fill", "index_select", "argmax", "softmax", "expand", "index_copy_",
+    "scatter_", "gather", "flatten"})
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class Scope:
+    """A function, lambda, class body or the module: where names are bound."""
+
+    __slots__ = ("kind", "node", "name", "parent", "class_scope", "block", "functions", "assigns", "returns",
+                 "tensor_evidence")
+
+    def __init__(self, kind: str, node: ast.AST, name: str, parent: Scope | None, class_scope: Scope | None):
+        self.kind = kind
+        self.node = node
+        self.name = name
+        self.parent = parent
+        self.class_scope = class_scope  # for methods: the class body they belong to
+        self.block: Block | None = None
+        self.functions: dict[str, Scope] = {}  # defs directly inside (methods, for a class)
+        # (target, value, how): how is "=" for assignments, "+=" etc. for augmented ones,
+        # "for" when the target is a loop variable bound from `value` (the iterable)
+        self.assigns: list[tuple[ast.expr, ast.expr | None, str]] = []
+        self.returns: list[ast.expr] = []  # returned expressions, for what a local call gives back
+        self.tensor_evidence: set[str] = set()  # names used as tensors here (`x.shape`, `x.view(...)`)
+
+    @property
+    def params(self) -> list[str]:
+        if not isinstance(self.node, (*_FUNCTIONS, ast.Lambda)):
+            return []
+        a = self.node.args
+        return [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Scope({self.kind} {self.name})"
+
+
+class Block:
+    """A region code runs in: kind is "scope" (a Scope's body), "loop", "if" or "with"."""
+
+    __slots__ = ("kind", "node", "parent", "scope", "branch")
+
+    def __init__(self, kind: str, node: ast.AST, parent: Block | None, scope: Scope, branch: str = ""):
+        self.kind = kind
+        self.node = node
+        self.parent = parent
+        self.scope = scope
+        self.branch = branch  # for "if": "body" or "orelse"
+
+    def ancestors(self) -> Iterator[Block]:
+        block: Block | None = self
+        while block is not None:
+            yield block
+            block = block.parent
+
+    @property
+    def line(self) -> int:
+        return getattr(self.node, "lineno", 1)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Block({self.kind}@{self.line})"
+
+
+Event = tuple  # (node, block)
+
+
+class FileModel:
+    """Everything one walk learns about a module; checks read it, never the raw tree."""
+
+    def __init__(self, tree: ast.Module, text: str):
+        self.tree = tree
+        self.text = text
+        self.imports = Imports()
+        self.calls: list[tuple[ast.Call, Block]] = []
+        self.calls_by_tail: dict[str, list[tuple[ast.Call, Block]]] = defaultdict(list)
+        self.subscripts: list[tuple[ast.Subscript, Block]] = []
+        self.conditions: list[tuple[ast.expr, Block]] = []  # tests of if/while/assert/ifexp
+        self.fstrings: list[tuple[ast.JoinedStr, Block]] = []
+        self.assignments: list[tuple[ast.stmt, Block]] = []  # Assign/AugAssign/AnnAssign statements
+        self.loops: list[Block] = []
+        self.scopes: list[Scope] = []
+        self.module = Scope("module", tree, "<module>", None, None)
+        self.module.block = Block("scope", tree, None, self.module)
+        self.scopes.append(self.module)
+        _Walker(self).statements(tree.body, self.module.block)
+
+    def calls_named(self, *tails: str) -> Iterator[tuple[ast.Call, Block]]:
+        for tail in tails:
+            yield from self.calls_by_tail.get(tail, ())
+
+
+class _Walker:
+    def __init__(self, model: FileModel):
+        self.m = model
+
+    # -- statements -------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt], block: Block) -> None:
+        for stmt in body:
+            self.statement(stmt, block)
+
+    def statement(self, node: ast.stmt, block: Block) -> None:
+        t = type(node)
+        if t in _FUNCTIONS:
+            self.function(node, block)
+        elif t is ast.ClassDef:
+            self.class_(node, block)
+        elif t in (ast.For, ast.AsyncFor):
+            self.expr(node.iter, block)
+            loop = self.loop_block(node, block)
+            self.bind(node.target, node.iter, "for", loop)
+            self.expr(node.target, loop)
+            self.statements(node.body, loop)
+            self.statements(node.orelse, block)
+        elif t is ast.While:
+            loop = self.loop_block(node, block)
+            self.m.conditions.append((node.test, loop))
+            self.expr(node.test, loop)  # evaluated on every iteration
+            self.statements(node.body, loop)
+            self.statements(node.orelse, block)
+        elif t is ast.If:
+            self.m.conditions.append((node.test, block))
+            self.expr(node.test, block)
+            periodic = _may_be_periodic(node.test)
+            self.statements(node.body, Block("if", node, block, block.scope, "body") if periodic else block)
+            self.statements(node.orelse, Block("if", node, block, block.scope, "orelse") if periodic else block)
+        elif t in (ast.With, ast.AsyncWith):
+            for item in node.items:
+                self.expr(item.context_expr, block)
+                if item.optional_vars is not None:
+                    self.bind(item.optional_vars, item.context_expr, "with", block)
+            inner = Block("with", node, block, block.scope)
+            self.statements(node.body, inner)
+        elif t is ast.Assign:
+            self.m.assignments.append((node, block))
+            self.expr(node.value, block)
+            for target in node.targets:
+                self.bind(target, node.value, "=", block)
+                self.expr(target, block)
+        elif t is ast.AugAssign:
+            self.m.assignments.append((node, block))
+            self.expr(node.value, block)
+            self.bind(node.target, node.value, type(node.op).__name__, block)
+            self.expr(node.target, block)
+        elif t is ast.AnnAssign:
+            self.m.assignments.append((node, block))
+            if node.value is not None:
+                self.expr(node.value, block)
+                self.bind(node.target, node.value, "=", block)
+            self.expr(node.target, block)
+        elif t is ast.Assert:
+            self.m.conditions.append((node.test, block))
+            self.expr(node.test, block)
+            if node.msg is not None:
+                self.expr(node.msg, block)
+        elif t in (ast.Import, ast.ImportFrom):
+            self.m.imports.add(node)
+        elif t in (ast.Expr, ast.Return):
+            if node.value is not None:
+                self.expr(node.value, block)
+                if t is ast.Return:
+                    block.scope.returns.append(node.value)
+        elif t in (ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal):
+            return
+        else:  # try, match, raise, delete, ...: visit what they contain
+            self.generic(node, block)
+
+    def generic(self, node: ast.AST, block: Block) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                self.statement(child, block)
+            elif isinstance(child, ast.expr):
+                self.expr(child, block)
+            else:  # handlers, match cases, withitems: containers of the above
+                self.generic(child, block)
+
+    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, block: Block) -> None:
+        for dec in node.decorator_list:
+            self.expr(dec, block)
+        for default in (*node.args.defaults, *node.args.kw_defaults):
+            if default is not None:
+                self.expr(default, block)
+        parent = block.scope
+        class_scope = parent if parent.kind == "class" else None
+        scope = self.new_scope("function", node, node.name, parent, class_scope, block)
+        parent.functions.setdefault(node.name, scope)
+        self.statements(node.body, scope.block)
+
+    def class_(self, node: ast.ClassDef, block: Block) -> None:
+        for expr in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
+            self.expr(expr, block)
+        scope = self.new_scope("class", node, node.name, block.scope, None, block)
+        block.scope.functions.setdefault(node.name, scope)
+        self.statements(node.body, scope.block)
+
+    def new_scope(self, kind, node, name, parent, class_scope, block) -> Scope:
+        scope = Scope(kind, node, name, parent, class_scope)
+        scope.block = Block("scope", node, block, scope)
+        self.m.scopes.append(scope)
+        return scope
+
+    def loop_block(self, node: ast.AST, block: Block) -> Block:
+        loop = Block("loop", node, block, block.scope)
+        self.m.loops.append(loop)
+        return loop
+
+    def bind(self, target: ast.expr, value: ast.expr | None, how: str, block: Block) -> None:
+        block.scope.assigns.append((target, value, how))
+
+    # -- expressions ------------------------------------------------------------------------
+    def expr(self, root: ast.expr, block: Block) -> None:
+        m = self.m
+        evidence = block.scope.tensor_evidence
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            t = type(node)
+            if t is ast.Name or t is ast.Constant:
+                continue
+            if t is ast.Call:
+                m.calls.append((node, block))
+                m.calls_by_tail[call_tail(node)].append((node, block))
+            elif t is ast.Attribute:
+                if node.attr in TENSOR_EVIDENCE and type(node.value) is ast.Name:
+                    evidence.add(node.value.id)
+            elif t is ast.Subscript:
+                m.subscripts.append((node, block))
+            elif t is ast.JoinedStr:
+                m.fstrings.append((node, block))
+            elif t is ast.IfExp:
+                m.conditions.append((node.test, block))
+            elif t is ast.Lambda:
+                scope = self.new_scope("lambda", node, "<lambda>", block.scope, None, block)
+                scope.returns.append(node.body)
+                self.expr(node.body, scope.block)
+                continue
+            elif t in _COMPREHENSIONS:
+                self.comprehension(node, block)
+                continue
+            elif t is ast.NamedExpr:
+                self.bind(node.target, node.value, "=", block)
+            for name in _child_fields(t):  # what ast.iter_child_nodes does, minus ctx/op nodes
+                child = getattr(node, name)
+                if type(child) is list:
+                    stack.extend(c for c in child if c is not None)
+                elif child is not None:
+                    stack.append(child)
+
+    def comprehension(self, node: ast.AST, block: Block) -> None:
+        """A comprehension is a loop: `[t.item() for t in losses]` reads every element."""
+        first, *rest = node.generators
+        self.expr(first.iter, block)
+        loop = self.loop_block(node, block)
+        for gen in (first, *rest):
+            if gen is not first:
+                self.expr(gen.iter, loop)
+            self.bind(gen.target, gen.iter, "for", loop)
+            for cond in gen.ifs:
+                self.expr(cond, loop)
+        for part in (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,):
+            self.expr(part, loop)
+
+
+# Fields of expression nodes that hold other nodes worth visiting (no ctx, operators, names).
+_SKIPPED_FIELDS = {"ctx", "op", "ops", "type_comment", "kind", "id", "attr", "arg", "conversion", "is_async"}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(t: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(t)
+    if fields is None:
+        fields = _FIELDS[t] = tuple(f for f in t._fields if f not in _SKIPPED_FIELDS)
+    return fields
+
+
+def _may_be_periodic(test: ast.expr) -> bool:
+    """Cheap pre-filter: only tests with `%` or `==` can be `if step % N == 0` guards."""
+    t = type(test)
+    if t is ast.BinOp:
+        return isinstance(test.op, ast.Mod)
+    if t is ast.Compare:
+        return any(isinstance(op, ast.Eq) for op in test.ops) or any(
+            _may_be_periodic(e) for e in (test.left, *test.comparators))
+    if t is ast.BoolOp:
+        return any(_may_be_periodic(v) for v in test.values)
+    if t is ast.UnaryOp:
+        return _may_be_periodic(test.operand)
+    return False
+
+
+def loop_targets(loop: Block) -> list[ast.expr]:
+    node = loop.node
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [node.target]
+    if isinstance(node, _COMPREHENSIONS):
+        return [g.target for g in node.generators]
+    return []
+
+
+def loop_iter(loop: Block) -> ast.expr | None:
+    node = loop.node
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return node.iter
+    if isinstance(node, _COMPREHENSIONS):
+        return node.generators[0].iter
+    return None
+
+
+def is_comprehension(loop: Block) -> bool:
+    return isinstance(loop.node, _COMPREHENSIONS)
+
+
+def names_in(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
