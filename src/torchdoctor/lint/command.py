@@ -125,7 +125,7 @@ def _report_problems(result: LintResult) -> None:
 def _summary(result: LintResult, fmt: str) -> None:
     if fmt != "text":
         return
-    fixable = sum(f.fix is not None for f in result.findings)
+    fixable = sum(f.fixable for f in result.findings)
     parts = [f"{len(result.findings)} finding(s) in {result.files_linted} file(s)"]
     if fixable:
         parts.append(f"{fixable} fixable with --fix")

@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass
 
 from torchdoctor.lint.kinds import LOADER, MODULE, OPTIMIZER, Kinds
-from torchdoctor.lint.model import Block, FileModel, Scope, is_comprehension, loop_iter
+from torchdoctor.lint.model import Block, FileModel, Scope, loop_iter
 from torchdoctor.lint.names import dotted, last_name
 
 STEP, EVAL, FORWARD = "step", "eval", "forward"
@@ -166,19 +166,26 @@ class Context:
                 step_loops.add(id(loop))
             elif block.scope.kind == "function":
                 step_functions.add(id(block.scope))
-        for _ in range(CALL_DEPTH):  # a function that calls a stepping function outside loops steps too
-            for scope in self.model.scopes:
-                if id(scope) in step_functions:
-                    for _, block in self.callers(scope):
-                        loop = nearest_loop(block)
-                        if loop is not None:
-                            step_loops.add(id(loop))
-                        elif block.scope.kind == "function":
+        # A loop that calls a stepping function steps through one call; a function that calls a
+        # stepping function outside any loop steps too, one level further. Level by level, so a
+        # chain longer than CALL_DEPTH calls is not followed.
+        level = [s for s in self.model.scopes if id(s) in step_functions]
+        for depth in range(CALL_DEPTH):
+            next_level = []
+            for scope in level:
+                for _, block in self.callers(scope):
+                    loop = nearest_loop(block)
+                    if loop is not None:
+                        step_loops.add(id(loop))
+                    elif block.scope.kind == "function" and id(block.scope) not in step_functions:
+                        if depth + 1 < CALL_DEPTH:
                             step_functions.add(id(block.scope))
+                            next_level.append(block.scope)
+            level = next_level
         return step_loops, step_functions
 
     def _is_eval_loop(self, loop: Block) -> bool:
-        if id(loop) in self.step_loops or is_comprehension(loop):
+        if id(loop) in self.step_loops:
             return False
         scope = loop.scope
         no_grad = eval_mode = False

@@ -5,6 +5,7 @@ estimate fields. `# noqa` and per-file ignores are applied here, once for all ch
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from torchdoctor.findings import Finding
@@ -18,6 +19,7 @@ from torchdoctor.lint.source import Problem, SourceFile
 from torchdoctor.record import Location
 from torchdoctor.rules.registry import rule_by_code
 
+Span = tuple[int, int, int, int]
 STATIC_BASIS = ("static finding: read from the source without running it; `torchdoctor run` on this "
                 "script measures what it costs")
 
@@ -31,8 +33,12 @@ class LintFinding:
     column: int  # 1-based, in characters
     end_line: int
     cell: int | None = None
-    fix: FixAction | None = None
-    fix_span: tuple[int, int, int, int] | None = None  # the call to rewrite: line, col, end line, end col (0-based cols)
+    # the rewrites --fix may apply: (call span: line, col, end line, end col with 0-based columns, action)
+    fixes: list[tuple[Span, FixAction]] = field(default_factory=list)
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.fixes)
 
     @property
     def code(self) -> str:
@@ -70,18 +76,23 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
     facts = Facts(tree, text)
     lines = text.split("\n")
     file_noqa = file_suppressions(text)
-    seen: set[tuple[str, int]] = set()
+    on_line: dict[tuple[str, int], LintFinding] = {}
+    silenced_at: set[tuple[str, int]] = set()
     for check in checks:
         for hit in _guarded(check, facts, source, outcome):
-            line = hit.node.lineno
-            if (hit.code, line) in seen or not selection.wants(hit.code, relative):
+            key = (hit.code, hit.node.lineno)
+            if key in silenced_at or not selection.wants(hit.code, relative):
                 continue
-            seen.add((hit.code, line))
-            end = getattr(hit.node, "end_lineno", None) or line
+            if key in on_line:  # one finding per code and line; the fixes of its hits add up
+                on_line[key].fixes += _fixes(hit, source, lines)
+                continue
+            line, end = key[1], getattr(hit.node, "end_lineno", None) or key[1]
             if silenced(hit.code, file_noqa) or any(
                     silenced(hit.code, line_suppressions(lines[i - 1])) for i in range(line, min(end, len(lines)) + 1)):
+                silenced_at.add(key)
                 continue
-            outcome.findings.append(_finding(hit, source, facts, lines, end))
+            on_line[key] = _finding(hit, source, facts, lines, end)
+    outcome.findings = list(on_line.values())
     return outcome
 
 
@@ -127,21 +138,38 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
     cell = None
     evidence = dict(hit.evidence)
     shown_line, shown_end = line, end
+    message = hit.message
     if source.cells is not None:
         cell, shown_line = source.cells.locate(line)
         shown_end = source.cells.locate(end)[1]
+        evidence = {k: _cell_line(v, source) if k.endswith("line") and isinstance(v, int) else v
+                    for k, v in evidence.items()}
         evidence["cell"] = cell
+        # Checks speak of lines of the joined cells; a notebook user needs "cell 3, line 2".
+        message = _LINE_WORDS.sub(lambda m: f"{m.group(1)} {_cell_line(int(m.group(2)), source)}", message)
     finding = Finding(
-        code=hit.code, slug=rule.slug, severity=hit.severity, title=hit.title, message=hit.message,
+        code=hit.code, slug=rule.slug, severity=hit.severity, title=hit.title, message=message,
         location=Location(source.display, shown_line, _function_at(facts, line)),
         evidence=evidence, fix=rule.fix, estimated_speedup=None, estimate_basis=STATIC_BASIS,
     )
-    span = None
+    return LintFinding(finding, column, shown_end, cell, _fixes(hit, source, lines))
+
+
+def _fixes(hit: Hit, source: SourceFile, lines: list[str]) -> list[tuple[Span, FixAction]]:
     target = hit.fix_target or hit.node
-    if hit.fix is not None and source.cells is None and isinstance(target, ast.Call):
-        span = (target.lineno, char_column(lines[target.lineno - 1], target.col_offset),
-                target.end_lineno, char_column(lines[target.end_lineno - 1], target.end_col_offset))
-    return LintFinding(finding, column, shown_end, cell, hit.fix if span else None, span)
+    if hit.fix is None or source.cells is not None or not isinstance(target, ast.Call):
+        return []  # notebooks are reported, not rewritten
+    span = (target.lineno, char_column(lines[target.lineno - 1], target.col_offset),
+            target.end_lineno, char_column(lines[target.end_lineno - 1], target.end_col_offset))
+    return [(span, hit.fix)]
+
+
+_LINE_WORDS = re.compile(r"\b(line) (\d+)\b")
+
+
+def _cell_line(line: int, source: SourceFile) -> str:
+    cell, cell_line = source.cells.locate(line)
+    return f"{cell_line} of cell {cell}"
 
 
 def char_column(line: str, byte_offset: int) -> int:

@@ -45,7 +45,7 @@ def plan_fixes(findings: list[LintFinding], files: dict[str, Path]) -> tuple[lis
     """Rewrite each file that has fixable findings (in memory); also return notes on files skipped."""
     by_path: dict[str, list[LintFinding]] = {}
     for item in findings:
-        if item.fix is not None and item.fix_span is not None:
+        if item.fixable:
             by_path.setdefault(item.path, []).append(item)
     fixes, notes = [], []
     for display, items in sorted(by_path.items()):
@@ -64,7 +64,8 @@ def plan_fixes(findings: list[LintFinding], files: dict[str, Path]) -> tuple[lis
 def _actions(items: list[LintFinding]) -> dict[Span, list[FixAction]]:
     actions: dict[Span, list[FixAction]] = {}
     for item in items:
-        actions.setdefault(item.fix_span, []).append(item.fix)
+        for span, action in item.fixes:
+            actions.setdefault(span, []).append(action)
     return actions
 
 
@@ -104,18 +105,27 @@ def set_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
     if not args:
         return call.with_changes(args=[new])
     last = args[-1]
-    # The separator between arguments as the call already spells it: ", " on one line, or a
-    # comma plus newline and indentation when one argument per line.
+    # Whitespace before an argument as the call already spells it: " " on one line, a newline
+    # and the arguments' indentation when one argument per line (without the comment after it).
     if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-        separator = args[-2].comma
-    elif isinstance(last.comma, cst.Comma):
-        separator = cst.Comma(whitespace_after=call.whitespace_before_args)
+        before_arg = _without_comment(args[-2].comma.whitespace_after)
+    elif isinstance(last.comma, cst.Comma) and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        before_arg = _without_comment(call.whitespace_before_args)
     else:
-        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument keeps it
-        args[-1:] = [last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
+        before_arg = cst.SimpleWhitespace(" ")
+    trailing = last.comma
+    if isinstance(trailing, cst.Comma) and isinstance(trailing.whitespace_after, cst.ParenthesizedWhitespace):
+        # one per line with a trailing comma: the last argument keeps its comment, the new one
+        # goes on its own line, and the closing parenthesis keeps its indentation
+        closing = trailing.whitespace_after
+        last = last.with_changes(comma=trailing.with_changes(whitespace_after=closing.with_changes(
+            indent=getattr(before_arg, "indent", True), last_line=getattr(before_arg, "last_line", cst.SimpleWhitespace("")))))
+        new = new.with_changes(comma=cst.Comma(whitespace_after=_without_comment(closing)))
     else:
-        args[-1:] = [last.with_changes(comma=separator), new]
+        new = new.with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg)
+        last = last.with_changes(comma=cst.Comma(whitespace_after=before_arg),
+                                 whitespace_after_arg=cst.SimpleWhitespace(""))
+    args[-1:] = [last, new]
     return call.with_changes(args=args)
 
 
@@ -127,6 +137,23 @@ def drop_argument(call: cst.Call, name: str, position: int | None) -> cst.Call:
     if index is None:
         return call
     removed = args.pop(index)
-    if args and index == len(args):  # removed the last one: its comma (or none) moves back
-        args[-1] = args[-1].with_changes(comma=removed.comma)
+    if not args:  # `zero_grad(\n    set_to_none=False,\n)` → `zero_grad()`
+        return call.with_changes(args=[], whitespace_before_args=cst.SimpleWhitespace(""))
+    if index == len(args):  # removed the last one: the new last argument ends the call as it did
+        previous = args[-1]
+        if isinstance(removed.comma, cst.Comma) and isinstance(previous.comma, cst.Comma) and isinstance(
+                previous.comma.whitespace_after, cst.ParenthesizedWhitespace) and isinstance(
+                removed.comma.whitespace_after, cst.ParenthesizedWhitespace):
+            closing = removed.comma.whitespace_after
+            args[-1] = previous.with_changes(comma=previous.comma.with_changes(
+                whitespace_after=previous.comma.whitespace_after.with_changes(
+                    indent=closing.indent, last_line=closing.last_line)))
+        else:
+            args[-1] = previous.with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
     return call.with_changes(args=args)
+
+
+def _without_comment(whitespace: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
+    if isinstance(whitespace, cst.ParenthesizedWhitespace):
+        return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+    return whitespace

@@ -58,6 +58,12 @@ def _uses(loader: Loader, facts: Facts) -> list[LoaderUse]:
             loops.append(loop)
     if key is not None:
         loops += _loops_over(key, scope, facts, depth=0)
+    else:  # `evaluate(DataLoader(...))`: the loader goes straight into a function of the file
+        for call, block in facts.model.calls:
+            if any(arg is loader.call for arg in (*call.args, *(k.value for k in call.keywords))):
+                callee = facts.context.local_callee(call, block)
+                for param in _params_receiving(call, callee, loader.call) if callee else ():
+                    loops += _loops_over(param, callee, facts, depth=1)
     seen, uses = set(), []
     for loop in loops:
         if id(loop) not in seen:
@@ -94,16 +100,37 @@ def _loops_over(key: str, scope: Scope, facts: Facts, depth: int) -> list[Block]
             loop = _loop_of(block)
             if loop is not None:
                 found.append(loop)
-    if depth == 0:  # `train_one_epoch(model, loader)`: follow the loader into the callee once
+    if depth == 0:  # `train_one_epoch(model, loader)`, `Trainer(loader)`: follow the loader once
         for call, block in facts.model.calls:
             if not _visible(block.scope, key, scope):
                 continue
             callee = facts.context.local_callee(call, block)
-            if callee is None:
-                continue
-            for param in _params_receiving(call, callee, key):
-                found += _loops_over(param, callee, facts, depth + 1)
+            if callee is not None:
+                for param in _params_receiving(call, callee, key):
+                    found += _loops_over(param, callee, facts, depth + 1)
+            init = _constructor(call, facts)
+            if init is not None:
+                for param in _params_receiving(call, init, key):
+                    for attr in _stored_as_attribute(param, init):
+                        found += _loops_over(attr, init, facts, depth + 1)
     return found
+
+
+def _constructor(call: ast.Call, facts: Facts) -> Scope | None:
+    """`__init__` of the file's own class when `call` instantiates it."""
+    if isinstance(call.func, ast.Name):
+        cls = facts.model.module.functions.get(call.func.id)
+        if cls is not None and cls.kind == "class":
+            init = cls.functions.get("__init__")
+            return init if init is not None and init.kind == "function" else None
+    return None
+
+
+def _stored_as_attribute(param: str, init: Scope) -> list[str]:
+    """`self.loader = loader` in `__init__`: the attribute names a parameter is kept under."""
+    return [dotted(target) for target, value, how in init.assigns
+            if how == "=" and isinstance(value, ast.Name) and value.id == param
+            and (dotted(target) or "").startswith("self.")]
 
 
 def _related_assigns(key: str, scope: Scope):
@@ -121,15 +148,17 @@ def _visible(where: Scope, key: str, bound_in: Scope) -> bool:
     return False
 
 
-def _params_receiving(call: ast.Call, callee: Scope, key: str) -> list[str]:
+def _params_receiving(call: ast.Call, callee: Scope, key: str | ast.expr) -> list[str]:
+    """Parameters of `callee` that `call` passes `key` (a dotted name, or the expression itself) to."""
     params = callee.params
-    offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
-    received = []
-    for i, arg in enumerate(call.args):
-        if dotted(arg) == key and i + offset < len(params):
-            received.append(params[i + offset])
-    received += [kw.arg for kw in call.keywords if kw.arg and dotted(kw.value) == key]
-    return received
+    bound_self = params and params[0] in ("self", "cls") and (
+        isinstance(call.func, ast.Attribute) or callee.name == "__init__")
+    offset = 1 if bound_self else 0
+
+    def matches(arg: ast.expr) -> bool:
+        return arg is key if isinstance(key, ast.expr) else dotted(arg) == key
+    received = [params[i + offset] for i, arg in enumerate(call.args) if matches(arg) and i + offset < len(params)]
+    return received + [kw.arg for kw in call.keywords if kw.arg and matches(kw.value)]
 
 
 def repeats(loop: Block, facts: Facts) -> bool:

@@ -35,7 +35,7 @@ def finding_json(item: LintFinding) -> dict:
     data = to_plain(item.finding)
     data["column"] = item.column
     data["end_line"] = item.end_line
-    data["fixable"] = item.fix is not None
+    data["fixable"] = item.fixable
     if item.cell is not None:
         data["cell"] = item.cell
     return data
@@ -92,7 +92,7 @@ def _result(item: LintFinding, rule_index: int) -> dict:
         "locations": [_physical(item.path, item.line, item.column, item.end_line)],
         "partialFingerprints": {"torchdoctor/v1": f"{item.code}:{item.path}:{finding.location.function}"},
         "properties": {"severity": finding.severity.value, "title": finding.title,
-                       "evidence": to_plain(finding.evidence), "fixable": item.fix is not None},
+                       "evidence": to_plain(finding.evidence), "fixable": item.fixable},
     }
 
 

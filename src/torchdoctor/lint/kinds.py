@@ -189,13 +189,21 @@ class Kinds:
     def _param_kind(self, name: str, scope: Scope) -> str | None:
         if name in ("self", "cls"):
             return None
-        declared = _declared_kind(name, scope.node)
-        if declared is not None:
-            return declared
+        annotated, default = _declared(name, scope.node)
+        if annotated is not None:
+            return annotated
         if scope.name in _FORWARD_NAMES and self._is_module_method(scope):
-            # inputs of forward / a Lightning step are tensors; the calls `model(x, mask)` say which are boolean
-            passed = self._arguments_for(name, scope)
-            return BOOL if passed and all(self.of(a, s) == BOOL for a, s in passed) else TENSOR
+            # inputs of forward / a Lightning step: what the file passes decides (`model(x, mask)`);
+            # otherwise a required input is a tensor, an option with a default is not assumed one
+            passed = [self.of(a, s) for a, s in self._arguments_for(name, scope)]
+            if passed and all(k == BOOL for k in passed):
+                return BOOL
+            if passed and any(k in (TENSOR, BOOL) for k in passed):
+                return TENSOR
+            if default is _NO_DEFAULT:
+                return TENSOR
+        if default is not _NO_DEFAULT and isinstance(default, ast.Constant) and default.value is not None:
+            return OTHER
         return TENSOR if name in scope.tensor_evidence else None
 
     def _is_module_method(self, scope: Scope) -> bool:
@@ -337,6 +345,8 @@ def _qualified_kind(name: str, call: ast.Call, kinds: Kinds, scope: Scope) -> st
         return kinds.of(call.args[0], scope) if call.args else OTHER
     if name.startswith(_TENSOR_NAMESPACES):
         return TENSOR
+    if name.startswith(("torch.cuda.", "torch.backends.", "torch.distributed.")):
+        return OTHER  # device queries, settings, ranks: plain values
     if len(parts) == 2 and parts[0] == "torch":
         if leaf in _TORCH_PLAIN or leaf in HOST_READING or leaf[:1].isupper() or leaf.startswith("is_"):
             return OTHER
@@ -374,11 +384,14 @@ def _fallback(name: str) -> str | None:
 _PLAIN_ANNOTATIONS = ("bool", "int", "float", "str", "dict", "list", "tuple", "Callable", "Sequence")
 
 
-def _declared_kind(name: str, function: ast.AST) -> str | None:
-    """What a parameter's annotation or default says: `x: Tensor` is a tensor, `flag: bool = False`
-    or `flag=False` is not. None when it says nothing (no annotation, no default or `None`)."""
+_NO_DEFAULT = object()
+
+
+def _declared(name: str, function: ast.AST) -> tuple[str | None, object]:
+    """(kind from the annotation or None, the default expression or _NO_DEFAULT) of a parameter:
+    `x: Tensor` is a tensor, `flag: bool = False` is not."""
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        return None
+        return None, _NO_DEFAULT
     args = function.args
     positional = [*args.posonlyargs, *args.args]
     defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
@@ -386,18 +399,16 @@ def _declared_kind(name: str, function: ast.AST) -> str | None:
     for arg in (*positional, *args.kwonlyargs):
         if arg.arg != name:
             continue
+        kind = None
         annotation = getattr(arg, "annotation", None)
         if annotation is not None:
             text = ast.unparse(annotation)
             if "Tensor" in text:
-                return TENSOR
-            if any(word in text for word in _PLAIN_ANNOTATIONS):
-                return OTHER
-        default = defaults.get(name)
-        if isinstance(default, ast.Constant) and default.value is not None:
-            return OTHER
-        return None
-    return None
+                kind = TENSOR
+            elif any(word in text for word in _PLAIN_ANNOTATIONS):
+                kind = OTHER
+        return kind, defaults.get(name, _NO_DEFAULT)
+    return None, _NO_DEFAULT
 
 
 def _binds(target: ast.expr, name: str) -> bool:

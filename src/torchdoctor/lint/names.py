@@ -120,6 +120,7 @@ def canonical(name: str) -> str:
     name = CANONICAL.get(name, name)
     # torch.optim.adamw.AdamW → torch.optim.AdamW: optimizers live in private modules
     parts = name.split(".")
-    if len(parts) == 4 and parts[:2] == ["torch", "optim"] and parts[2].islower() and parts[3][:1].isupper():
+    if (len(parts) == 4 and parts[:2] == ["torch", "optim"] and parts[2].islower() and parts[3][:1].isupper()
+            and parts[2] not in ("lr_scheduler", "swa_utils")):
         return f"torch.optim.{parts[3]}"
     return name

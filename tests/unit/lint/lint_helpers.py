@@ -1,0 +1,31 @@
+"""Lint a snippet written to a temporary file; findings as (code, line) pairs."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from torchdoctor.lint import LintOptions, LintResult, lint_paths
+
+
+def write(tmp_path: Path, code: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(code).lstrip("\n"))
+    return path
+
+
+def lint(tmp_path: Path, code: str, name: str = "train.py", **options) -> LintResult:
+    path = write(tmp_path, code, name)
+    options.setdefault("isolated", True)
+    options.setdefault("min_severity", "info")
+    options.setdefault("jobs", 1)
+    return lint_paths([path], LintOptions(**options), cwd=tmp_path)
+
+
+def found(tmp_path: Path, code: str, **options) -> list[tuple[str, int]]:
+    return [(f.code, f.line) for f in lint(tmp_path, code, **options).findings]
+
+
+def severities(tmp_path: Path, code: str) -> dict[tuple[str, int], str]:
+    return {(f.code, f.line): f.finding.severity.value for f in lint(tmp_path, code).findings}

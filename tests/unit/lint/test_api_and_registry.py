@@ -1,0 +1,44 @@
+"""The Python API `run` uses, and the lint registry's place in the catalogue."""
+
+from lint_helpers import write
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.lint import lint_files
+from torchdoctor.lint.registry import CHECKS, DETECTED_CODES
+from torchdoctor.rules.docs import rules_table
+from torchdoctor.rules.registry import CATALOGUE, engines_for, rule_by_code
+
+
+def test_lint_files_returns_findings_of_every_severity_in_line_order(tmp_path):
+    path = write(tmp_path, """
+import argparse
+import torch
+from torch.utils.data import DataLoader
+p = argparse.ArgumentParser()
+p.add_argument("--workers", type=int, default=0)
+args = p.parse_args()
+loader = DataLoader(ds, num_workers=args.workers)
+for x in loader:
+    model(x).backward()
+    opt.step()
+    print(x.sum().item())  # noqa: TD201
+    torch.cuda.synchronize()
+""")
+    findings = lint_files([path, tmp_path / "missing.py"])
+    assert all(isinstance(f, Finding) for f in findings)
+    assert [(f.code, f.location.line, f.severity) for f in findings] == [
+        ("TD105", 7, Severity.INFO), ("TD204", 12, Severity.MEDIUM)]
+    assert findings[1].location.function == "<module>"
+
+
+def test_every_lint_code_is_in_the_catalogue_and_shown_as_found_by_lint():
+    assert DETECTED_CODES <= {r.code for r in CATALOGUE}
+    assert DETECTED_CODES == {code for check in CHECKS for code in check.codes}
+    for code in DETECTED_CODES:
+        assert "lint" in engines_for(code)
+        assert f"{code}  {rule_by_code(code).slug}" in rules_table()
+
+
+def test_catalogue_only_causes_are_found_by_some_engine_now():
+    for code in ("TD105", "TD405", "TD601", "TD603", "TD604", "TD704"):
+        assert engines_for(code) == ["lint"]

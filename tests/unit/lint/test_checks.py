@@ -1,0 +1,88 @@
+"""Each lint rule on small snippets: a case that must trigger next to one that must not.
+The golden cases (tests/lint_golden) hold the fuller scripts; these pin single decisions."""
+
+import pytest
+from lint_helpers import found, severities
+
+HEAD = "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
+LOOP = "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
+
+CASES = [
+    # (name, code, snippet after HEAD, lines expected to carry `code`)
+    ("TD105 missing num_workers feeding the loop", "TD105",
+     "loader = DataLoader(MyDataset(), batch_size=8)\n" + LOOP, [5]),
+    ("TD105 num_workers from os.cpu_count()", "TD105",
+     "loader = DataLoader(MyDataset(), num_workers=os.cpu_count())\n" + LOOP, []),
+    ("TD105 only iterated without backward", "TD105",
+     "loader = DataLoader(MyDataset())\nfor x in loader:\n    print(x.shape)\n", []),
+    ("TD102 while-True epoch loop", "TD102",
+     "loader = DataLoader(ds, num_workers=4)\nwhile True:\n" + "".join("    " + l + "\n" for l in LOOP.splitlines()),
+     [5]),
+    ("TD102 persistent from a constant True", "TD102",
+     "KEEP = True\nloader = DataLoader(ds, num_workers=4, persistent_workers=KEEP)\nfor e in range(9):\n"
+     + "".join("    " + l + "\n" for l in LOOP.splitlines()), []),
+    ("TD103 batch dict moved with a comprehension", "TD103",
+     "loader = DataLoader(ds, num_workers=2)\nfor batch in loader:\n"
+     "    batch = {k: v.to('cuda') for k, v in batch.items()}\n    model(**batch).backward()\n    opt.step()\n", [5]),
+    ("TD103 pin_memory from a torch.cuda.is_available() constant", "TD103",
+     "PIN = torch.cuda.is_available()\nloader = DataLoader(ds, num_workers=2, pin_memory=PIN)\n"
+     "for x in loader:\n    model(x.cuda()).backward()\n    opt.step()\n", []),
+    ("TD104 unpinned loader is TD103's, not TD104's", "TD104",
+     "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    model(x.cuda()).backward()\n    opt.step()\n", []),
+    ("TD104 next(iter(loader)) in a while loop", "TD104",
+     "loader = DataLoader(ds, num_workers=2, pin_memory=True)\nit = iter(loader)\nwhile True:\n"
+     "    x, y = next(it)\n    x = x.to('cuda')\n    model(x).backward()\n    opt.step()\n", [9]),
+    ("TD201 .cpu() on the model is not a read", "TD201",
+     LOOP + "    model.cpu()\n    m = model.to('cpu')\n", []),
+    ("TD201 str.format of a tensor", "TD201", LOOP + "    msg = 'loss {}'.format(loss)\n", [9]),
+    ("TD201 while-condition on a tensor", "TD201",
+     "while loss > 0.1:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n", [5]),
+    ("TD202 masked assignment in the step", "TD202", LOOP + "    m = x > 0\n    x[m] = 0\n", [10]),
+    ("TD202 numpy unique is not a torch op", "TD202",
+     "import numpy as np\n" + LOOP + "    u = np.unique(y)\n", []),
+    ("TD203 eval loop behind a modulo guard", "TD203",
+     "model.eval()\nwith torch.no_grad():\n    for i, (x, y) in enumerate(loader):\n        out = model(x)\n"
+     "        if i % 10 == 0:\n            print(out.cpu())\n", []),
+    ("TD204 synchronize in a function called every step", "TD204",
+     "def timed():\n    torch.cuda.synchronize()\n" + LOOP + "    timed()\n", [6]),
+    ("TD301 loop over a tensor's rows in forward", "TD301",
+     "class M(nn.Module):\n    def forward(self, x):\n        for i in range(x.size(0)):\n            x[i] = x[i] * 2\n"
+     "        return x\n", [8]),
+    ("TD301 loop over a Python list is not a tensor loop", "TD301",
+     "class M(nn.Module):\n    def forward(self, x, lengths: list[int]):\n        for i in range(len(lengths)):\n"
+     "            lengths[i] = 0\n        return x\n", []),
+    ("TD302 foreach=False on an optimizer alias", "TD302",
+     "from torch.optim import AdamW as Opt\nopt = Opt(params, foreach=False)\n", [6]),
+    ("TD303 set_to_none=True", "TD303", "opt.zero_grad(set_to_none=True)\n", []),
+    ("TD403 set_float32_matmul_precision from a constant", "TD403",
+     "MODE = 'highest'\ntorch.set_float32_matmul_precision(MODE)\n", [6]),
+    ("TD405 compile in an epoch loop", "TD405",
+     "for epoch in range(3):\n    cm = torch.compile(model)\n", [6]),
+    ("TD601 accumulation without DDP in the file", "TD601",
+     "for i, x in enumerate(loader):\n    model(x).backward()\n    if i % 4 == 0:\n        opt.step()\n", []),
+    ("TD604 data_parallel function", "TD604",
+     "from torch.nn.parallel import data_parallel\nout = data_parallel(model, x)\n", [6]),
+    ("TD704 anomaly mode from a constant", "TD704",
+     "DEBUG = True\ntorch.autograd.set_detect_anomaly(DEBUG)\n", [6]),
+    ("TD704 gradcheck in a test file without training", "TD704",
+     "def test_grad():\n    torch.autograd.gradcheck(f, (x,))\n", []),
+]
+
+
+@pytest.mark.parametrize("name, code, snippet, lines", CASES, ids=[c[0] for c in CASES])
+def test_rule_decision(tmp_path, name, code, snippet, lines):
+    assert [line for c, line in found(tmp_path, HEAD + snippet) if c == code] == lines
+
+
+def test_every_detected_code_has_a_trigger_and_a_non_trigger_here():
+    from torchdoctor.lint.registry import DETECTED_CODES
+    triggers = {c[1] for c in CASES if c[3]}
+    silent = {c[1] for c in CASES if not c[3]}
+    assert DETECTED_CODES - {"TD603"} <= triggers | silent
+
+
+def test_severity_reflects_how_often_and_how_sure(tmp_path):
+    got = severities(tmp_path, HEAD + "loader = DataLoader(ds, num_workers=2)\nval = DataLoader(ds, num_workers=2)\n"
+                     + LOOP + "    x.cuda()\nmodel.eval()\nwith torch.no_grad():\n    for x, y in val:\n"
+                     "        model(x.cuda())\n")
+    assert got == {("TD103", 5): "medium", ("TD103", 6): "low"}

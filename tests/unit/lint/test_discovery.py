@@ -1,0 +1,54 @@
+"""Which files a directory argument covers."""
+
+import os
+
+from lint_helpers import write
+
+from torchdoctor.lint.discovery import discover
+
+LOOP = "for x in loader:\n    model(x).backward()\n    opt.step()\n    v = x.item()\n"
+
+
+def shown(tmp_path, *targets, **kw) -> list[str]:
+    return [s for _, s in discover(list(targets) or [tmp_path], cwd=tmp_path, **kw).files]
+
+
+def test_virtualenvs_vcs_and_caches_are_skipped(tmp_path):
+    for folder in (".venv", "venv", "env/lib/python3.11/site-packages", ".git", "__pycache__", "node_modules",
+                   "build"):
+        write(tmp_path, LOOP, f"{folder}/skipped.py")
+    write(tmp_path, "", "myenv/pyvenv.cfg")
+    write(tmp_path, LOOP, "myenv/lib/skipped.py")  # a virtualenv by its pyvenv.cfg, whatever its name
+    write(tmp_path, LOOP, "src/train.py")
+    write(tmp_path, "{}", "src/nb.ipynb")
+    write(tmp_path, "not python", "src/notes.txt")
+    assert shown(tmp_path, tmp_path) == ["src/nb.ipynb", "src/train.py"]
+
+
+def test_a_path_named_on_the_command_line_is_linted_even_inside_an_excluded_folder(tmp_path):
+    path = write(tmp_path, LOOP, ".venv/lib/special.py")
+    assert shown(tmp_path, path) == [".venv/lib/special.py"]
+
+
+def test_symlink_loops_end_and_each_file_is_linted_once(tmp_path):
+    write(tmp_path, LOOP, "pkg/a.py")
+    os.symlink(tmp_path / "pkg", tmp_path / "pkg" / "loop")
+    os.symlink(tmp_path / "pkg" / "a.py", tmp_path / "pkg" / "alias.py")
+    found = discover([tmp_path], cwd=tmp_path)
+    assert [s for _, s in found.files] == ["pkg/a.py"]
+    assert any("symbolic link" in note for note in found.notes)
+
+
+def test_broken_links_and_missing_paths_are_problems(tmp_path):
+    os.symlink(tmp_path / "gone.py", tmp_path / "dangling.py")
+    found = discover([tmp_path, tmp_path / "missing.py"], cwd=tmp_path)
+    assert sorted((p.display, p.message) for p in found.problems) == [
+        ("dangling.py", "broken symbolic link"), ("missing.py", "no such file or directory")]
+
+
+def test_configured_excludes_match_names_and_paths(tmp_path):
+    write(tmp_path, LOOP, "legacy/old.py")
+    write(tmp_path, LOOP, "gen/model_pb2.py")
+    write(tmp_path, LOOP, "gen/keep.py")
+    assert shown(tmp_path, tmp_path, excludes=["legacy/", "*_pb2.py"], root=tmp_path) == ["gen/keep.py"]
+    assert shown(tmp_path, tmp_path, excludes=["gen/keep.py"], root=tmp_path) == ["gen/model_pb2.py", "legacy/old.py"]

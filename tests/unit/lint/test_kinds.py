@@ -1,0 +1,92 @@
+"""Tensor-ness inference: what a sync check may assume about an expression."""
+
+import ast
+import textwrap
+
+from torchdoctor.lint.facts import Facts
+
+
+def kinds(source: str, function: str | None = None) -> dict[str, str | None]:
+    """Kind of every name assigned (or a parameter) in `function` (or the module)."""
+    source = textwrap.dedent(source).lstrip("\n")
+    facts = Facts(ast.parse(source), source)
+    scope = next(s for s in facts.model.scopes if s.name == (function or "<module>"))
+    names = {n.id for t, _, _ in scope.assigns for n in ast.walk(t) if isinstance(n, ast.Name)} | set(scope.params)
+    return {name: facts.kinds.name(name, scope) for name in sorted(names)}
+
+
+def test_assignments_from_models_losses_and_torch_functions_are_tensors():
+    found = kinds("""
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader
+        model = nn.Linear(2, 2)
+        criterion = nn.CrossEntropyLoss()
+        loader = DataLoader(ds)
+        out = model(x)
+        loss = criterion(out, y)
+        mask = out > 0
+        both = mask & (out < 1)
+        count = 0
+        count += 1
+        total = 0.0
+        total += loss.item()
+        acc = 0
+        acc += (out.argmax(1) == y).sum()
+        shape = out.shape
+        n = out.size(0)
+        cpu_flag = torch.cuda.is_available()
+    """)
+    assert found["model"] == "module" and found["criterion"] == "module" and found["loader"] == "loader"
+    assert found["out"] == "tensor" and found["loss"] == "tensor" and found["acc"] == "tensor"
+    assert found["mask"] == "bool" and found["both"] == "bool"
+    assert found["count"] == "other" and found["total"] == "other" and found["shape"] == "other"
+    assert found["n"] == "other" and found["cpu_flag"] == "other"
+
+
+def test_batches_from_a_loader_are_tensors_but_indices_are_not():
+    found = kinds("""
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds)
+        for i, (x, y) in enumerate(loader):
+            pass
+        for a, b in zip(loader, other):
+            pass
+    """)
+    assert found["x"] == "tensor" and found["y"] == "tensor" and found["i"] is None
+    assert found["a"] == "tensor" and found["b"] is None
+
+
+def test_forward_parameters_follow_annotations_defaults_and_call_sites():
+    source = """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def forward(self, x, mask, flag: bool, scale=2.0, extra=None, w: torch.Tensor = None):
+                return x
+        net = Net()
+        out = net(torch.randn(2), torch.rand(2) > 0.5, True)
+    """
+    found = kinds(source, "forward")
+    assert found["x"] == "tensor" and found["mask"] == "bool" and found["flag"] == "other"
+    assert found["scale"] == "other" and found["extra"] is None and found["w"] == "tensor"
+
+
+def test_autograd_function_forward_parameters_are_not_assumed_tensors():
+    found = kinds("""
+        import torch
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, dim):
+                return x
+    """, "forward")
+    assert found["dim"] is None
+
+
+def test_recursive_functions_do_not_loop_forever():
+    found = kinds("""
+        def f(n):
+            return f(n - 1)
+        r = f(3)
+    """)
+    assert found["r"] is None
