@@ -1,0 +1,272 @@
+"""One trace file per rank in, one TraceSummary out: load, cut into steps, analyse each device.
+
+Files are analysed one at a time and only their summaries are kept, so several large rank
+files need no more memory than the largest one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+import gc
+from collections import defaultdict
+from contextlib import contextmanager
+from itertools import compress
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from statistics import median
+
+from torchdoctor.errors import InputError
+from torchdoctor.trace import idle as idle_mod
+from torchdoctor.trace.events import DATALOADER_PREFIX, TraceEvents
+from torchdoctor.trace.idle import CAUSES, blocking_calls, classify_idle, dataloader_union
+from torchdoctor.trace.joins import Joins
+from torchdoctor.trace.kernels import (
+    COMM, COMPUTE, COPY, CollectiveCall, collective_calls, collective_stats, kernel_kind, kernel_totals,
+)
+from torchdoctor.trace.loader import LoadedTrace, load_trace
+from torchdoctor.trace.summary import (
+    Breakdown, DeviceSummary, HostSummary, IdleSiteSummary, LateRank, RankSummary, StepSummary, TraceSummary,
+)
+from torchdoctor.trace.timeline import DeviceUnions, Union, merge, union
+from torchdoctor.trace.transfers import transfers
+from torchdoctor.trace.windows import Window, step_windows
+
+_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+# ops that make the host wait for the device; counted on CPU-only traces as hazards
+HOST_SYNC_OPS = idle_mod.ITEM_OPS | idle_mod.DATA_DEPENDENT_OPS
+
+
+@dataclass
+class _RankResult:
+    summary: RankSummary
+    calls: list[tuple[str, CollectiveCall]] = field(default_factory=list)  # (step label, call)
+    declared_rank: int | None = None
+
+
+def analyze_trace_files(paths: list[Path], *, max_memory_bytes: int | None = None) -> TraceSummary:
+    """Analyse one Kineto trace per rank (one file is fine). Raises InputError for unreadable
+    files and for rank sets that cannot belong to one run."""
+    if not paths:
+        raise InputError("no trace file given; usage: torchdoctor trace TRACE.json[.gz] [MORE_RANKS...]")
+    with _collector_paused():
+        results = [_analyze_file(load_trace(Path(p), max_memory_bytes=max_memory_bytes)) for p in paths]
+    summary = TraceSummary(ranks=[r.summary for r in results])
+    _assign_ranks(results, summary)
+    if len(results) > 1:
+        summary.late_ranks = _late_ranks(results)
+    return summary
+
+
+@contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off while millions of acyclic events live: its passes
+    would walk the event lists again and again for nothing (~5 % of the time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analyze_file(loaded: LoadedTrace) -> _RankResult:
+    events = loaded.events
+    dist = loaded.distributed
+    declared = _as_int(dist.rank) if dist is not None else None
+    world = _as_int(dist.world_size) if dist is not None else None
+    wins = step_windows(events)
+    rank = RankSummary(path=str(loaded.path), rank=declared if declared is not None else 0, world_size=world,
+                       events=events.events, window_kind=wins.kind, steps=len(wins.windows),
+                       cpu_only=not events.gpu, has_stacks=bool(events.python), notes=list(wins.notes))
+    joins = Joins.build(events)
+    t0 = wins.windows[0].start if wins.windows else 0.0  # step start times are shown from here
+    rank.host = _host_summary(events, joins, wins.windows)
+    result = _RankResult(rank, declared_rank=declared)
+    if not events.gpu:
+        rank.notes.insert(0, "CPU-only trace: no GPU activity was recorded, so the GPU breakdown, idle causes, "
+                             "copies and kernels are not available; profile with ProfilerActivity.CUDA to get them")
+    else:
+        props = {p.id: p for p in loaded.device_properties}
+        if not loaded.device_properties:
+            rank.notes.append("no deviceProperties in the trace: the GPU model and compute capability are unknown, "
+                              "so fp32 matmuls are not judged against tensor cores (TD402)")
+        by_device: dict[int, list] = defaultdict(list)
+        for e in events.gpu:
+            by_device[max(e.args.device, 0)].append(e)  # no args.device (very old traces): device 0
+        blocking = blocking_calls(joins)
+        dataloader = dataloader_union(events.annotations)
+        for device, device_events in sorted(by_device.items()):
+            dev, calls = _analyze_device(device, device_events, props.get(device), wins.windows, joins, blocking,
+                                         dataloader, t0)
+            rank.devices.append(dev)
+            result.calls.extend(calls)
+    if not rank.has_stacks:
+        rank.notes.append("no python_function events (recorded without with_stack=True): causes are traced to "
+                          "aten ops, not to source lines")
+    if events.skipped_no_time:
+        rank.notes.append(f"{events.skipped_no_time} events without a timestamp were skipped")
+    return result
+
+
+def _analyze_device(device: int, evs: list, props, windows: list[Window], joins: Joins, blocking, dataloader: Union,
+                    t0: float) -> tuple[DeviceSummary, list[tuple[str, CollectiveCall]]]:
+    evs.sort(key=_TS)
+    starts = list(map(_TS, evs))
+    ends = [s + d for s, d in zip(starts, map(_DUR, evs))]
+    kinds = [kernel_kind(e.cat, e.name) for e in evs]
+    busy = union(starts, ends)
+    compute = union(starts, ends, [i for i, k in enumerate(kinds) if k == COMPUTE])
+    comm = union(starts, ends, [i for i, k in enumerate(kinds) if k == COMM])
+    unions = DeviceUnions(compute=compute, compute_comm=merge(compute, comm) if len(comm) else compute,
+                          busy=busy, comm=comm)
+    cap = [props.computeMajor, props.computeMinor] if props is not None and props.computeMajor is not None else None
+    dev = DeviceSummary(device=device, name=props.name if props is not None else None, compute_capability=cap,
+                        total=Breakdown(), busy_us=busy.total(), comm_total_us=comm.total(),
+                        comm_overlap=unions.comm_overlap())
+    idle = classify_idle(busy, evs, windows, joins, blocking, dataloader)
+    per_window_kernels = _kernels_per_window(starts, evs, kinds, windows)
+    for w, causes, (count, med) in zip(windows, idle.per_window, per_window_kernels):
+        b = unions.breakdown(w.start, w.end)
+        b.idle_by_cause_us = {c: causes.get(c, 0.0) for c in CAUSES}
+        dev.steps.append(StepSummary(label=w.label, start_us=w.start - t0, breakdown=b,
+                                     dataloader_us=dataloader.covered(w.start, w.end), kernels=count,
+                                     median_kernel_us=med))
+        _accumulate(dev.total, b)
+    dev.idle_sites = [IdleSiteSummary(cause=s.cause, kind=s.kind, op=s.op, location=s.location, count=s.count,
+                                      idle_us=s.idle_us) for s in idle.sites]
+    dev.launch = idle.launch_stats()
+    dev.transfers = transfers(evs, joins)
+    totals = kernel_totals(evs)
+    dev.top_kernels, dev.kernels = totals.top, totals.kernels
+    dev.matmul_fp32_us, dev.matmul_lowp_us = totals.matmul_us["fp32"], totals.matmul_us["low"]
+    dev.matmul_unknown_us = totals.matmul_us["unknown"]
+    calls = collective_calls(evs)
+    dev.collectives = collective_stats(calls)
+    return dev, [(_window_of_launch(c, joins, windows), c) for c in calls]
+
+
+def _accumulate(total: Breakdown, b: Breakdown) -> None:
+    total.window_us += b.window_us
+    total.compute_us += b.compute_us
+    total.comm_us += b.comm_us
+    total.copy_us += b.copy_us
+    total.idle_us += b.idle_us
+    for c, v in b.idle_by_cause_us.items():
+        total.idle_by_cause_us[c] = total.idle_by_cause_us.get(c, 0.0) + v
+
+
+def _kernels_per_window(starts: list[float], evs: list, kinds: list[str], windows: list[Window]):
+    """(kernel count, median kernel µs) for the kernels starting in each window."""
+    durs_all = list(map(_DUR, evs))
+    kernel = [k != COPY for k in kinds]
+    out = []
+    for w in windows:
+        i, j = bisect_left(starts, w.start), bisect_left(starts, w.end)
+        durs = list(compress(durs_all[i:j], kernel[i:j]))
+        out.append((len(durs), median(durs) if durs else None))
+    return out
+
+
+def _window_of_launch(call: CollectiveCall, joins: Joins, windows: list[Window]) -> str:
+    """The step a collective belongs to: the window its launch happened in (the kernel
+    itself may start later, in the next window, when the GPU lags behind the host)."""
+    launch = joins.runtime_by_corr.get(call.correlation)
+    t = launch.ts if launch is not None else call.start
+    i = bisect_right([w.start for w in windows], t) - 1
+    return windows[i].label if 0 <= i < len(windows) and t < windows[i].end else ""
+
+
+def _host_summary(events: TraceEvents, joins: Joins, windows: list[Window]) -> HostSummary:
+    host = HostSummary(steps=[w.label for w in windows], step_us=[w.end - w.start for w in windows])
+    dl = dataloader_union(events.annotations)
+    host.dataloader_us = [dl.covered(w.start, w.end) for w in windows]
+    if not windows:
+        return host
+    lo, hi = windows[0].start, windows[-1].end
+    first: dict[str, object] = {}
+    outer_end: dict = {}  # tid → end of the last counted sync op: its inner ops are not counted again
+    for op in sorted((o for o in events.ops if o.name in HOST_SYNC_OPS and lo <= o.ts < hi), key=_TS):
+        if op.ts < outer_end.get(op.tid, float("-inf")):
+            continue  # aten::_local_scalar_dense inside aten::item
+        outer_end[op.tid] = op.ts + op.dur
+        host.sync_ops[op.name] = host.sync_ops.get(op.name, 0) + 1
+        first.setdefault(op.name, op)
+    dl_first = min((a for a in events.annotations if a.name.startswith(DATALOADER_PREFIX)), key=_TS, default=None)
+    for name, op in first.items():
+        loc = joins.user_frame(op)
+        if loc is not None:
+            host.sync_locations[name] = loc
+    host.dataloader_location = joins.user_frame(dl_first)
+    return host
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+# --- several ranks ---------------------------------------------------------------------------
+
+def _assign_ranks(results: list[_RankResult], summary: TraceSummary) -> None:
+    declared = [r.declared_rank for r in results]
+    paths = [r.summary.path for r in results]
+    if len(results) > 1 and any(d is None for d in declared) and any(d is not None for d in declared):
+        missing = paths[declared.index(None)]
+        raise InputError(f"{missing} has no rank (no distributedInfo) while other files do: pass the traces of "
+                         f"one distributed run, one file per rank")
+    if all(d is None for d in declared):
+        for i, r in enumerate(results):
+            r.summary.rank = i
+        if len(results) > 1:
+            summary.notes.append("no distributedInfo in the traces: ranks are numbered in the order the files were given")
+        return
+    seen: dict[int, str] = {}
+    for d, p in zip(declared, paths):
+        if d in seen:
+            raise InputError(f"{seen[d]} and {p} both say they are rank {d}: pass one trace per rank")
+        seen[d] = p
+    worlds = {r.summary.world_size for r in results if r.summary.world_size is not None}
+    if len(worlds) > 1:
+        raise InputError(f"the traces disagree on the world size ({', '.join(map(str, sorted(worlds)))}): "
+                         f"pass the traces of one distributed run")
+    world = worlds.pop() if worlds else None
+    if world is not None and any(d >= world for d in declared):
+        raise InputError(f"a trace says rank {max(declared)} but the world size is {world}: "
+                         f"pass the traces of one distributed run")
+    if world is not None and len(results) < world:
+        summary.notes.append(f"{len(results)} of {world} ranks given; the late-rank check only compares those")
+    summary.ranks.sort(key=lambda r: r.rank)
+
+
+def _late_ranks(results: list[_RankResult]) -> list[LateRank]:
+    """Match each collective across ranks (same step, same process group, same order) and
+    name the rank that arrived last: its kernel is the shortest, since every rank's kernel
+    ends when the last has joined. Clock offsets between hosts do not matter."""
+    keyed: dict[tuple[str, str], dict[int, dict[str, list[CollectiveCall]]]] = defaultdict(lambda: defaultdict(dict))
+    for r in results:
+        for step, call in r.calls:
+            keyed[(call.collective, call.process_group)][r.summary.rank].setdefault(step, []).append(call)
+    out = []
+    for (name, pg), per_rank in sorted(keyed.items()):
+        if len(per_rank) < 2:
+            continue
+        late = LateRank(collective=name, process_group=pg, calls=0)
+        steps = set.intersection(*(set(s) for s in per_rank.values()))
+        for step in sorted(steps):
+            lists = {rank: calls[step] for rank, calls in per_rank.items()}
+            for i in range(min(len(c) for c in lists.values())):
+                durs = {rank: calls[i].dur for rank, calls in lists.items()}
+                last = min(durs, key=durs.get)
+                waits = [d - durs[last] for rank, d in durs.items() if rank != last]
+                late.calls += 1
+                key = str(last)
+                late.late_counts[key] = late.late_counts.get(key, 0) + 1
+                late.wait_caused_us[key] = late.wait_caused_us.get(key, 0.0) + sum(waits) / len(waits)
+        if late.calls:
+            out.append(late)
+    return out
