@@ -125,6 +125,10 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     anything the script does; the status says what happened)."""
     script = check_target(request)
     config = SessionConfig(warmup=request.warmup, steps=request.steps, max_seconds=request.max_seconds)
+    if request.knobs.get("compile"):
+        # The op sampler's modes and hooks run Python inside the model, which TorchDynamo would
+        # trace, break on and recompile around: a compiled trial measures steps, not ops.
+        config.sampled_steps = config.backward_steps = 0
     session = RunSession(config, clock)
     steps = StepProbe(session)
     loaders = DataLoaderProbe(session)
@@ -203,6 +207,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         record.trace_file = profiler.saved
     elif profiler.error:
         notes.append(ProbeNote("profiler", profiler.error))
+    if request.knobs.get("compile"):
+        notes.append(ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
     record.probe_notes = notes + record.probe_notes
     return record
 
