@@ -89,7 +89,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     train_set = make_dataset(24 * args.train_batch_size, args.seq_len, args.prompt_length, args.vocab_size, g)
     eval_set = make_dataset(2 * args.eval_batch_size, args.seq_len, args.prompt_length, args.vocab_size, g)
-    train_loader = DataLoader(train_set, batch_size=args.train_batch_size, shuffle=True,
+    train_loader = DataLoader(train_set, batch_size=args.train_batch_size, shuffle=True,  # lint-expect: TD103
                               num_workers=args.num_workers, drop_last=True)
     eval_loader = DataLoader(eval_set, batch_size=args.eval_batch_size, num_workers=args.num_workers)
 

@@ -18,7 +18,7 @@ args = parser.parse_args()
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 torch.manual_seed(0)
-train = DataLoader(TensorDataset(torch.randn(2048, 64), torch.randint(0, 10, (2048,))), batch_size=64, shuffle=True)
+train = DataLoader(TensorDataset(torch.randn(2048, 64), torch.randint(0, 10, (2048,))), batch_size=64, shuffle=True)  # lint-expect: TD103
 val = DataLoader(TensorDataset(torch.randn(8192, 64), torch.randint(0, 10, (8192,))), batch_size=512)
 model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -20,7 +20,7 @@ args = parser.parse_args()
 device = "cuda" if torch.cuda.is_available() else "cpu"
 torch.manual_seed(0)
 data = TensorDataset(torch.randn(4096, 128), torch.randint(0, 10, (4096,)))
-loader = DataLoader(data, batch_size=4, shuffle=True)  # expect: TD401, TD501
+loader = DataLoader(data, batch_size=4, shuffle=True)  # expect: TD401, TD501  # lint-expect: TD103
 model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step, (x, y) in enumerate(loader):

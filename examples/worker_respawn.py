@@ -16,7 +16,7 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 def main(epochs=15):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(96, 32), torch.randint(0, 4, (96,)))
-    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=2)  # expect: TD102
+    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=2)  # expect: TD102  # lint-expect: TD103
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     for epoch in range(epochs):

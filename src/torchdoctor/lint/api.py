@@ -17,7 +17,7 @@ from torchdoctor.lint.config import SEVERITIES, LintConfig, find_config, load_co
 from torchdoctor.lint.discovery import discover, display_path
 from torchdoctor.lint.engine import FileOutcome, LintFinding, lint_source
 from torchdoctor.lint.selection import Selection
-from torchdoctor.lint.source import Problem, read_source
+from torchdoctor.lint.source import Problem, SourceFile, read_source
 
 PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
 
@@ -84,6 +84,22 @@ def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path 
     return result
 
 
+def lint_text(text: str, display: str, options: LintOptions | None = None, cwd: Path | None = None) -> LintResult:
+    """Lint source that is not on disk (an editor buffer on stdin); `display` names it in the output.
+    The configuration is looked up from `display` as if the file were there."""
+    options = options or LintOptions()
+    config = _group_by_config([(cwd or Path.cwd()) / display], options)[0][0]
+    selection = Selection(options.select if options.select is not None else config.select,
+                          options.ignore if options.ignore is not None else config.ignore, config.per_file_ignores)
+    outcome = lint_source(SourceFile(Path(display), display, text), selection, display)
+    result = LintResult(problems=outcome.problems, files_found=1, files_linted=int(outcome.linted))
+    min_rank = SEVERITIES.index(options.min_severity or config.min_severity)
+    result.findings = [f for f in outcome.findings if SEVERITIES.index(f.finding.severity.value) <= min_rank]
+    result.hidden = len(outcome.findings) - len(result.findings)
+    result.findings.sort(key=LintFinding.sort_key)
+    return result
+
+
 def lint_files(paths: list[Path], select: list[str] | None = None) -> list[Finding]:
     """Findings for these files (all severities, `info` included), in path and line order.
 
@@ -139,4 +155,4 @@ def _run(jobs: list, workers: int):
         return list(pool.map(_lint_one, jobs, chunksize=max(1, len(jobs) // (workers * 8))))
 
 
-__all__ = ["LintFinding", "LintOptions", "LintResult", "display_path", "lint_files", "lint_paths"]
+__all__ = ["LintFinding", "LintOptions", "LintResult", "display_path", "lint_files", "lint_paths", "lint_text"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.errors import EXIT_OK, InputError, UsageError
-from torchdoctor.lint.api import LintOptions, LintResult, lint_paths
+from torchdoctor.lint.api import LintOptions, LintResult, lint_paths, lint_text
 from torchdoctor.lint.config import SEVERITIES
 from torchdoctor.lint.fix import FileFix, plan_fixes
 from torchdoctor.lint.formats import FORMATS
@@ -30,10 +30,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="torchdoctor lint", description=(
+    p = _Parser(prog="torchdoctor lint", formatter_class=argparse.RawDescriptionHelpFormatter, description=(
         "Find slow-training habits in PyTorch source without running it. Exit status: 1 when "
-        "findings are reported, 0 when clean, 2 on usage errors or when nothing could be read."))
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="files or folders (.py, .ipynb)")
+        "findings are reported, 0 when clean, 2 on usage errors or when nothing could be read."), epilog=_EPILOG)
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="files or folders (.py, .ipynb); - reads stdin")
+    p.add_argument("--stdin-filename", default="<stdin>", help="the name of the file read from stdin")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--select", action="append", metavar="CODES", help="only these codes or prefixes, e.g. TD2,TD301")
     p.add_argument("--ignore", action="append", metavar="CODES", help="skip these codes or prefixes")
@@ -48,6 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings are reported")
     p.add_argument("--jobs", "-j", type=int, default=0, help="worker processes (default: one per CPU on large trees)")
     return p
+
+
+_EPILOG = """\
+silencing:
+  x = loss.item()  # noqa: TD201      one code (a prefix such as TD2 covers a family)
+  x = loss.item()  # noqa             every code on the line
+  # torchdoctor: noqa: TD105           a line of its own: the whole file
+
+configuration (the nearest pyproject.toml above the linted path):
+  [tool.torchdoctor.lint]
+  select = ["TD1", "TD2"]
+  ignore = ["TD105"]
+  exclude = ["legacy/"]
+  per-file-ignores = { "tests/*" = ["TD201"] }
+
+`torchdoctor rules CODE` explains a rule: why it is slow, an example, the fix.
+"""
 
 
 class LintCommand:
@@ -65,6 +83,15 @@ class LintCommand:
         options = LintOptions(select=parse_codes(opts.select, "--select"), ignore=parse_codes(opts.ignore, "--ignore"),
                               config=opts.config, isolated=opts.isolated, min_severity=opts.min_severity,
                               jobs=max(opts.jobs, 0))
+        if [str(p) for p in opts.paths] == ["-"]:
+            if opts.fix or opts.diff:
+                raise UsageError("--fix and --diff rewrite files; they do not work on stdin")
+            result = lint_text(sys.stdin.read(), opts.stdin_filename, options)
+            _report_problems(result)
+            if result.nothing_readable:
+                raise InputError(f"{opts.stdin_filename} could not be linted (see the message above)")
+            self._emit(FORMATS[opts.format](result), opts.output)
+            return EXIT_FINDINGS if result.findings and not opts.exit_zero else EXIT_OK
         result = lint_paths(opts.paths, options)
         _report_problems(result)
         if result.nothing_readable and (result.problems or not result.files_found):

@@ -199,7 +199,7 @@ class Context:
         if not no_grad and scope.kind == "function":
             no_grad = any(self._disables_grad(d) for d in scope.node.decorator_list)
             eval_mode = any(c.lineno < loop.line and not c.args and isinstance(c.func, ast.Attribute)
-                            and _owner(b) is scope for c, b in self.model.calls_named("eval"))
+                            and b.scope is scope for c, b in self.model.calls_named("eval"))
             if not eval_mode and _named_like_eval(scope.name):
                 eval_mode = _STEP_METHODS.get(scope.name) != STEP
         # no_grad alone is not evaluation (weight init, optimizer internals): the loop must
@@ -243,7 +243,7 @@ class Context:
         if scope.kind != "function":
             return NOWHERE
         if id(scope) in self.step_functions:
-            return Region(STEP, False, f"`{scope.name}()`, which runs a training step")
+            return Region(STEP, False, f"`{scope.name}()` (it runs a training step)")
         if scope.class_scope is not None and scope.name == "forward":
             return Region(FORWARD, False, f"`{scope.class_scope.name}.forward()`")
         if scope.class_scope is not None and scope.name in _STEP_METHODS:
@@ -257,7 +257,7 @@ class Context:
                 best = found
         if best.kind is None:
             return NOWHERE
-        return Region(best.kind, best.guarded, f"`{scope.name}()`, called from {best.via}")
+        return Region(best.kind, best.guarded, f"`{scope.name}()` (called from {best.via})")
 
 
 def nearest_loop(block: Block) -> Block | None:
@@ -268,10 +268,6 @@ def nearest_loop(block: Block) -> Block | None:
         if b.kind == "scope":
             return None
     return None
-
-
-def _owner(block: Block) -> Scope:
-    return block.scope
 
 
 def _named_like_eval(name: str) -> bool:

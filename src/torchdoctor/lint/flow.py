@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from torchdoctor.lint.context import Region
+from torchdoctor.lint.context import Region, nearest_loop
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.model import Block, Scope, loop_iter, loop_targets, names_in
 from torchdoctor.lint.names import dotted
@@ -97,7 +97,7 @@ def _loops_over(key: str, scope: Scope, facts: Facts, depth: int) -> list[Block]
                 found.append(loop)
     for call, block in facts.model.calls_named("next"):  # `batch = next(it)` inside a `while`
         if call.args and dotted(call.args[0]) in iterators and _visible(block.scope, key, scope):
-            loop = _loop_of(block)
+            loop = nearest_loop(block)
             if loop is not None:
                 found.append(loop)
     if depth == 0:  # `train_one_epoch(model, loader)`, `Trainer(loader)`: follow the loader once
@@ -185,15 +185,6 @@ def _runs_at_most_once(loop: Block, values: Values) -> bool:
             start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
             return stop - start <= 1
     return False
-
-
-def _loop_of(block: Block) -> Block | None:
-    for b in block.ancestors():
-        if b.kind == "loop":
-            return b
-        if b.kind == "scope":
-            return None
-    return None
 
 
 def batch_names(loop: Block, facts: Facts) -> set[str]:

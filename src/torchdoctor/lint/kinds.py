@@ -58,6 +58,7 @@ class Kinds:
         self._active: set[tuple[int, str]] = set()
         self._classes: dict[str, str | None] = {}
         self._bound: dict[int, dict[str, list]] = {}
+        self._self_attrs: dict[int, dict[str, list]] = {}
 
     # -- public questions ------------------------------------------------------------------
     def is_tensor(self, expr: ast.expr, scope: Scope) -> bool:
@@ -269,13 +270,26 @@ class Kinds:
                 if key in self._active:
                     return None
                 self._active.add(key)
-                from_methods = [(m, t, v, how) for m in scope.class_scope.functions.values()
-                                for t, v, how in m.assigns if _is_self_attr(t, expr.attr)]
-                kinds = [self.of(v, m) if how == "=" else None for m, t, v, how in from_methods if v is not None]
+                kinds = [self.of(v, m) if how == "=" else None
+                         for m, v, how in self._self_assignments(scope.class_scope).get(expr.attr, ())
+                         if v is not None]
                 self._active.discard(key)
                 self._names[key] = _combine(kinds) or _fallback(expr.attr)
             return self._names[key]
         return _fallback(expr.attr) if self.of(base, scope) != TENSOR else None
+
+    def _self_assignments(self, class_scope: Scope) -> dict[str, list[tuple[Scope, ast.expr | None, str]]]:
+        """attr → (method, value, how) for every `self.attr = value` in the class's methods."""
+        key = id(class_scope)
+        if key not in self._self_attrs:
+            table: dict[str, list] = {}
+            for method in class_scope.functions.values():
+                for target, value, how in method.assigns:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                            and target.value.id == "self":
+                        table.setdefault(target.attr, []).append((method, value, how))
+            self._self_attrs[key] = table
+        return self._self_attrs[key]
 
     def _call(self, call: ast.Call, scope: Scope) -> str | None:
         qualified = self.model.imports.qualify(call.func)
@@ -429,8 +443,3 @@ def _target_names(target: ast.expr):
             yield from _target_names(element)
     elif isinstance(target, ast.Starred):
         yield from _target_names(target.value)
-
-
-def _is_self_attr(target: ast.expr, attr: str) -> bool:
-    return (isinstance(target, ast.Attribute) and target.attr == attr
-            and isinstance(target.value, ast.Name) and target.value.id == "self")

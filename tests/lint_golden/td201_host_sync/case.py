@@ -3,8 +3,10 @@ import logging
 
 import torch
 from torch import nn
+from torch.utils.tensorboard import SummaryWriter
 
 log = logging.getLogger(__name__)
+writer = SummaryWriter()
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.MSELoss()
@@ -32,6 +34,9 @@ for epoch in range(3):
         value = float(loss)  # triggers
         print(loss)  # triggers
         log.info("loss %s", loss)  # triggers
+        print("loss %.4f" % loss)  # triggers
+        writer.add_scalar("loss", loss, step)  # triggers
+        writer.add_scalar("lr", lr, step)  # no finding: a Python float
         if loss < best:  # triggers: branching on a tensor
             best = loss
         grads = [p.grad.norm().item() for p in model.parameters()]  # triggers

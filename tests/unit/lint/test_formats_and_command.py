@@ -125,3 +125,12 @@ def test_parallel_workers_give_the_same_findings(tmp_path, capsys):
     _, serial, _ = run(capsys, "--jobs", "1", str(tmp_path))
     _, parallel, _ = run(capsys, "--jobs", "2", str(tmp_path))
     assert serial == parallel and serial.count("\n") == 120
+
+
+def test_stdin_is_linted_under_the_given_name(capsys, monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO(TRAIN))
+    code, out, _ = run(capsys, "-", "--stdin-filename", "src/train.py")
+    assert code == 1 and out.startswith("src/train.py:5:18: TD104")
+    monkeypatch.setattr("sys.stdin", io.StringIO("def broken(:\n"))
+    assert run(capsys, "-")[0] == 2

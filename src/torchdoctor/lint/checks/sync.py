@@ -25,6 +25,7 @@ from torchdoctor.lint.values import Unknown, truthy
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
 _CASTS = ("float", "int", "bool", "complex")
 _LOG_METHODS = ("debug", "info", "warning", "error", "critical", "log", "exception")
+_TRACKER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "log")  # TensorBoard, wandb
 _SHAPE_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
 _SYNC_CALLS = {
     "torch.cuda.synchronize": "waits for every queued kernel",
@@ -35,30 +36,37 @@ _SYNC_CALLS = {
 _LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING"
 
 
-def host_reads(facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
-    """Every expression that copies a tensor value to the host: (node, block, what it is)."""
+def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
+    """Every expression that copies a tensor value to the host, (node, block, what it is), among
+    those in blocks `wanted(block)` accepts (asked first: it is cheaper than the tensor question)."""
     kinds = facts.kinds
-    for call, block in facts.model.calls_named(*_HOST_METHODS):
+
+    def candidates(events):
+        return ((node, block) for node, block in events if wanted(block))
+    for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE:
             yield call, block, f"`{short_source(call)}`"
-    for call, block in facts.model.calls_named(*HOST_READING):
+    for call, block in candidates(facts.model.calls_named(*HOST_READING)):
         name = facts.qualify(call.func) or ""
         if name.startswith("torch.") or (isinstance(call.func, ast.Attribute) and name == ""
                                           and kinds.is_tensor(call.func.value, block.scope)):
             yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
-    for call, block in facts.model.calls_named(*_CASTS):
+    for call, block in candidates(facts.model.calls_named(*_CASTS)):
         if isinstance(call.func, ast.Name) and len(call.args) == 1 and kinds.is_tensor(call.args[0], block.scope):
             yield call, block, f"`{short_source(call)}` on a tensor"
-    for call, block in facts.model.calls_named("print", *_LOG_METHODS, "format"):
+    for call, block in candidates(facts.model.calls_named("print", *_LOG_METHODS, "format")):
         if _formats_tensor(call, block, facts):
             yield call, block, f"formatting a tensor in `{short_source(call, 40)}`"
-    for fstring, block in facts.model.fstrings:
+    for call, block in candidates(facts.model.calls_named(*_TRACKER_METHODS)):
+        if _logs_tensor(call, block, facts):
+            yield call, block, f"logging a tensor with `{short_source(call, 40)}`"
+    for fstring, block in candidates(facts.model.fstrings):
         for part in fstring.values:
             if isinstance(part, ast.FormattedValue) and kinds.is_tensor(part.value, block.scope):
                 yield fstring, block, f"formatting tensor `{short_source(part.value)}` in an f-string"
                 break
-    for test, block in facts.model.conditions:
+    for test, block in candidates(facts.model.conditions):
         for operand in _truth_tested(test):
             if kinds.is_tensor(operand, block.scope):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
@@ -75,7 +83,34 @@ def _formats_tensor(call: ast.Call, block: Block, facts: Facts) -> bool:
         args = call.args[1:]  # logger.info("loss %s", loss): the format arguments
     else:
         return False
-    return any(facts.kinds.is_tensor(a, block.scope) for a in args)
+    return any(facts.kinds.is_tensor(a, block.scope) for a in _formatted(args))
+
+
+def _logs_tensor(call: ast.Call, block: Block, facts: Facts) -> bool:
+    """`writer.add_scalar("loss", loss, step)`, `wandb.log({"loss": loss})`: the tracker converts
+    the tensor to a number on the host."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in ("add_scalar", "add_histogram") and len(call.args) >= 2:
+        values = [call.args[1]]
+    elif func.attr == "add_scalars" and len(call.args) >= 2 and isinstance(call.args[1], ast.Dict):
+        values = call.args[1].values
+    elif func.attr == "log" and facts.qualify(func) == "wandb.log" and call.args and isinstance(call.args[0], ast.Dict):
+        values = call.args[0].values
+    else:
+        return False
+    return any(facts.kinds.is_tensor(v, block.scope) for v in values)
+
+
+def _formatted(args):
+    """The values formatted into text: `"%.4f %s" % (loss, x)` formats `loss` and `x`."""
+    for arg in args:
+        if (isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant)
+                and isinstance(arg.left.value, str)):
+            yield from arg.right.elts if isinstance(arg.right, ast.Tuple) else [arg.right]
+        else:
+            yield arg
 
 
 def _truth_tested(test: ast.expr) -> Iterator[ast.expr]:
@@ -89,14 +124,16 @@ def _truth_tested(test: ast.expr) -> Iterator[ast.expr]:
         yield test
 
 
-def _one_per_line(hits: list[tuple[ast.AST, str, str]]) -> Iterator[tuple[ast.AST, str, str, int]]:
-    """Group (node, what, via) by line; keep the leftmost and count the rest."""
+def _per_line(code: str, found: list[tuple[ast.AST, str, str]], title: str, message: str) -> Iterator[Hit]:
+    """One medium finding per line from (node, what, where) items: the leftmost, with the count."""
     by_line: dict[int, list[tuple[ast.AST, str, str]]] = {}
-    for item in hits:
+    for item in found:
         by_line.setdefault(item[0].lineno, []).append(item)
     for line in sorted(by_line):
         group = sorted(by_line[line], key=lambda h: h[0].col_offset)
-        yield (*group[0], len(group))
+        node, what, via = group[0]
+        yield Hit(code, node, title.format(what=_strip(what)), message.format(what=what, via=via),
+                  Severity.MEDIUM, {"construct": what, "where": via, "on_line": len(group)})
 
 
 class HostSync(Check):
@@ -104,22 +141,20 @@ class HostSync(Check):
 
     def run(self, facts: Facts) -> Iterator[Hit]:
         train, evaluation = [], []
-        for node, block, what in host_reads(facts):
-            region = facts.context.region(block)
+        context = facts.context
+        hot = lambda block: context.region(block).per_step or context.region(block).per_eval_batch  # noqa: E731
+        for node, block, what in host_reads(facts, hot):
+            region = context.region(block)
             if region.per_step:
                 train.append((node, what, region.via))
             elif region.per_eval_batch:
                 evaluation.append((node, what, region.via))
-        for node, what, via, count in _one_per_line(train):
-            yield Hit("TD201", node, f"{_strip(what)} in every training step",
-                      f"{what} inside {via} copies a value to the host every step: on a GPU the host "
-                      f"waits for all queued kernels before Python can go on",
-                      Severity.MEDIUM, {"construct": what, "where": via, "reads_on_line": count})
-        for node, what, via, count in _one_per_line(evaluation):
-            yield Hit("TD203", node, f"{_strip(what)} for every evaluation batch",
-                      f"{what} inside {via} moves every batch's result to the host, so evaluation "
-                      f"waits for the GPU batch by batch; keep results on the device and transfer once",
-                      Severity.MEDIUM, {"construct": what, "where": via, "reads_on_line": count})
+        yield from _per_line("TD201", train, "{what} in every training step",
+                             "{what} inside {via} copies a value to the host every step: on a GPU the host waits "
+                             "for all queued kernels before Python can go on")
+        yield from _per_line("TD203", evaluation, "{what} for every evaluation batch",
+                             "{what} inside {via} moves every batch's result to the host, so evaluation waits for "
+                             "the GPU batch by batch; keep results on the device and transfer once")
 
 
 class DataDependentSync(Check):
@@ -127,26 +162,19 @@ class DataDependentSync(Check):
 
     def run(self, facts: Facts) -> Iterator[Hit]:
         found = []
-        kinds = facts.kinds
+        kinds, context = facts.kinds, facts.context
         for call, block in facts.model.calls_named(*_SHAPE_DEPENDENT, "where", "repeat_interleave"):
-            if self._shape_dependent(call, block, facts):
-                found.append((call, block, f"`{short_source(call)}`"))
+            if context.region(block).per_step and self._shape_dependent(call, block, facts):
+                found.append((call, f"`{short_source(call)}`", context.region(block).via))
         for sub, block in facts.model.subscripts:
-            index = sub.slice
-            parts = index.elts if isinstance(index, ast.Tuple) else [index]
-            mask = next((p for p in parts if kinds.is_bool(p, block.scope)), None)
-            if mask is not None:
-                found.append((sub, block, f"boolean-mask indexing `{short_source(sub)}`"))
-        hits = []
-        for node, block, what in found:
-            region = facts.context.region(block)
-            if region.per_step:
-                hits.append((node, what, region.via))
-        for node, what, via, count in _one_per_line(hits):
-            yield Hit("TD202", node, f"{_strip(what)}: output size depends on the data",
-                      f"{what} inside {via} has an output size that depends on tensor values, so the "
-                      f"host waits for the GPU to count them every step",
-                      Severity.MEDIUM, {"construct": what, "where": via, "ops_on_line": count})
+            if not context.region(block).per_step:
+                continue
+            parts = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+            if any(kinds.is_bool(p, block.scope) for p in parts):
+                found.append((sub, f"boolean-mask indexing `{short_source(sub)}`", context.region(block).via))
+        yield from _per_line("TD202", found, "{what}: output size depends on the data",
+                             "{what} inside {via} has an output size that depends on tensor values, so the host "
+                             "waits for the GPU to count them every step")
 
     @staticmethod
     def _shape_dependent(call: ast.Call, block: Block, facts: Facts) -> bool:

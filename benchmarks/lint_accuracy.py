@@ -1,0 +1,150 @@
+"""Accuracy of `torchdoctor lint`: precision and recall per rule on the project's examples and
+on the golden cases, written to benchmarks/results/lint_accuracy.json and printed as tables.
+
+Examples (examples/*.py marked `# torchdoctor-example: planted|clean`): what a line should
+give statically is its runtime `# expect:` codes that lint detects, plus its `# lint-expect:`
+codes (static habits the runtime example was not planted for, e.g. a loader without
+pin_memory). A prediction is a high or medium finding, as in benchmarks/accuracy.py; `low`
+and `info` findings are listed but not counted.
+
+Golden cases (tests/lint_golden/tdNNN_*/case.py): every line commented `# triggers`, `# low`
+or `# info` must give the folder's code (at any severity), and no other line may; the
+`clean_*` cases count as negatives for every code.
+
+    .venv/bin/python benchmarks/lint_accuracy.py
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from torchdoctor.lint import LintOptions, lint_paths
+from torchdoctor.lint.registry import DETECTED_CODES
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "lint_accuracy.json"
+RUNTIME_EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+LINT_EXPECT = re.compile(r"#\s*lint-expect:\s*([A-Z0-9, ]+)")
+GOLDEN_MARK = re.compile(r"#\s*(triggers|low|info)\b")
+STRONG = ("high", "medium")
+
+
+def _codes(match: re.Match | None) -> set[str]:
+    return {c.strip() for c in match.group(1).split(",") if c.strip()} if match else set()
+
+
+def example_expectations(path: Path) -> tuple[str, set[tuple[str, int]]]:
+    text = path.read_text(encoding="utf-8")
+    kind = re.search(r"#\s*torchdoctor-example:\s*(\w+)", text)
+    expected = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        codes = (_codes(RUNTIME_EXPECT.search(line)) & DETECTED_CODES) | _codes(LINT_EXPECT.search(line))
+        expected |= {(code, lineno) for code in codes}
+    return (kind.group(1) if kind else "unknown"), expected
+
+
+def lint_one(path: Path) -> list:
+    options = LintOptions(isolated=True, min_severity="info", jobs=1)
+    result = lint_paths([path], options, cwd=path.parent)
+    assert not result.problems, [str(p) for p in result.problems]
+    return result.findings
+
+
+def score_examples() -> tuple[list[dict], Counter, Counter, Counter]:
+    rows, hits, misses, false = [], Counter(), Counter(), Counter()
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        kind, expected = example_expectations(path)
+        if kind not in ("planted", "clean"):
+            continue
+        findings = lint_one(path)
+        strong = {(f.code, f.line) for f in findings if f.finding.severity.value in STRONG}
+        weak = sorted(f"{f.code}@{f.line}:{f.finding.severity.value}" for f in findings
+                      if f.finding.severity.value not in STRONG)
+        found, missed, extra = expected & strong, expected - strong, strong - expected
+        hits.update(c for c, _ in found)
+        misses.update(c for c, _ in missed)
+        false.update(c for c, _ in extra)
+        rows.append({"example": path.name, "kind": kind, "expected": _fmt(expected), "found": _fmt(found),
+                     "missed": _fmt(missed), "false_positives": _fmt(extra), "low_or_info": weak})
+    return rows, hits, misses, false
+
+
+def score_goldens() -> tuple[list[dict], Counter, Counter, Counter]:
+    rows, hits, misses, false = [], Counter(), Counter(), Counter()
+    for case in sorted((ROOT / "tests" / "lint_golden").glob("*/case.py")):
+        folder = case.parent.name
+        code = folder[:5].upper() if folder.startswith("td") else None
+        expected = set()
+        if code:
+            for lineno, line in enumerate(case.read_text(encoding="utf-8").splitlines(), 1):
+                if GOLDEN_MARK.search(line):
+                    expected.add((code, lineno))
+        predicted = {(f.code, f.line) for f in lint_one(case) if code is None or f.code == code}
+        found, missed, extra = expected & predicted, expected - predicted, predicted - expected
+        hits.update(c for c, _ in found)
+        misses.update(c for c, _ in missed)
+        false.update(c for c, _ in extra)
+        rows.append({"case": folder, "expected": _fmt(expected), "missed": _fmt(missed),
+                     "false_positives": _fmt(extra)})
+    return rows, hits, misses, false
+
+
+def per_code(hits: Counter, misses: Counter, false: Counter) -> list[dict]:
+    table = []
+    for code in sorted(set(hits) | set(misses) | set(false)):
+        tp, fn, fp = hits[code], misses[code], false[code]
+        table.append({"code": code, "expected": tp + fn, "found": tp, "missed": fn, "false_positives": fp,
+                      "precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn)})
+    tp, fn, fp = sum(hits.values()), sum(misses.values()), sum(false.values())
+    table.append({"code": "all", "expected": tp + fn, "found": tp, "missed": fn, "false_positives": fp,
+                  "precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn)})
+    return table
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def _fmt(pairs) -> list[str]:
+    return sorted(f"{c}@{line}" for c, line in pairs)
+
+
+def print_table(title: str, table: list[dict]) -> None:
+    print(f"\n{title}")
+    print(f"{'code':6} {'expected':>8} {'found':>6} {'missed':>7} {'false +':>8} {'precision':>10} {'recall':>7}")
+    for row in table:
+        shown = [("-" if row[k] is None else f"{row[k]:.2f}") for k in ("precision", "recall")]
+        print(f"{row['code']:6} {row['expected']:>8} {row['found']:>6} {row['missed']:>7} "
+              f"{row['false_positives']:>8} {shown[0]:>10} {shown[1]:>7}")
+
+
+def main() -> int:
+    example_rows, *example_counts = score_examples()
+    golden_rows, *golden_counts = score_goldens()
+    examples_table, golden_table = per_code(*example_counts), per_code(*golden_counts)
+    result = {
+        "date": _dt.date.today().isoformat(),
+        "examples": {"per_code": examples_table, "rows": example_rows},
+        "golden_cases": {"per_code": golden_table, "rows": golden_rows},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print_table("examples/ (planted and clean; high/medium findings)", examples_table)
+    for row in example_rows:
+        if row["missed"] or row["false_positives"]:
+            print(f"  {row['example']}: missed {row['missed'] or '-'}, false positives {row['false_positives'] or '-'}")
+    print_table("tests/lint_golden (marked lines, any severity)", golden_table)
+    for row in golden_rows:
+        if row["missed"] or row["false_positives"]:
+            print(f"  {row['case']}: missed {row['missed'] or '-'}, false positives {row['false_positives'] or '-'}")
+    print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
