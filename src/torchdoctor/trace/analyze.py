@@ -33,6 +33,9 @@ from torchdoctor.trace.transfers import transfers
 from torchdoctor.trace.windows import Window, step_windows
 
 _TS, _DUR = attrgetter("ts"), attrgetter("dur")
+# A collective where no rank waited longer than this for the last one: they arrived together
+# (kernel start jitter is a few µs).
+LATE_MIN_WAIT_US = 10.0
 # ops that make the host wait for the device; counted on CPU-only traces as hazards
 HOST_SYNC_OPS = idle_mod.ITEM_OPS | idle_mod.DATA_DEPENDENT_OPS
 
@@ -264,6 +267,8 @@ def _late_ranks(results: list[_RankResult]) -> list[LateRank]:
                 last = min(durs, key=durs.get)
                 waits = [d - durs[last] for rank, d in durs.items() if rank != last]
                 late.calls += 1
+                if max(waits) < LATE_MIN_WAIT_US:
+                    continue  # the ranks arrived together
                 key = str(last)
                 late.late_counts[key] = late.late_counts.get(key, 0) + 1
                 late.wait_caused_us[key] = late.wait_caused_us.get(key, 0.0) + sum(waits) / len(waits)

@@ -165,7 +165,8 @@ def classify_idle(busy: Union, device_events: list[RawEvent], windows: list[Wind
         elif launch is None:
             cause = OTHER
         elif launch.ts + launch.dur > g0 - CLOCK_TOLERANCE_US:
-            cause = LAUNCH if g1 - g0 <= LAUNCH_GAP_MAX_US else HOST
+            # the host's own time: the gap less what it spent in the DataLoader
+            cause = LAUNCH if (g1 - g0) - covered(g0, g1) <= LAUNCH_GAP_MAX_US else HOST
         else:
             cause = GPU_WAIT
         # split the gap over the windows it spans; data loading first, the cause gets the rest
@@ -226,7 +227,8 @@ def _resolve_sites(pending: list[tuple[str, RawEvent, float]], joins: Joins) -> 
         inner = launcher.name if launcher is not None else call.name
         frame = (loc.path, loc.line, loc.function) if loc is not None else None
         if cause == SYNC:
-            memo = (inner, call.name, frame)
+            copy = joins.copy_by_corr.get(call.args.correlation)
+            memo = (inner, call.name, copy.name if copy is not None else "", frame)
             if memo not in kinds:
                 kinds[memo] = sync_kind(call, joins)
             kind, op = kinds[memo]

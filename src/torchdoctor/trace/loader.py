@@ -19,7 +19,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import msgspec
 
@@ -191,30 +191,30 @@ def _not_a_trace(path: Path, whole: bytes | None) -> None:
     )
 
 
-def _split_tail(rest: bytes | bytearray, object_format: bool) -> tuple[int, TraceHead] | None:
-    """Find where the events array ends in `rest`: returns (index of the closing `]`,
-    metadata after it), or None when the array is not closed (a truncated file)."""
-    p = len(rest)
+def _tail_candidates(rest: bytes | bytearray, object_format: bool) -> Iterator[tuple[int, TraceHead]]:
+    """Where the events array may end in `rest`, last first: (index of a `]`, metadata after
+    it) for each `]` whose remainder is a valid end of the document. The caller confirms a
+    candidate by decoding the events before it."""
+    p, low = len(rest), max(0, len(rest) - TAIL_WINDOW)
     for _ in range(64):
-        p = rest.rfind(b"]", 0, p)
+        p = rest.rfind(b"]", low, p)
         if p < 0:
-            return None
+            return
         before = bytes(rest[max(0, p - 64): p]).rstrip()
-        if before and not before.endswith((b"}", b"[", b",")) and p > 0:
-            continue
+        if object_format and before and not before.endswith((b"}", b"[", b",")):
+            continue  # events end with an object (or the array is empty)
         after = bytes(rest[p + 1:]).strip()
         if not object_format:
             if not after:
-                return p, TraceHead()
+                yield p, TraceHead()
             continue
         if after == b"}":
-            return p, TraceHead()
-        if after.startswith(b","):
+            yield p, TraceHead()
+        elif after.startswith(b","):
             try:
-                return p, HEAD_DECODER.decode(b"{" + after[1:])
+                yield p, HEAD_DECODER.decode(b"{" + after[1:])
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-    return None
 
 
 def _decode_error(path: Path, exc: Exception, base_offset: int) -> InputError:
@@ -255,24 +255,30 @@ def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard) -> Loaded
                 del buf[:opener]
                 consumed += opener
                 opener = 0
-        split = _split_tail(buf[opener + 1:], object_format)
-        if split is None:
+        tail_head, last_error = None, None
+        for end, candidate_head in _tail_candidates(buf[opener + 1:], object_format):
+            closer = opener + 1 + end
+            if bytes(buf[opener + 1: closer]).strip():
+                # a trailing comma before `]` is tolerated, as browsers' trace viewers do
+                last_comma = buf.rfind(b",", opener + 1, closer)
+                if last_comma > 0 and not bytes(buf[last_comma + 1: closer]).strip():
+                    closer = last_comma
+                try:
+                    chunk = _decode_in_place(buf, opener, closer)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    last_error = exc
+                    continue
+                out.merge(chunk)
+                guard.check(out)
+            tail_head = candidate_head
+            break
+        if tail_head is None:
+            if last_error is not None:
+                raise _decode_error(path, last_error, consumed + opener)
             raise InputError(
                 f"{path} is truncated: it ends inside traceEvents after {out.events:,} events "
                 f"(the closing ']' is missing); copy or export the file again"
             )
-        end, tail_head = split
-        closer = opener + 1 + end
-        if bytes(buf[opener + 1: closer]).strip():
-            # a trailing comma before `]` is tolerated, as browsers' trace viewers do
-            last_comma = buf.rfind(b",", opener + 1, closer)
-            if last_comma > 0 and not bytes(buf[last_comma + 1: closer]).strip():
-                closer = last_comma
-            try:
-                out.merge(_decode_in_place(buf, opener, closer))
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise _decode_error(path, exc, consumed + opener) from None
-            guard.check(out)
         return _loaded(path, reader, out, head, tail_head)
     finally:
         reader.close()

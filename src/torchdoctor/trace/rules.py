@@ -157,7 +157,7 @@ def python_loops(c: Ctx) -> list[Finding]:
         loc = sites[0].location
         out.append(finding(
             PythonLoopOps,
-            title=f"`{loc.function}` launches {launches:.0f} `{op}` kernels per step, the GPU waiting on each{c.where()}",
+            title=f"The GPU waits for {launches:.0f} `{op}` launches per step from `{loc.function}`{c.where()}",
             message=(f"{launches:.0f} times per step the GPU finished its work and waited for the host to launch "
                      f"the next `{op}` from `{loc.function}` ({loc.path}:{loc.line}): "
                      f"{_ms(c.per_step(idle_us)):.2f} ms of GPU idle per step."),
