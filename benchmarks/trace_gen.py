@@ -268,7 +268,7 @@ class Simulator:
         self.w.complete("cuda_runtime", self.rt(runtime), self.pid, self.tid, start, end - start,
                         {"External id": ext, "cbid": CBID[runtime], "correlation": corr})
         if self.plan.with_cuda_sync:
-            kind = "Stream Synchronize" if "Stream" in runtime else "Context Synchronize"
+            kind = "Stream Sync" if "Stream" in runtime else "Context Sync"  # CUPTI sync type names in Kineto
             self.w.complete("cuda_sync", kind, self.device, stream if "Stream" in runtime else -1, start,
                             end - start, {"cuda_sync_kind": kind, "stream": stream if "Stream" in runtime else -1,
                                           "correlation": corr, "device": self.device, "context": 1})

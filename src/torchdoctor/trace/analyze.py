@@ -167,8 +167,9 @@ def _kernels_per_window(starts: list[float], evs: list, kinds: list[str], window
     out = []
     for w in windows:
         i, j = bisect_left(starts, w.start), bisect_left(starts, w.end)
-        durs = list(compress(durs_all[i:j], kernel[i:j]))
-        out.append((len(durs), median(durs) if durs else None))
+        durs = sorted(compress(durs_all[i:j], kernel[i:j]))
+        n = len(durs)
+        out.append((n, (durs[n // 2] + durs[(n - 1) // 2]) / 2 if n else None))
     return out
 
 

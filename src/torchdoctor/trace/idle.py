@@ -55,7 +55,9 @@ SYNC_CALLS = frozenset({
 })
 ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2",
                               "cuMemcpyHtoDAsync_v2", "hipMemcpyAsync", "hipMemcpyDtoHAsync", "hipMemcpyHtoDAsync"})
-HOST_WAIT_SYNC_KINDS = ("Synchronize",)  # cuda_sync names; "Stream Wait Event" is a GPU-side wait
+# Kineto's cuda_sync names for CUPTI synchronization records that block the host;
+# "Stream Wait Event" is a GPU-side wait (cudaStreamWaitEvent) and does not.
+HOST_WAIT_SYNCS = frozenset({"Event Sync", "Stream Sync", "Context Sync"})
 _BLOCKING_CANDIDATES = SYNC_CALLS | ASYNC_COPY_CALLS
 
 _TS, _NAME = attrgetter("ts"), attrgetter("name")
@@ -126,7 +128,7 @@ def blocking_calls(joins: Joins) -> list[Blocking]:
         out.append(Blocking(rt.ts, rt.ts + rt.dur, rt))
         seen_corr.add(rt.args.correlation)
     for s in joins.events.syncs:  # CUPTI sync records without a runtime call in the trace
-        if s.args.correlation in seen_corr or not s.name.endswith(HOST_WAIT_SYNC_KINDS):
+        if s.args.correlation in seen_corr or s.name not in HOST_WAIT_SYNCS:
             continue
         out.append(Blocking(s.ts, s.ts + s.dur, s))
     out.sort(key=lambda b: b.end)
@@ -150,13 +152,13 @@ def classify_idle(busy: Union, device_events: list[RawEvent], windows: list[Wind
     per_window = result.per_window
     openers = busy.openers
     n_busy, n_win = len(busy), len(windows)
-    launch_of, covered = joins.launch_of, dataloader.covered
+    launch_of, covered = joins.runtime_by_corr.get, dataloader.covered
     pending: list[tuple[str, RawEvent, float]] = []  # (cause, host call, idle µs), resolved below
     gpu_wait: dict[str, list] = {}  # kernel waited for → [gaps, µs]
     w = 0
     for g0, g1, k in gaps(busy, w_starts[0], w_ends[-1]):
         nxt = device_events[openers[k]] if k < n_busy else None
-        launch = launch_of(nxt) if nxt is not None else None
+        launch = launch_of(nxt.args.correlation) if nxt is not None else None
         block = _blocking_at(blocking, block_ends, g0, g1) if blocking else None
         if block is not None:
             cause = SYNC

@@ -65,18 +65,23 @@ def short_kernel(name: str) -> str:
     return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
 
 
-def _steps_table(ranks: list[RankSummary]) -> Table:
-    rows = []
+def _devices(ranks: list[RankSummary]):
+    """(rank, device, steps) for every device of every rank; steps is at least 1."""
     for r in ranks:
         for d in r.devices:
-            label = f"{r.rank}" if len(r.devices) == 1 else f"{r.rank}/gpu{d.device}"
-            shown = d.steps if len(d.steps) <= MAX_STEP_ROWS else d.steps[:MAX_STEP_ROWS - 1]
-            rows += [_step_row(label, s.label, s.breakdown, s.kernels, s.median_kernel_us) for s in shown]
-            if len(d.steps) > 1:
-                n = len(d.steps)
-                medians = [s.median_kernel_us for s in d.steps if s.median_kernel_us is not None]
-                rows.append(_step_row(label, f"mean of {n}", d.total, d.kernels / n,
-                                      sorted(medians)[len(medians) // 2] if medians else None, per=n))
+            yield r, d, max(1, len(d.steps))
+
+
+def _steps_table(ranks: list[RankSummary]) -> Table:
+    rows = []
+    for r, d, n in _devices(ranks):
+        label = f"{r.rank}" if len(r.devices) == 1 else f"{r.rank}/gpu{d.device}"
+        shown = d.steps if len(d.steps) <= MAX_STEP_ROWS else d.steps[:MAX_STEP_ROWS - 1]
+        rows += [_step_row(label, s.label, s.breakdown, s.kernels, s.median_kernel_us) for s in shown]
+        if n > 1:
+            medians = [s.median_kernel_us for s in d.steps if s.median_kernel_us is not None]
+            rows.append(_step_row(label, f"mean of {n}", d.total, d.kernels / n,
+                                  sorted(medians)[len(medians) // 2] if medians else None, per=n))
     return Table(
         title="GPU time per step",
         columns=["rank", "step", "step ms", "compute", "comm", "copy", "idle", "main idle cause", "kernels",
@@ -97,16 +102,15 @@ def _step_row(rank: str, label: str, b, kernels, median_us, per: int = 1) -> lis
 
 def _causes_table(ranks: list[RankSummary]) -> Table:
     rows = []
-    for r in ranks:
-        for d in r.devices:
-            n, t = max(1, len(d.steps)), d.total
-            for cause in IDLE_COLUMNS:
-                us = t.idle_by_cause_us.get(cause, 0.0)
-                if us > 0:
-                    rows.append([r.rank, cause, _ms(us / n), _pct(us, t.window_us), _pct(us, t.idle_us)])
-            for label, us in (("communication (not overlapped)", t.comm_us), ("copies (not overlapped)", t.copy_us)):
-                if us > 0:
-                    rows.append([r.rank, label, _ms(us / n), _pct(us, t.window_us), "—"])
+    for r, d, n in _devices(ranks):
+        t = d.total
+        for cause in IDLE_COLUMNS:
+            us = t.idle_by_cause_us.get(cause, 0.0)
+            if us > 0:
+                rows.append([r.rank, cause, _ms(us / n), _pct(us, t.window_us), _pct(us, t.idle_us)])
+        for label, us in (("communication (not overlapped)", t.comm_us), ("copies (not overlapped)", t.copy_us)):
+            if us > 0:
+                rows.append([r.rank, label, _ms(us / n), _pct(us, t.window_us), "—"])
     return Table(
         title="GPU time not spent computing, by cause",
         columns=["rank", "cause", "ms/step", "of step", "of idle"], rows=rows,
@@ -117,14 +121,12 @@ def _causes_table(ranks: list[RankSummary]) -> Table:
 
 def _idle_table(ranks: list[RankSummary]) -> Table:
     rows = []
-    for r in ranks:
-        for d in r.devices:
-            n = max(1, len(d.steps))
-            step = d.total.window_us / n
-            for s in d.idle_sites[:MAX_SITE_ROWS]:
-                rows.append([r.rank, s.cause, s.kind if s.kind != s.cause else "", s.op if len(s.op) < 60 else
-                             short_kernel(s.op), _where(s.location), round(s.count / n, 2), _ms(s.idle_us / n),
-                             _pct(s.idle_us / n, step)])
+    for r, d, n in _devices(ranks):
+        step = d.total.window_us / n
+        for s in d.idle_sites[:MAX_SITE_ROWS]:
+            rows.append([r.rank, s.cause, s.kind if s.kind != s.cause else "", s.op if len(s.op) < 60 else
+                         short_kernel(s.op), _where(s.location), round(s.count / n, 2), _ms(s.idle_us / n),
+                         _pct(s.idle_us / n, step)])
     return Table(
         title="GPU idle time by source",
         columns=["rank", "cause", "kind", "op / kernel", "where", "per step", "idle ms/step", "of step"],
@@ -135,13 +137,11 @@ def _idle_table(ranks: list[RankSummary]) -> Table:
 
 def _copies_table(ranks: list[RankSummary]) -> Table:
     rows = []
-    for r in ranks:
-        for d in r.devices:
-            n = max(1, len(d.steps))
-            for t in d.transfers:
-                rows.append([r.rank, t.direction, t.memory, t.op, _where(t.location), round(t.count / n, 2),
-                             round(t.bytes / n / 2**20, 3), None if t.gbps is None else round(t.gbps, 2),
-                             _ms(t.busy_us / n)])
+    for r, d, n in _devices(ranks):
+        for t in d.transfers:
+            rows.append([r.rank, t.direction, t.memory, t.op, _where(t.location), round(t.count / n, 2),
+                         round(t.bytes / n / 2**20, 3), None if t.gbps is None else round(t.gbps, 2),
+                         _ms(t.busy_us / n)])
     return Table(title="Copies", columns=["rank", "direction", "memory", "op", "where", "per step", "MiB/step",
                                           "GB/s", "ms/step"], rows=rows,
                  caption="CUPTI memcpy/memset records; GB/s is bytes over the copies' own GPU time.")
@@ -149,12 +149,10 @@ def _copies_table(ranks: list[RankSummary]) -> Table:
 
 def _kernels_table(ranks: list[RankSummary]) -> Table:
     rows = []
-    for r in ranks:
-        for d in r.devices:
-            n = max(1, len(d.steps))
-            for k in d.top_kernels:
-                rows.append([r.rank, short_kernel(k.name), k.kind, round(k.count / n, 2), _ms(k.total_us / n),
-                             round(k.median_us, 3), _pct(k.total_us, d.busy_us), k.precision or ""])
+    for r, d, n in _devices(ranks):
+        for k in d.top_kernels:
+            rows.append([r.rank, short_kernel(k.name), k.kind, round(k.count / n, 2), _ms(k.total_us / n),
+                         round(k.median_us, 3), _pct(k.total_us, d.busy_us), k.precision or ""])
     return Table(title="Top kernels by GPU time", columns=["rank", "kernel", "kind", "per step", "ms/step",
                                                           "median µs", "of busy", "matmul precision"], rows=rows,
                  caption="'of busy' is the kernel's time over the GPU's busy time (overlapping kernels count twice).")
@@ -162,13 +160,12 @@ def _kernels_table(ranks: list[RankSummary]) -> Table:
 
 def _collectives_table(ranks: list[RankSummary]) -> Table:
     rows = []
-    for r in ranks:
-        for d in r.devices:
-            for c in d.collectives:
-                rows.append([r.rank, c.collective, c.process_group, c.count,
-                             None if c.bytes is None else round(c.bytes / 2**20, 3), round(c.median_us, 3),
-                             None if c.busbw_gbps is None else round(c.busbw_gbps, 3),
-                             None if d.comm_overlap is None else f"{d.comm_overlap:.0%}"])
+    for r, d, _ in _devices(ranks):
+        for c in d.collectives:
+            rows.append([r.rank, c.collective, c.process_group, c.count,
+                         None if c.bytes is None else round(c.bytes / 2**20, 3), round(c.median_us, 3),
+                         None if c.busbw_gbps is None else round(c.busbw_gbps, 3),
+                         None if d.comm_overlap is None else f"{d.comm_overlap:.0%}"])
     return Table(title="Collectives", columns=["rank", "collective", "group", "calls", "MiB", "median µs",
                                                "bus GB/s (best call)", "overlap with compute"], rows=rows,
                  caption=("Bus bandwidth as NCCL defines it (comparable to the link speed), from the fastest call of "

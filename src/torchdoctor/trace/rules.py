@@ -75,6 +75,11 @@ class Ctx:
     def speedup(self, saved_us_total: float) -> float:
         return amdahl(self.step_us, self.per_step(saved_us_total))
 
+    def idle_cost(self, cause: str) -> tuple[float, float, float]:
+        """(µs over all steps, share of a step, Amdahl speedup) of one idle cause."""
+        us = self.dev.total.idle_by_cause_us.get(cause, 0.0)
+        return us, (self.per_step(us) / self.step_us if self.step_us else 0.0), self.speedup(us)
+
     def where(self) -> str:
         return f" on rank {self.rank.rank}" if self.rank.world_size and self.rank.world_size > 1 else ""
 
@@ -118,9 +123,7 @@ def _op_words(site: IdleSiteSummary) -> str:
 
 
 def launch_bound(c: Ctx) -> list[Finding]:
-    launch_us = c.dev.total.idle_by_cause_us.get(idle.LAUNCH, 0.0)
-    share = c.per_step(launch_us) / c.step_us if c.step_us else 0.0
-    speedup = c.speedup(launch_us)
+    launch_us, share, speedup = c.idle_cost(idle.LAUNCH)
     if share < LAUNCH_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
         return []
     stats = c.dev.launch
@@ -170,9 +173,7 @@ def python_loops(c: Ctx) -> list[Finding]:
 
 
 def data_loading(c: Ctx) -> list[Finding]:
-    data_us = c.dev.total.idle_by_cause_us.get(idle.DATA, 0.0)
-    share = c.per_step(data_us) / c.step_us if c.step_us else 0.0
-    speedup = c.speedup(data_us)
+    data_us, share, speedup = c.idle_cost(idle.DATA)
     if share < DATA_WAIT_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
         return []
     return [finding(

@@ -44,7 +44,8 @@ class Union:
         j = bisect_left(self.starts, hi)  # first interval starting at or after hi
         if i >= j:
             return 0.0
-        inside = self.prefix[j] - self.prefix[i]
+        prefix = self._prefix if self._prefix is not None else self.prefix
+        inside = prefix[j] - prefix[i]
         inside -= max(0.0, lo - self.starts[i])  # trim the part before lo
         inside -= max(0.0, self.ends[j - 1] - hi)  # and after hi
         return max(0.0, inside)

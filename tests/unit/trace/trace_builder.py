@@ -92,7 +92,7 @@ class TraceBuilder:
                 args = {"External id": ext, **args}
             self.w.complete("cuda_runtime", self._rt(runtime), PID, TID, ns(ts), ns(dur), args)
         if cuda_sync:
-            kind = "Stream Synchronize" if "Stream" in runtime else "Context Synchronize"
+            kind = "Stream Sync" if "Stream" in runtime else "Context Sync"  # CUPTI sync type names in Kineto
             self.w.complete("cuda_sync", kind, 0, stream, ns(ts), ns(dur),
                             {"cuda_sync_kind": kind, "stream": stream, "correlation": corr, "device": 0})
         return corr
