@@ -139,6 +139,7 @@ class Plan:
     host_op_ns: int = 9_000  # Python + dispatch per aten op, before its launch
     launch_ns: int = 5_000  # cudaLaunchKernel on the host
     latency_ns: int = 3_000  # launch start → earliest kernel start
+    kernel_gap_ns: int = 1_000  # a queued kernel starts this long after the previous one ends
     dataloader_ns: int = 200_000
     item_per_step: bool = False  # `loss.item()` each step: a stream sync
     explicit_sync: bool = False  # `torch.cuda.synchronize()` each step
@@ -232,7 +233,8 @@ class Simulator:
         self._corr += 1
         corr, ext = self._corr, self.op_ext[-1] if self.op_ext else 0
         launch = self.jitter(self.plan.launch_ns, 0.05)
-        start = max(self.t + self.plan.latency_ns, self.gpu_free.get(stream, 0), earliest or 0)
+        free = self.gpu_free.get(stream)
+        start = max(self.t + self.plan.latency_ns, free + self.plan.kernel_gap_ns if free else 0, earliest or 0)
         self.gpu_free[stream] = start + dur
         rt_dur = max(launch, start + dur - self.t + 1_000) if host_blocks else launch
         self.w.complete("cuda_runtime", self.rt(runtime), self.pid, self.tid, self.t, rt_dur,

@@ -46,7 +46,10 @@ HTA_VERSION = "0.5.0"
 # HTA 0.5.0 breaks on pandas 3 (int16 downcast then assignment); pandas 2.2 is what it was built with.
 HTA_REQUIREMENTS = [f"holistictraceanalysis=={HTA_VERSION}", "pandas<2.3"]
 HTA_KERNEL_WAIT_US = 30  # HTA's default consecutive_kernel_delay (its traces are in µs)
-PLAN = trace_gen.Plan(item_per_step=True, pageable_bytes=8 << 20)
+# ~29 events per layer: steps of ~30k events, as a transformer-sized step recorded with stacks.
+# Real profiler windows hold a few large steps; HTA assigns events to steps in O(events x
+# steps), so thousands of tiny steps would measure that loop rather than the analysis.
+PLAN = trace_gen.Plan(layers=1000, item_per_step=True, pageable_bytes=8 << 20)
 # A launch-bound loop whose launches start 1 µs before the previous kernel ends (host 2 µs +
 # launch 5 µs per op; kernels start 3 µs after their launch and run 5 µs).
 OVERLAP_PLAN = trace_gen.Plan(layers=1, loop_ops=400, loop_kernel_ns=5_000, host_op_ns=2_000, launch_ns=5_000,

@@ -17,9 +17,10 @@ from pathlib import Path
 from statistics import median
 
 from torchdoctor.errors import InputError
-from torchdoctor.trace import idle as idle_mod
 from torchdoctor.trace.events import DATALOADER_PREFIX, TraceEvents
-from torchdoctor.trace.idle import CAUSES, blocking_calls, classify_idle, dataloader_union
+from torchdoctor.trace.idle import (
+    CAUSES, DATA_DEPENDENT_OPS, ITEM_OPS, blocking_calls, classify_idle, dataloader_union,
+)
 from torchdoctor.trace.joins import Joins
 from torchdoctor.trace.kernels import (
     COMM, COMPUTE, COPY, CollectiveCall, collective_calls, collective_stats, kernel_kind, kernel_totals,
@@ -37,7 +38,7 @@ _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 # (kernel start jitter is a few µs).
 LATE_MIN_WAIT_US = 10.0
 # ops that make the host wait for the device; counted on CPU-only traces as hazards
-HOST_SYNC_OPS = idle_mod.ITEM_OPS | idle_mod.DATA_DEPENDENT_OPS
+HOST_SYNC_OPS = ITEM_OPS | DATA_DEPENDENT_OPS
 
 
 @dataclass

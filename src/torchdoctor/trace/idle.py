@@ -46,12 +46,14 @@ LAUNCH_GAP_MAX_US = 50.0
 # CPU and GPU timestamps come from different clocks that Kineto aligns to a few µs.
 CLOCK_TOLERANCE_US = 5.0
 
+# Calls that return only when the GPU has caught up. (Synchronous cudaMemset is not here:
+# it is asynchronous to the host unless it targets host memory.)
 SYNC_CALLS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemset", "cuCtxSynchronize", "cuStreamSynchronize",
+    "cudaMemcpy2D", "cudaMemcpy3D", "cuCtxSynchronize", "cuStreamSynchronize",
     "cuEventSynchronize", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy",
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpyHtoD", "hipMemset",
+    "hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpyHtoD",
 })
 ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2",
                               "cuMemcpyHtoDAsync_v2", "hipMemcpyAsync", "hipMemcpyDtoHAsync", "hipMemcpyHtoDAsync"})
@@ -103,9 +105,6 @@ class IdleResult:
     launch_gaps_us: list[float] = field(default_factory=list)
     launch_kernel_us: list[float] = field(default_factory=list)
     launch_call_us: list[float] = field(default_factory=list)
-
-    def total(self, cause: str) -> float:
-        return sum(w.get(cause, 0.0) for w in self.per_window)
 
     def launch_stats(self) -> dict[str, float | int | None]:
         def med(xs: list[float]) -> float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from itertools import islice
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +38,12 @@ CHUNK_BYTES = 8 << 20
 HEAD_LIMIT = 64 << 20  # metadata before `traceEvents` is a few KiB; past this it is no trace
 TAIL_WINDOW = 1 << 20  # the array end and the keys after it lie in the last few KiB
 BOUNDARY_WINDOW = 256 << 10
+FIRST_PIECE_BYTES = 64 << 10
 BOUNDARY_TRIES = 16
-# Memory per kept event: the decoded struct, its floats, ints and args (~250 bytes; names
-# are shared) plus the analyses' working lists; measured on generated traces
-# (benchmarks/trace_speed.py).
-MEMORY_PER_EVENT = 400
+# Peak memory per kept event: the decoded struct with its floats, ints and args (~350 bytes;
+# kernel names are shared) plus the analyses' working lists; ~500 bytes measured on the 3M-
+# event benchmark trace (benchmarks/results/trace_speed.json).
+MEMORY_PER_EVENT = 500
 GZIP_MAGIC = b"\x1f\x8b"
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -245,6 +247,9 @@ def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard) -> Loaded
         opener = pos - 1  # the `[`: the byte before the first undecoded event
         out = TraceEvents()
         consumed = reader.offset - len(buf)  # file offset of buf[0]
+        # The metadata at the start of a trace has no `cat` and needs the slower generic
+        # decode: cut a small first piece around it, so the rest decodes typed.
+        opener = _decode_complete_pieces(path, buf, opener, consumed, out, guard, first=True)
         while not reader.eof:
             block = reader.read()
             if not block:
@@ -264,7 +269,7 @@ def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard) -> Loaded
                 if last_comma > 0 and not bytes(buf[last_comma + 1: closer]).strip():
                     closer = last_comma
                 try:
-                    chunk = _decode_in_place(buf, opener, closer)
+                    chunk = _decode_last(buf, opener, closer)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     last_error = exc
                     continue
@@ -285,12 +290,16 @@ def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard) -> Loaded
 
 
 def _decode_complete_pieces(path: Path, buf: bytearray, opener: int, consumed: int,
-                            out: TraceEvents, guard: _MemoryGuard) -> int:
-    """Decode the events after buf[opener] up to the last boundary; returns the new opener."""
-    search_from = max(opener + 1, len(buf) - BOUNDARY_WINDOW)
-    candidates = list(_BOUNDARY.finditer(buf, search_from))
+                            out: TraceEvents, guard: _MemoryGuard, first: bool = False) -> int:
+    """Decode the events after buf[opener] up to the last boundary (with `first`, up to the
+    first boundary past FIRST_PIECE_BYTES); returns the new opener."""
+    if first:
+        candidates = list(islice(_BOUNDARY.finditer(buf, opener + 1 + FIRST_PIECE_BYTES), BOUNDARY_TRIES))
+    else:
+        candidates = list(_BOUNDARY.finditer(buf, max(opener + 1, len(buf) - BOUNDARY_WINDOW)))
+        candidates = candidates[::-1][:BOUNDARY_TRIES]
     last_error: Exception | None = None
-    for m in reversed(candidates[-BOUNDARY_TRIES:]):
+    for m in candidates:
         try:
             chunk = _decode_in_place(buf, opener, m.start() + 1)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -303,6 +312,21 @@ def _decode_complete_pieces(path: Path, buf: bytearray, opener: int, consumed: i
         # no candidate decodes even with plenty of data: the JSON itself is broken
         raise _decode_error(path, last_error, consumed + opener)
     return opener  # no boundary yet (one event longer than the window): read on
+
+
+def _decode_last(buf: bytearray, opener: int, closer: int) -> TraceEvents:
+    """The events between buf[opener] and buf[closer] (the array's end). The trace's closing
+    instants have no `cat`: decode the few events after the last boundary on their own (a
+    wrong end candidate fails there, cheaply), then the bulk typed."""
+    last = None
+    for last in _BOUNDARY.finditer(buf, max(opener + 1, closer - BOUNDARY_WINDOW), closer):
+        pass
+    if last is None:
+        return _decode_in_place(buf, opener, closer)
+    tail = _decode_in_place(buf, last.end() - 2, closer)
+    bulk = _decode_in_place(buf, opener, last.start() + 1)
+    bulk.merge(tail)
+    return bulk
 
 
 def _loaded(path: Path, reader: _Reader, out: TraceEvents, head: TraceHead, tail: TraceHead | None) -> LoadedTrace:
