@@ -84,6 +84,13 @@ def run_torchfix(tree: Path, jobs: int, site: Path, timeout: float) -> dict:
             "findings": findings, "exit_code": done.returncode}
 
 
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=None, help="folder to lint (default: the installed torch/)")
@@ -92,6 +99,7 @@ def main() -> int:
     parser.add_argument("--skip-torchfix", action="store_true", help="measure torchdoctor only")
     parser.add_argument("--torchfix-timeout", type=float, default=3600, help="seconds before TorchFix is stopped")
     opts = parser.parse_args()
+    load_start = _load()
     tree = (opts.tree or default_tree()).resolve()
     files, size = tree_size(tree)
     print(f"tree: {tree} ({files} Python files, {size / 1e6:.1f} MB)")
@@ -110,6 +118,8 @@ def main() -> int:
             torchfix = run_torchfix(tree, opts.jobs, Path(site), opts.torchfix_timeout)
         torchfix["version"] = TORCHFIX.split("==")[1]
         torchfix["files_per_s"] = round(files / torchfix["seconds"], 1)
+        if torchfix["files_checked"]:  # TorchFix skips some files; its own count gives a lower rate
+            torchfix["files_per_s_own_count"] = round(torchfix["files_checked"] / torchfix["seconds"], 2)
         print(f"torchfix --jobs {opts.jobs}: {torchfix['seconds']:.1f} s, {torchfix['files_per_s']} files/s "
               f"(it reports {torchfix['files_checked']} files checked)")
 
@@ -117,7 +127,9 @@ def main() -> int:
     result = {
         "date": _dt.date.today().isoformat(),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    # other work on a shared machine slows both tools; the load says how busy it was
+                    "load_average_start": load_start, "load_average_end": _load()},
         "tree": str(tree), "files": files, "megabytes": round(size / 1e6, 1),
         "torchdoctor": ours, "torchfix": torchfix,
         "speedup_same_jobs": round(torchfix["seconds"] / same_jobs["seconds"], 1) if torchfix else None,

@@ -38,7 +38,9 @@ class FileFix:
     def diff(self) -> str:
         old = self.before.decode("utf-8", errors="replace").splitlines(keepends=True)
         new = self.after.decode("utf-8", errors="replace").splitlines(keepends=True)
-        return "".join(difflib.unified_diff(old, new, f"a/{self.display}", f"b/{self.display}"))
+        before, after = (self.display, self.display) if self.display.startswith("/") else (
+            f"a/{self.display}", f"b/{self.display}")  # git's prefixes, for `git apply`
+        return "".join(difflib.unified_diff(old, new, before, after))
 
 
 def plan_fixes(findings: list[LintFinding], files: dict[str, Path]) -> tuple[list[FileFix], list[str]]:

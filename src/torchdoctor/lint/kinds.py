@@ -13,41 +13,13 @@ import ast
 
 from torchdoctor.lint.model import FileModel, Scope
 from torchdoctor.lint.names import last_name
+from torchdoctor.lint.torch_api import (
+    BOOL, BOOL_METHODS, DATASET, FORWARD_NAMES, LOADER, META_ATTRS, MODULE, MODULE_METHODS, NO_DEFAULT, OPTIMIZER,
+    OTHER, PLAIN_METHODS, TENSOR, TENSOR_ATTRS, combine, declared, fallback_kind, qualified_kind,
+)
 from torchdoctor.lint.values import Values
 
-TENSOR, BOOL, MODULE, LOADER, OPTIMIZER, DATASET, OTHER = (
-    "tensor", "bool", "module", "loader", "optimizer", "dataset", "other")
-
-# Attributes of a tensor that are plain Python values, not tensors (reading them never syncs).
-_META_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names",
-               "grad_fn", "is_leaf", "itemsize", "nbytes", "training"}
-_TENSOR_ATTRS = {"grad", "data", "T", "mT", "H", "mH", "real", "imag", "weight", "bias"}
-# Tensor methods that return Python values or None.
-_PLAIN_METHODS = {"item", "tolist", "numpy", "dim", "ndimension", "numel", "nelement", "element_size",
-                  "data_ptr", "get_device", "stride", "storage_offset", "backward", "register_hook", "size",
-                  "__len__", "untyped_storage", "type", "equal", "allclose"}
-# torch functions / tensor methods that return a Python bool computed on the device: the call
-# itself reads the device (a host sync), and what it returns is a plain value.
-HOST_READING = {"allclose", "equal"}
-_BOOL_METHODS = {"bool", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "any", "all",
-                 "logical_and", "logical_or", "logical_not", "logical_xor", "isclose", "eq_", "signbit"}
-_MODULE_METHODS = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
-                   "requires_grad_", "to_empty", "share_memory"}
-# torch.* functions that do not return tensors.
-_TORCH_PLAIN = {"device", "Size", "Generator", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled",
-                "compile", "load", "save", "manual_seed", "seed", "initial_seed", "get_default_dtype",
-                "set_default_dtype", "is_tensor", "is_floating_point", "is_complex", "numel", "get_num_threads",
-                "set_num_threads", "is_grad_enabled", "autocast", "use_deterministic_algorithms",
-                "set_float32_matmul_precision", "get_float32_matmul_precision", "typename", "is_storage",
-                "set_printoptions", "finfo", "iinfo", "dtype", "is_inference_mode_enabled", "vmap"}
-_BOOL_FUNCTIONS = {"isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "logical_xor",
-                   "isclose", "eq", "ne", "gt", "lt", "ge", "le", "isin", "signbit", "isneginf", "isposinf"}
-_TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
-# Callables named like this are models or losses when the file does not say otherwise.
-_MODULE_NAMES = {"model", "net", "network", "module", "criterion", "loss_fn", "loss_func", "lossfn",
-                 "encoder", "decoder", "classifier", "backbone", "generator", "discriminator"}
-_FORWARD_NAMES = {"forward", "training_step", "validation_step", "test_step", "predict_step", "compute_loss"}
-
+__all__ = ["Kinds", "TENSOR", "BOOL", "MODULE", "LOADER", "OPTIMIZER", "DATASET", "OTHER"]
 
 class Kinds:
     def __init__(self, model: FileModel, values: Values):
@@ -104,9 +76,9 @@ class Kinds:
         current: Scope | None = scope
         while current is not None:
             if name in self._names_bound(current):
-                return self._local(name, current) or _fallback(name)
+                return self._local(name, current) or fallback_kind(name)
             current = current.parent
-        return _fallback(name)
+        return fallback_kind(name)
 
     def _names_bound(self, scope: Scope) -> dict[str, list[tuple[ast.expr, ast.expr | None, str]]]:
         """name → the assignments that bind it in `scope` (parameters map to no assignment)."""
@@ -145,7 +117,7 @@ class Kinds:
         if name in scope.params:
             kinds.append(self._param_kind(name, scope))
         self._active.discard(key)
-        result = _combine(kinds)
+        result = combine(kinds)
         self._names[key] = result
         return result
 
@@ -190,10 +162,10 @@ class Kinds:
     def _param_kind(self, name: str, scope: Scope) -> str | None:
         if name in ("self", "cls"):
             return None
-        annotated, default = _declared(name, scope.node)
+        annotated, default = declared(name, scope.node)
         if annotated is not None:
             return annotated
-        if scope.name in _FORWARD_NAMES and self._is_module_method(scope):
+        if scope.name in FORWARD_NAMES and self._is_module_method(scope):
             # inputs of forward / a Lightning step: what the file passes decides (`model(x, mask)`);
             # otherwise a required input is a tensor, an option with a default is not assumed one
             passed = [self.of(a, s) for a, s in self._arguments_for(name, scope)]
@@ -201,9 +173,9 @@ class Kinds:
                 return BOOL
             if passed and any(k in (TENSOR, BOOL) for k in passed):
                 return TENSOR
-            if default is _NO_DEFAULT:
+            if default is NO_DEFAULT:
                 return TENSOR
-        if default is not _NO_DEFAULT and isinstance(default, ast.Constant) and default.value is not None:
+        if default is not NO_DEFAULT and isinstance(default, ast.Constant) and default.value is not None:
             return OTHER
         return TENSOR if name in scope.tensor_evidence else None
 
@@ -234,7 +206,7 @@ class Kinds:
             func = expr.func
             if isinstance(func, ast.Name) and self.class_kind(func.id) == MODULE:
                 return func.id
-            if isinstance(func, ast.Attribute) and func.attr in _MODULE_METHODS:
+            if isinstance(func, ast.Attribute) and func.attr in MODULE_METHODS:
                 return self.instance_class(func.value, scope, depth + 1)
             if expr.args and last_name(func) in ("compile", "DistributedDataParallel", "DDP", "DataParallel"):
                 return self.instance_class(expr.args[0], scope, depth + 1)
@@ -259,9 +231,9 @@ class Kinds:
         return passed
 
     def _attribute(self, expr: ast.Attribute, scope: Scope) -> str | None:
-        if expr.attr in _META_ATTRS:
+        if expr.attr in META_ATTRS:
             return OTHER
-        if expr.attr in _TENSOR_ATTRS:
+        if expr.attr in TENSOR_ATTRS:
             return TENSOR
         base = expr.value
         if isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None:
@@ -274,9 +246,9 @@ class Kinds:
                          for m, v, how in self._self_assignments(scope.class_scope).get(expr.attr, ())
                          if v is not None]
                 self._active.discard(key)
-                self._names[key] = _combine(kinds) or _fallback(expr.attr)
+                self._names[key] = combine(kinds) or fallback_kind(expr.attr)
             return self._names[key]
-        return _fallback(expr.attr) if self.of(base, scope) != TENSOR else None
+        return fallback_kind(expr.attr) if self.of(base, scope) != TENSOR else None
 
     def _self_assignments(self, class_scope: Scope) -> dict[str, list[tuple[Scope, ast.expr | None, str]]]:
         """attr → (method, value, how) for every `self.attr = value` in the class's methods."""
@@ -294,7 +266,7 @@ class Kinds:
     def _call(self, call: ast.Call, scope: Scope) -> str | None:
         qualified = self.model.imports.qualify(call.func)
         if qualified is not None:
-            return _qualified_kind(qualified, call, self, scope)
+            return qualified_kind(qualified, call, lambda e: self.of(e, scope))
         func = call.func
         if isinstance(func, ast.Name):
             local = self.model.module.functions.get(func.id)
@@ -309,11 +281,11 @@ class Kinds:
             receiver = self.of(func.value, scope)
             method = func.attr
             if receiver in (TENSOR, BOOL):
-                if method in _PLAIN_METHODS or method.startswith("is_"):
+                if method in PLAIN_METHODS or method.startswith("is_"):
                     return OTHER
-                return BOOL if method in _BOOL_METHODS else TENSOR
+                return BOOL if method in BOOL_METHODS else TENSOR
             if receiver == MODULE:
-                return MODULE if method in _MODULE_METHODS else None
+                return MODULE if method in MODULE_METHODS else None
             if isinstance(func.value, ast.Name) and func.value.id == "self" and scope.class_scope is not None:
                 method_scope = scope.class_scope.functions.get(method)
                 if method_scope is not None and method_scope.kind == "function":
@@ -327,7 +299,7 @@ class Kinds:
         key = (id(function), "<return>")
         if key not in self._names:
             self._names[key] = None
-            self._names[key] = _combine([self.of(r, function) for r in function.returns])
+            self._names[key] = combine([self.of(r, function) for r in function.returns])
         return self._names[key]
 
     def _base_kind(self, base: ast.expr) -> str | None:
@@ -340,89 +312,6 @@ class Kinds:
         if isinstance(base, ast.Name):
             return self.class_kind(base.id)
         return None
-
-
-def _qualified_kind(name: str, call: ast.Call, kinds: Kinds, scope: Scope) -> str | None:
-    parts = name.split(".")
-    leaf = parts[-1]
-    if name == "torch.utils.data.DataLoader":
-        return LOADER
-    if name.startswith("torch.utils.data.") and leaf.endswith("Dataset"):
-        return DATASET
-    if name == "torch.nn.Parameter":
-        return TENSOR
-    if name.startswith("torch.nn.") and leaf[:1].isupper() and not name.startswith("torch.nn.functional."):
-        return MODULE
-    if name.startswith("torch.optim.") and len(parts) == 3 and leaf[:1].isupper():
-        return OPTIMIZER
-    if name == "torch.compile":
-        return kinds.of(call.args[0], scope) if call.args else OTHER
-    if name.startswith(_TENSOR_NAMESPACES):
-        return TENSOR
-    if name.startswith(("torch.cuda.", "torch.backends.", "torch.distributed.")):
-        return OTHER  # device queries, settings, ranks: plain values
-    if len(parts) == 2 and parts[0] == "torch":
-        if leaf in _TORCH_PLAIN or leaf in HOST_READING or leaf[:1].isupper() or leaf.startswith("is_"):
-            return OTHER
-        if leaf.startswith("_"):
-            return None  # private helpers return all sorts of things
-        return BOOL if leaf in _BOOL_FUNCTIONS else TENSOR
-    if name.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
-        return DATASET
-    return None
-
-
-def _combine(kinds: list[str | None]) -> str | None:
-    known = [k for k in kinds if k is not None]
-    if not known:
-        return None
-    if all(k == BOOL for k in known):
-        return BOOL
-    if any(k in (TENSOR, BOOL) for k in known):
-        return TENSOR
-    for kind in (MODULE, LOADER, OPTIMIZER, DATASET):
-        if kind in known:
-            return kind
-    return OTHER
-
-
-def _fallback(name: str) -> str | None:
-    lowered = name.lower()
-    if lowered in _MODULE_NAMES or lowered.endswith("model"):
-        return MODULE
-    if lowered.endswith("loader"):
-        return LOADER
-    return None
-
-
-_PLAIN_ANNOTATIONS = ("bool", "int", "float", "str", "dict", "list", "tuple", "Callable", "Sequence")
-
-
-_NO_DEFAULT = object()
-
-
-def _declared(name: str, function: ast.AST) -> tuple[str | None, object]:
-    """(kind from the annotation or None, the default expression or _NO_DEFAULT) of a parameter:
-    `x: Tensor` is a tensor, `flag: bool = False` is not."""
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        return None, _NO_DEFAULT
-    args = function.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    for arg in (*positional, *args.kwonlyargs):
-        if arg.arg != name:
-            continue
-        kind = None
-        annotation = getattr(arg, "annotation", None)
-        if annotation is not None:
-            text = ast.unparse(annotation)
-            if "Tensor" in text:
-                kind = TENSOR
-            elif any(word in text for word in _PLAIN_ANNOTATIONS):
-                kind = OTHER
-        return kind, defaults.get(name, _NO_DEFAULT)
-    return None, _NO_DEFAULT
 
 
 def _binds(target: ast.expr, name: str) -> bool:

@@ -291,7 +291,12 @@ def _argparse_options(model: FileModel) -> dict[str, str]:
 
 
 def is_cpu_device(expr: ast.expr, values: Values, scope: Scope) -> bool:
-    """True only when the target device is provably the CPU (`.to("cpu")`, `torch.device("cpu")`)."""
+    """True only when the target device is provably the CPU: `.to("cpu")`, `torch.device("cpu")`,
+    or a name assigned one of those once."""
+    if isinstance(expr, ast.Name):
+        found = values.definition(expr.id, scope)
+        if found is not None and isinstance(found[0], ast.Call):
+            expr, scope = found
     if isinstance(expr, ast.Call) and expr.args and dotted(expr.func) in ("torch.device", "device"):
         expr = expr.args[0]
     value = values.evaluate(expr, scope)

@@ -42,3 +42,17 @@ def test_every_lint_code_is_in_the_catalogue_and_shown_as_found_by_lint():
 def test_catalogue_only_causes_are_found_by_some_engine_now():
     for code in ("TD105", "TD405", "TD601", "TD603", "TD604", "TD704"):
         assert engines_for(code) == ["lint"]
+
+
+def test_a_failing_check_costs_its_findings_for_that_file_only(tmp_path, monkeypatch):
+    from torchdoctor.lint.checks.sync import ExplicitSync
+
+    def broken(self, facts):
+        raise KeyError("boom")
+    monkeypatch.setattr(ExplicitSync, "run", broken)
+    path = write(tmp_path, "import torch\nfor x in loader:\n    model(x).backward()\n    opt.step()\n"
+                           "    torch.cuda.synchronize()\n    print(x.sum().item())\n")
+    from torchdoctor.lint import LintOptions, lint_paths
+    result = lint_paths([path], LintOptions(isolated=True, jobs=1), cwd=tmp_path)
+    assert [f.code for f in result.findings] == ["TD201"]
+    assert "internal error in ExplicitSync" in result.problems[0].message and result.files_linted == 1

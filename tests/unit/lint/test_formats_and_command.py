@@ -11,7 +11,7 @@ from torchdoctor.rules.registry import rule_by_code
 TRAIN = """import torch
 from torch.utils.data import DataLoader
 loader = DataLoader(ds, batch_size=8, num_workers=2, pin_memory=True, persistent_workers=True)
-for x in loader:
+for x, y in loader:
     loss = model(x.to("cuda"))
     loss.backward()
     opt.step()

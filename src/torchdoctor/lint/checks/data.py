@@ -17,7 +17,7 @@ from torchdoctor.lint.checks.base import Check, Hit, set_keyword
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.flow import Loader, LoaderUse, batch_names, derived_names, find_loaders
 from torchdoctor.lint.kinds import DATASET
-from torchdoctor.lint.model import Block, Scope, names_in
+from torchdoctor.lint.model import Block, Scope, loop_targets, names_in
 from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, is_cpu_device, truthy
 
@@ -158,7 +158,8 @@ class BlockingTransfer(_LoaderCheck):
                           f"{loader.call.lineno}{when} without non_blocking=True: the host waits for each copy "
                           f"instead of queuing it behind compute",
                           Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
-                          {"loader_line": loader.call.lineno}, fix=set_keyword("non_blocking"))
+                          {"loader_line": loader.call.lineno},
+                          fix=None if _whole_batch(call, use) else set_keyword("non_blocking"))
 
 
 def batch_transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
@@ -180,6 +181,14 @@ def batch_transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]
             found += [(c, b.scope) for c, b in facts.model.calls_named("to", "cuda")
                       if b.scope is callee and _moves_batch(c, inner, facts, callee)]
     return found
+
+
+def _whole_batch(call: ast.Call, use: LoaderUse) -> bool:
+    """`for batch in loader: batch.to(device)`: the batch may be a container (a Hugging Face
+    BatchEncoding, a user class) whose `.to()` may not take non_blocking, so no automatic fix."""
+    receiver = call.func.value
+    return isinstance(receiver, ast.Name) and any(
+        isinstance(t, ast.Name) and t.id == receiver.id for t in loop_targets(use.loop))
 
 
 def _inside(block: Block, loop: Block) -> bool:

@@ -17,7 +17,8 @@ from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.context import nearest_loop
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.kinds import HOST_READING, MODULE
+from torchdoctor.lint.kinds import MODULE
+from torchdoctor.lint.torch_api import HOST_READING
 from torchdoctor.lint.model import Block
 from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import Unknown, truthy
