@@ -1,8 +1,9 @@
 """Speed, memory and agreement of `torchdoctor trace` against Holistic Trace Analysis (HTA).
 
 For traces of 100k, 1M and 3M events written by `trace_gen.py`, each tool runs in its own
-process on the same file; wall time is measured end to end (interpreter start to exit) and
-peak memory is that process's max RSS (os.wait4). torchdoctor runs `torchdoctor trace FILE
+process on the same file; wall time is measured end to end (interpreter start to exit),
+and again in process (the analysis alone, after imports), and peak memory is that
+process's max RSS (from /usr/bin/time). torchdoctor runs `torchdoctor trace FILE
 --format json`; HTA 0.5.0 (installed in a throwaway venv, never a project dependency) loads
 the trace and computes its temporal breakdown and idle-time breakdown.
 
@@ -55,36 +56,52 @@ PLAN = trace_gen.Plan(layers=1000, item_per_step=True, pageable_bytes=8 << 20)
 OVERLAP_PLAN = trace_gen.Plan(layers=1, loop_ops=400, loop_kernel_ns=5_000, host_op_ns=2_000, launch_ns=5_000,
                               latency_ns=3_000, dataloader_ns=20_000)
 
+# In-process times exclude interpreter start-up and imports (pandas for HTA, the CLI's
+# rich/rules modules for torchdoctor): the work each tool does on the trace itself.
+OURS_SCRIPT = r"""
+import json, sys, time
+from torchdoctor.report import render
+from torchdoctor.trace import analyze_trace_files, trace_report
+t0 = time.perf_counter()
+summary = analyze_trace_files([sys.argv[1]])
+render(trace_report(summary), "json")
+print("RESULT " + json.dumps({"inprocess_s": time.perf_counter() - t0}))
+"""
 HTA_SCRIPT = r"""
 import json, sys, time
-t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
 ta = TraceAnalysis(trace_files={0: sys.argv[1]}, trace_dir="/")
 t1 = time.perf_counter()
 tb = ta.get_temporal_breakdown(visualize=False)
 ib = ta.get_idle_time_breakdown(visualize=False)[0]
 t2 = time.perf_counter()
 row = tb.iloc[0]
-out = {"load_s": t1 - t0, "analysis_s": t2 - t1,
+out = {"load_s": t1 - t0, "analysis_s": t2 - t1, "inprocess_s": t2 - t0,
        "temporal": {k: float(row[k]) for k in tb.columns if k.endswith("(us)")},
        "idle": {f"{int(r.stream)}:{r.idle_category}": float(r.idle_time) for r in ib.itertuples()}}
 print("RESULT " + json.dumps(out))
 """
 
 
-def run_measured(cmd: list[str], env: dict | None = None) -> dict:
-    """Run a command; its wall time, exit status, peak RSS (MiB) and last output line."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - start
-    cpu = usage.ru_utime + usage.ru_stime
+def run_measured(cmd: list[str]) -> dict:
+    """Run a command; its wall and CPU time, exit status, peak RSS (MiB) and RESULT line.
+
+    Peak memory comes from /usr/bin/time, which forks the command from its own small
+    process: Linux carries a forked process's RSS high-water mark across exec, so a command
+    forked straight from this (large) benchmark process would report this process's size.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as stats:
+        start = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", stats.name, *cmd],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        _, user, system, max_kib = stats.read().split()[-4:]
     # the 1-minute load average when it ended: other processes on the machine slow both tools
-    result = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_mib": round(usage.ru_maxrss / 1024, 1),
-              "exit": proc.returncode, "load_avg_1min": round(os.getloadavg()[0], 2)}
-    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("RESULT ")]
+    result = {"wall_s": round(wall, 3), "cpu_s": round(float(user) + float(system), 3),
+              "peak_mib": round(int(max_kib) / 1024, 1), "exit": proc.returncode,
+              "load_avg_1min": round(os.getloadavg()[0], 2)}
+    lines = [ln for ln in proc.stdout.decode(errors="replace").splitlines() if ln.startswith("RESULT ")]
     if lines:
         result["result"] = json.loads(lines[-1][len("RESULT "):])
     return result
@@ -235,6 +252,14 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
+def generate(path: Path, events: int, plan: str, seed: int) -> None:
+    """Write a trace in a child process, so this process stays small."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import trace_gen, trace_speed; "
+            f"print(trace_gen.training_trace({str(path)!r}, events={events}, plan=trace_speed.{plan}, seed={seed}))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    print(f"generated {path} ({int(out.split()[-1]):,} events)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
@@ -251,16 +276,19 @@ def main() -> None:
     for n in args.sizes:
         path = args.work / f"trace_{n}.json"
         if not path.exists():
-            count = trace_gen.training_trace(path, events=n, plan=PLAN, seed=1)
-            print(f"generated {path} ({count:,} events)", flush=True)
+            generate(path, n, "PLAN", seed=1)
         row = {"events": n, "file_mib": round(path.stat().st_size / 2**20, 1)}
         row["torchdoctor"] = run_measured([*ours_cmd[:4], str(path), *ours_cmd[4:]])
+        row["torchdoctor"]["inprocess_s"] = round(
+            run_measured([sys.executable, "-c", OURS_SCRIPT, str(path)])["result"]["inprocess_s"], 3)
         print(n, "torchdoctor", row["torchdoctor"], flush=True)
         if n <= args.hta_max_events:
             row["hta"] = run_measured([str(hta_py), "-c", HTA_SCRIPT, str(path)])
             print(n, "hta", {k: v for k, v in row["hta"].items() if k != "result"}, flush=True)
             if row["hta"]["exit"] == 0:
                 row["speedup"] = round(row["hta"]["wall_s"] / row["torchdoctor"]["wall_s"], 1)
+                row["speedup_inprocess"] = round(row["hta"]["result"]["inprocess_s"] /
+                                                 row["torchdoctor"]["inprocess_s"], 1)
                 row["memory_ratio"] = round(row["torchdoctor"]["peak_mib"] / row["hta"]["peak_mib"], 3)
         else:
             row["hta"] = {"skipped": f"over --hta-max-events={args.hta_max_events}"}
@@ -268,7 +296,7 @@ def main() -> None:
             row["agreement"] = agreement(path, row["hta"].get("result"))
         rows.append(row)
     overlap = args.work / "overlapping_launches.json"
-    trace_gen.training_trace(overlap, events=60_000, plan=OVERLAP_PLAN, seed=2)
+    generate(overlap, 60_000, "OVERLAP_PLAN", seed=2)
     hta_overlap = run_measured([str(hta_py), "-c", HTA_SCRIPT, str(overlap)])
     doc = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
