@@ -10,6 +10,7 @@ from torchdoctor.findings import Table, NotMeasured, Report, RunSummary, TimeSpl
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.registry import RUNTIME_RULES
+from torchdoctor.runtrace import merge_trace_findings
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -102,6 +103,7 @@ def analyze(record: RunRecord) -> Report:
         except Exception as exc:  # one broken rule must not hide the others' findings
             report.notes.append(f"rule {rule.code} failed: {type(exc).__name__}: {exc}")
     report.tables.extend(_knob_tables(record))
+    merge_trace_findings(report, record)
     link_static_findings(report, record)
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)

@@ -7,7 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 from torchdoctor.serialize import read_json, write_json
 
 SCHEMA_VERSION = 1

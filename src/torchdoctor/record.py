@@ -12,20 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.location import Location
 from torchdoctor.serialize import read_json, write_json
+from torchdoctor.trace.summary import TraceSummary
 
-SCHEMA_VERSION = 2  # 2: knobs, loader_only, source_files, static_findings
+# 2: knobs, loader_only, source_files, static_findings
+# 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
+SCHEMA_VERSION = 3
 OLDEST_READABLE_SCHEMA = 1
-
-
-@dataclass
-class Location:
-    path: str
-    line: int
-    function: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 @dataclass
@@ -85,8 +79,13 @@ class LoaderStats:
     dataset_len: int | None
     iterator_starts_s: list[float] = field(default_factory=list)  # one per __iter__ call
     first_batch_waits_s: list[float] = field(default_factory=list)  # first next() per epoch
+    # optimizer steps done when each __iter__ ran: step n+1 is the first of that epoch
+    epoch_start_steps: list[int] = field(default_factory=list)
     batches: int = 0
     wait_total_s: float = 0.0
+    # CPU time of the training thread inside next(): with num_workers=0 this tells loading
+    # that computes (needs cores) from loading that waits on storage (workers overlap it freely)
+    wait_cpu_s: float | None = None  # None: not measured (records before schema 3)
     batches_in_eval: int = 0
     batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
 
@@ -296,6 +295,7 @@ class RunRecord:
     cuda_memory: CudaMemory | None = None
     nvml: NvmlRecord | None = None
     trace_file: str | None = None  # Kineto trace, relative to the run directory
+    trace: TraceSummary | None = None  # that trace analysed, so the report re-renders without it
     probe_notes: list[ProbeNote] = field(default_factory=list)
     knobs: list[KnobOutcome] = field(default_factory=list)  # changes applied for this run only
     loader_only: LoaderOnlyStats | None = None  # set by the `data=loader-only` measurement

@@ -37,6 +37,7 @@ from torchdoctor.probes.sources import executed_user_files, lint_executed
 from torchdoctor.probes.steps import StepProbe
 from torchdoctor.record import ProbeNote, RunInfo, RunRecord, StepSample
 from torchdoctor.session import RunSession, SessionConfig, StopRun
+from torchdoctor.trace import analyze_trace_files
 
 TRACE_FILE = "trace.json.gz"
 WATCHDOG_GRACE_S = 2.0  # the hooks stop a stepping script first; the timer is a backstop
@@ -205,6 +206,10 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         notes.append(ProbeNote("cuda-events", note))
     if profiler.saved:
         record.trace_file = profiler.saved
+        try:
+            record.trace = analyze_trace_files([run_dir / profiler.saved])
+        except Exception as exc:  # the trace is a bonus; the file stays for `torchdoctor trace`
+            notes.append(ProbeNote("profiler", f"could not analyse {profiler.saved}: {type(exc).__name__}: {exc}"))
     elif profiler.error:
         notes.append(ProbeNote("profiler", profiler.error))
     if request.knobs.get("compile"):

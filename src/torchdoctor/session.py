@@ -71,9 +71,14 @@ class StepLedger:
 
 
 class RunSession:
-    def __init__(self, config: SessionConfig, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, config: SessionConfig, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time):
         self.config = config
         self.clock = clock
+        # CPU time of the calling (training) thread: set against the clock it tells computing
+        # from waiting. Not the process's: torch's pool threads spin between ops and would
+        # count as work while the training thread sleeps on storage.
+        self.cpu_clock = cpu_clock
         self.t0 = clock()
         self.ledger = StepLedger()
         self.steps: list[StepSample] = []

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from torchdoctor.record import Environment, RunInfo, RunRecord, StepSample
+from torchdoctor.record import SCHEMA_VERSION, Environment, LoaderStats, RunInfo, RunRecord, StepSample
+from torchdoctor.rules.facts import loading_cpu_share
 from torchdoctor.serialize import SchemaError, from_plain, to_plain
 
 
@@ -48,8 +49,24 @@ def test_non_finite_floats_become_null_so_the_file_stays_valid_json():
 def test_a_version_1_record_without_knobs_still_loads(tmp_path):
     data = to_plain(_record())
     data["schema_version"] = 1
-    del data["knobs"], data["loader_only"]
+    del data["knobs"], data["loader_only"], data["trace"]
     path = tmp_path / "record.json"
     path.write_text(json.dumps(data))
     loaded = RunRecord.load(path)
-    assert loaded.knobs == [] and loaded.loader_only is None and loaded.schema_version == 2
+    assert loaded.knobs == [] and loaded.loader_only is None and loaded.trace is None
+    assert loaded.schema_version == SCHEMA_VERSION == 3
+
+
+def test_a_version_2_loader_without_cpu_time_is_read_as_not_measured(tmp_path):
+    """Schema 3 added the loader's CPU time; 0.0 would read as "loading only waits"."""
+    record = _record()
+    record.loaders = [LoaderStats(loader_id=0, created_at=None, iterated_at=None, batch_size=8, num_workers=0,
+                                  pin_memory=False, prefetch_factor=None, persistent_workers=False,
+                                  drop_last=False, dataset_len=64, wait_total_s=1.0, wait_cpu_s=0.9)]
+    data = to_plain(record)
+    data["schema_version"] = 2
+    del data["loaders"][0]["wait_cpu_s"], data["loaders"][0]["epoch_start_steps"]
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(data))
+    (loader,) = RunRecord.load(path).loaders
+    assert loader.wait_cpu_s is None and loader.epoch_start_steps == [] and loading_cpu_share(loader) is None

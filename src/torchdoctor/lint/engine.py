@@ -16,7 +16,7 @@ from torchdoctor.lint.notebook import blank_cell
 from torchdoctor.lint.registry import CHECKS
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 from torchdoctor.rules.registry import rule_by_code
 
 Span = tuple[int, int, int, int]

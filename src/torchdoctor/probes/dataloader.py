@@ -58,6 +58,7 @@ def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderSta
         persistent_workers=bool(loader.persistent_workers),
         drop_last=bool(loader.drop_last),
         dataset_len=_dataset_len(loader),
+        wait_cpu_s=0.0,
     )
 
 
@@ -124,6 +125,7 @@ class DataLoaderProbe:
             seconds = session.clock() - started
             stats = probe._stats_for(loader)
             stats.iterator_starts_s.append(seconds)
+            stats.epoch_start_steps.append(len(session.steps))
             if stats.iterated_at is None:
                 frame, _ = user_frame(sys._getframe(1))
                 stats.iterated_at = location_of(frame) if frame is not None else None
@@ -143,7 +145,7 @@ class DataLoaderProbe:
         def __next__(it):
             session = probe.session
             session.raise_if_stopping()
-            started = session.clock()
+            started, cpu_started = session.clock(), session.cpu_clock()
             session.loading_depth += 1
             try:
                 batch = original(it)
@@ -154,6 +156,7 @@ class DataLoaderProbe:
                 stats = probe._by_iter.get(it)
                 if stats is not None:
                     stats.wait_total_s += seconds
+                    stats.wait_cpu_s += session.cpu_clock() - cpu_started
                     if it in probe._first_batch_pending:
                         probe._first_batch_pending.discard(it)
                         stats.first_batch_waits_s.append(seconds)

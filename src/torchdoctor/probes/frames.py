@@ -16,7 +16,7 @@ from types import FrameType
 import torch
 
 import torchdoctor
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DOCTOR_DIR = os.path.dirname(torchdoctor.__file__) + os.sep

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from torchdoctor.findings import Finding, Report, RunSummary
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 
 DASH = "—"  # shown where a value does not exist (no location, no estimate)
 NOT_MEASURED = "not measured"

@@ -6,8 +6,10 @@ import statistics
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import ApiCall, RunRecord
-from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
-from torchdoctor.rules.facts import RunFacts, training_loader
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
+from torchdoctor.rules.facts import (
+    RunFacts, core_duration, loading_cpu_share, training_loader, waits_on_storage, workers_for_fix,
+)
 
 # Exposed data wait below this share of a step is normal prefetch jitter.
 DATA_WAIT_MIN_SHARE = 0.05
@@ -65,10 +67,10 @@ class DataLoaderStall(Rule):
             return []
         if loader.num_workers > 0 and not loader.persistent_workers and len(loader.iterator_starts_s) > 1:
             return []  # restarting workers explain the wait (TD102); judge the rest after that fix
+        step = facts.step_s
         wait = max(0.0, facts.mean("data_wait_s") - _startup_per_step(record, facts))
-        share = wait / facts.step_s
-        speedup = amdahl(facts.step_s, wait)
-        if share < DATA_WAIT_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
+        share = wait / step
+        if share < DATA_WAIT_MIN_SHARE or amdahl(step, wait) < MIN_REPORTED_SPEEDUP:
             return []
         workers = loader.num_workers
         cause = (
@@ -76,27 +78,75 @@ class DataLoaderStall(Rule):
             if workers == 0
             else f"{workers} worker(s) cannot keep up with the model"
         )
+        cpu_share = loading_cpu_share(loader)
+        if cpu_share is not None:
+            cause += (f"; {cpu_share:.0%} of that time was CPU work" if not waits_on_storage(loader) else
+                      f"; only {cpu_share:.0%} of that time was CPU work, the rest waited (storage, network)")
+        speedup, basis = _parallel_loading_estimate(record, facts, loader, wait)
         return [
             self.finding(
                 title=f"Steps wait {ms(wait):.1f} ms for data ({share:.0%} of each step)",
                 message=(
-                    f"Each measured step waited {ms(wait):.1f} ms of {ms(facts.step_s):.1f} ms in "
+                    f"Each measured step waited {ms(wait):.1f} ms of {ms(step):.1f} ms in "
                     f"`next(loader)`: {cause}."
                 ),
                 location=loader.created_at or loader.iterated_at,
                 evidence={
                     "data_wait_ms_per_step": ms(wait),
-                    "step_ms": ms(facts.step_s),
+                    "step_ms": ms(step),
                     "share_of_step_time": round(share, 3),
                     "num_workers": workers,
+                    "loading_cpu_share": round(cpu_share, 3) if cpu_share is not None else None,
+                    "workers_for_fix": workers_for_fix(record, loader),
+                    "speedup_if_fully_hidden": round(amdahl(step, wait), 3),
                     "batch_size": loader.batch_size,
                     "batches": loader.batches,
                 },
                 speedup=speedup,
-                basis="Amdahl: the measured data wait per step removed, assuming loading fully overlaps compute"
-                      + _core_caveat(record),
+                basis=basis,
+                # the size of the stall, which a cheaper `__getitem__` can win back even where
+                # workers cannot
+                severity=severity_for(amdahl(step, wait)),
             )
         ]
+
+
+def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait: float) -> tuple[float | None, str]:
+    """Amdahl with the loading spread over the workers this machine can run at once.
+
+    With N workers busy, one batch per step means each takes a worker N steps; with none, the
+    training process spends the wait itself. W workers then deliver a batch every load / W.
+    """
+    step = facts.step_s or 0.0
+    current = loader.num_workers
+    workers = workers_for_fix(record, loader)
+    load = step * current if current else wait  # one step's batch, in worker (or process) time
+    why = (f"{workers}: the fix's worker count; loading waits rather than computes, so workers need no core each"
+           if waits_on_storage(loader) else
+           f"{workers}: one per core left beside the training process ({record.environment.cpu_count or 1} cores)")
+    if workers <= current:
+        return None, (f"not estimated: the loader already has {current} workers and no more can run at once "
+                      f"here ({why}); make `__getitem__` cheaper, and measure the ceiling with "
+                      "`--set data=cached`")
+    new_step = max(step - wait, load / workers)
+    plural = "s" if workers != 1 else ""
+    basis = (f"Amdahl with loading spread over {workers} worker{plural}: step = max(compute {ms(step - wait):.1f} ms, "
+             f"loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; workers = {why}"
+             + _core_caveat(record))
+    return amdahl(step, step - new_step), basis
+
+
+def _epoch_start_excess(facts: RunFacts, loader) -> float | None:
+    """Per measured step, the extra time of the steps that begin an epoch (old workers shut
+    down, new ones start and fill their queues, the CPU they take from training) over the
+    median of the other steps; None when the run has too few of either kind."""
+    firsts = {n + 1 for n in loader.epoch_start_steps}
+    first = [core_duration(s) for s in facts.measured if s.index in firsts]
+    others = [core_duration(s) for s in facts.measured if s.index not in firsts]
+    if not first or len(others) < 2:
+        return None
+    typical = statistics.median(others)
+    return sum(max(0.0, d - typical) for d in first) / len(facts.measured)
 
 
 class WorkerRespawn(Rule):
@@ -123,14 +173,18 @@ class WorkerRespawn(Rule):
             restarts = loader.iterator_starts_s[1:]
             if loader.num_workers == 0 or loader.persistent_workers or not restarts or not facts.step_s:
                 continue
-            typical = statistics.median([s.data_wait_s for s in facts.measured] or [0.0])
-            first_waits = loader.first_batch_waits_s[1:len(restarts) + 1]
-            per_epoch = statistics.fmean(restarts) + max(
-                0.0, (statistics.fmean(first_waits) if first_waits else 0.0) - typical
-            )
             epochs = len(loader.iterator_starts_s)
             steps_per_epoch = max(1.0, (loader.batches - loader.batches_in_eval) / epochs)
-            saved = per_epoch / steps_per_epoch
+            saved = _epoch_start_excess(facts, loader)
+            basis = ("Amdahl: the extra time of the steps that start an epoch (worker shutdown and start-up, "
+                     "first batches, CPU taken from training) over the median other step, removed")
+            if saved is None:  # too few measured epoch starts: the restart's own timings
+                typical = statistics.median([s.data_wait_s for s in facts.measured] or [0.0])
+                first_waits = loader.first_batch_waits_s[1:len(restarts) + 1]
+                saved = (statistics.fmean(restarts) + max(
+                    0.0, (statistics.fmean(first_waits) if first_waits else 0.0) - typical)) / steps_per_epoch
+                basis = "Amdahl: measured restart time (iterator start + first-batch latency) spread over the steps of an epoch"
+            per_epoch = saved * steps_per_epoch
             speedup = amdahl(facts.step_s, saved)
             if speedup < MIN_REPORTED_SPEEDUP:
                 continue
@@ -151,7 +205,7 @@ class WorkerRespawn(Rule):
                         "persistent_workers": False,
                     },
                     speedup=speedup,
-                    basis="Amdahl: measured restart time (iterator start + first-batch latency) spread over the steps of an epoch",
+                    basis=basis,
                 )
             )
         return findings

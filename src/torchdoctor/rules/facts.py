@@ -41,3 +41,37 @@ def training_loader(record: RunRecord) -> LoaderStats | None:
     """The loader that feeds the training steps: most batches outside evaluation."""
     candidates = [l for l in record.loaders if l.batches - l.batches_in_eval > 0]
     return max(candidates, key=lambda l: l.batches - l.batches_in_eval, default=None)
+
+
+# The TD101 fix's worker count: the `num_workers=4` of its fix text, or twice the current.
+SUGGESTED_WORKERS = 4
+# Loading whose CPU time is under this share of its wall time waits (on storage, a network
+# file system, a decoder service) rather than computes: workers then overlap it without
+# needing a core each.
+CPU_BOUND_LOADING_SHARE = 0.5
+
+
+def loading_cpu_share(loader: LoaderStats) -> float | None:
+    """CPU time / wall time of loading done in the training process (num_workers=0), or None."""
+    if loader.num_workers > 0 or loader.wait_cpu_s is None or loader.wait_total_s <= 0:
+        return None
+    return min(1.0, loader.wait_cpu_s / loader.wait_total_s)
+
+
+def waits_on_storage(loader: LoaderStats) -> bool:
+    share = loading_cpu_share(loader)
+    return share is not None and share < CPU_BOUND_LOADING_SHARE
+
+
+def workers_for_fix(record: RunRecord, loader: LoaderStats) -> int:
+    """How many loader workers can run at once after the TD101 fix on this machine."""
+    wanted = max(2 * loader.num_workers, SUGGESTED_WORKERS)
+    if waits_on_storage(loader):
+        return wanted
+    cores = record.environment.cpu_count or 1
+    return max(1, min(wanted, cores - 1))  # computing workers need a core each; one stays with training
+
+
+def core_duration(step: StepSample) -> float:
+    """A step's time without evaluation, checkpoints and logging (other rules judge those)."""
+    return max(0.0, step.duration_s - step.eval_s - step.checkpoint_s - step.logging_s)

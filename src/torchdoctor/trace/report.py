@@ -8,7 +8,7 @@ import re
 
 import torchdoctor
 from torchdoctor.findings import Report, Table
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 from torchdoctor.trace import idle
 from torchdoctor.trace.rules import trace_findings
 from torchdoctor.trace.summary import RankSummary, TraceSummary

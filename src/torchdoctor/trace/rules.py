@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, ms, severity_for
 from torchdoctor.rules.catalogue import LaunchBound, SlowInterconnect
 from torchdoctor.rules.compute import NoMixedPrecision

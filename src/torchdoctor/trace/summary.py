@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchdoctor.record import Location
+from torchdoctor.location import Location
 
 SCHEMA_VERSION = 1
 

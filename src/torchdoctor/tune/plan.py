@@ -3,12 +3,11 @@ measurements, and the staged ladder of the first reference report."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from torchdoctor.findings import Report
 from torchdoctor.record import RunRecord
-from torchdoctor.rules.facts import training_loader
+from torchdoctor.rules.facts import training_loader, waits_on_storage, workers_for_fix
 
 FIX, UPPER_BOUND, LADDER, COMBINED = "fix", "upper bound", "ladder", "combined"
 
@@ -24,23 +23,20 @@ class Trial:
         return [f"{k}={v}" for k, v in self.knobs.items()]
 
 
-def _worker_count() -> int:
-    # One core stays with the training process; more workers than cores only contend.
-    return max(1, min(4, (os.cpu_count() or 2) - 1))
-
-
 def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | None:
     loader = training_loader(record)
     if code == "TD101" and loader is not None:
-        if loader.num_workers == 0:
-            workers = _worker_count()
-            knobs = {"workers": str(workers), "persistent_workers": "true"}
-            cores, threads = record.environment.cpu_count or 1, record.environment.num_threads or 1
-            if not cuda and threads + workers > cores:
-                # On CPU the model's own threads take every core; workers then only contend.
-                knobs["threads"] = str(max(1, cores - workers))
-            return knobs
-        return {"workers": str(max(loader.num_workers * 2, _worker_count())), "prefetch_factor": "4"}
+        workers = workers_for_fix(record, loader)  # the count TD101's estimate assumed
+        if workers <= loader.num_workers:
+            return None  # no more workers can run at once here; data=cached measures the ceiling
+        knobs = {"workers": str(workers), "persistent_workers": "true"}
+        if loader.num_workers:
+            knobs["prefetch_factor"] = "4"
+        cores, threads = record.environment.cpu_count or 1, record.environment.num_threads or 1
+        if not cuda and not waits_on_storage(loader) and threads + workers > cores:
+            # On CPU the model's own threads take every core; computing workers then only contend.
+            knobs["threads"] = str(max(1, cores - workers))
+        return knobs
     if code == "TD102":
         return {"persistent_workers": "true"}
     table = {

@@ -33,3 +33,21 @@ def test_waits_epochs_config_and_creation_line_are_recorded():
     record = RunRecord.__new__(RunRecord)
     probe.contribute(record)
     assert record.loaders == [stats]
+
+
+def test_epoch_starts_are_placed_among_steps_and_loading_cpu_time_is_counted():
+    ticks = iter(range(1_000_000))
+    session = RunSession(SessionConfig(warmup=0, steps=100), cpu_clock=lambda: float(next(ticks)))
+    probe = DataLoaderProbe(session)
+    probe.install()
+    try:
+        loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+        for _ in range(2):
+            for (x,) in loader:
+                session.on_optimizer_step()
+    finally:
+        probe.uninstall()
+    (stats,) = probe.stats
+    assert stats.epoch_start_steps == [0, 2]  # the epochs' first steps are steps 1 and 3
+    # each next() reads the CPU clock twice, one tick apart: 2 batches + the StopIteration, twice
+    assert stats.wait_cpu_s == 6.0

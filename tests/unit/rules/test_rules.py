@@ -38,6 +38,51 @@ def test_worker_restarts_trigger_only_without_persistent_workers():
     assert run(WorkerRespawn, rec) == []
 
 
+def _on_cores(rec, cores, threads):
+    rec.environment.cpu_count, rec.environment.num_threads = cores, threads
+    return rec
+
+
+def test_data_wait_estimate_counts_the_workers_this_machine_can_run():
+    """80 ms of a 100 ms step is loading. Computing loaders get one worker on 2 cores, so the
+    step becomes max(20 ms compute, 80 ms / 1); loaders that mostly wait get the fix's 4."""
+    rec = _on_cores(record(step_s=0.1, data_wait_s=0.08), cores=2, threads=2)
+    rec.loaders = [loader(wait_total_s=1.0, wait_cpu_s=0.9)]
+    (f,) = run(DataLoaderStall, rec)
+    assert abs(f.estimated_speedup - 0.1 / 0.08) < 1e-3 and f.evidence["workers_for_fix"] == 1
+    assert f.severity.value == "high"  # the stall itself is 80 % of the step
+    assert "90% of that time was CPU work" in f.message and "--set threads=1" in f.estimate_basis
+    rec.loaders = [loader(wait_total_s=1.0, wait_cpu_s=0.1)]
+    (f,) = run(DataLoaderStall, rec)
+    assert abs(f.estimated_speedup - 0.1 / 0.02) < 1e-3 and f.evidence["workers_for_fix"] == 4
+    assert "rest waited" in f.message
+
+
+def test_data_wait_with_as_many_workers_as_can_run_is_not_estimated():
+    rec = _on_cores(record(step_s=0.1, data_wait_s=0.05), cores=2, threads=1)
+    rec.loaders = [loader(num_workers=2, persistent_workers=True, iterator_starts_s=[0.0])]
+    (f,) = run(DataLoaderStall, rec)
+    assert f.estimated_speedup is None and "make `__getitem__` cheaper" in f.estimate_basis
+    assert f.evidence["speedup_if_fully_hidden"] == 2.0
+
+
+def test_worker_restart_estimate_is_the_excess_of_epoch_first_steps():
+    """Epochs of 3 steps: the first of each takes 40 ms (workers restart), the others 2 ms."""
+    rec = record(step_s=0.002, steps=12, warmup=0)
+    for s in rec.steps:
+        first = s.index % 3 == 1
+        s.end = s.start + (0.040 if first else 0.002)
+        if first:
+            s.eval_s = 0.005  # an evaluation before the epoch: TD701's time, not TD102's
+    rec.loaders = [loader(num_workers=2, iterator_starts_s=[0.01] * 4, first_batch_waits_s=[0.005] * 4,
+                          epoch_start_steps=[0, 3, 6, 9], batches=12)]
+    (f,) = run(WorkerRespawn, rec)
+    mean_step = (4 * 0.040 + 8 * 0.002) / 12
+    saved = 4 * (0.035 - 0.002) / 12
+    assert abs(f.estimated_speedup - mean_step / (mean_step - saved)) < 1e-3
+    assert "steps that start an epoch" in f.estimate_basis
+
+
 def test_python_loop_line_triggers_and_layer_loop_does_not():
     rec = sampled(record(step_s=0.1), sites=[site(31, 3 * 768, time_s=0.09), site(40, 3 * 24, time_s=0.01)],
                   line_hits=[(31, 40)], total_samples=100)
