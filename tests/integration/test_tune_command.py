@@ -30,7 +30,9 @@ def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tmp_path, 
     assert code == 0, captured.err
     report = json.loads(captured.out)
     tables = {t["title"]: t for t in report["tables"]}
-    assert [r[0] for r in tables["Before / after"]["rows"]] == ["baseline", "baseline (repeat)", "zero_grad=none"]
+    rows = tables["Before / after"]["rows"]
+    assert [r[0] for r in rows] == ["baseline (both runs pooled)", "baseline (repeat)", "zero_grad=none"]
+    assert rows[0][-1] == "baseline"
     failed = tables["Failed trials"]["rows"]
     assert failed[0][0] == "workers=1" and "refuses worker processes" in failed[0][2]
     stages = [r[0] for r in tables["Staged ladder"]["rows"]]

@@ -12,6 +12,7 @@ import time
 import weakref
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -35,6 +36,33 @@ class _IterState:
         self.served = 0  # batches handed out by this iterator
 
 
+class _FirstEvalBatch:
+    """An evaluation loader's iterator under eval=off after its first pass: that pass's first
+    batch, once, from memory. The script's evaluation code still runs on real data while no
+    batch is fetched and no worker started again."""
+
+    def __init__(self, batch: Any) -> None:
+        self._batch: Any = batch
+        self._served = False
+
+    def __iter__(self) -> "_FirstEvalBatch":
+        return self
+
+    def __next__(self) -> Any:
+        if self._served:
+            raise StopIteration
+        self._served = True
+        return self._batch
+
+
+def _draw_like_an_iterator(loader: DataLoader) -> None:
+    """Take from the global RNG what a real iterator and its first batch would (the iterator's
+    base seed, a shuffling sampler's seed), so training after a skipped evaluation shuffles
+    and initializes exactly as it would have: the knob changes timings, not numerics."""
+    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+    next(iter(loader._index_sampler), None)
+
+
 class LoaderKnobs(KnobGroup):
     names = ("workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "data", "eval")
     layer = "inner"
@@ -43,6 +71,7 @@ class LoaderKnobs(KnobGroup):
         super().__init__(settings, ctx)
         self._iters: "weakref.WeakKeyDictionary[Any, _IterState]" = weakref.WeakKeyDictionary()
         self._cache: "weakref.WeakKeyDictionary[DataLoader, list]" = weakref.WeakKeyDictionary()
+        self._eval_batch: "weakref.WeakKeyDictionary[DataLoader, Any]" = weakref.WeakKeyDictionary()
         self.loader_only: LoaderOnlyStats | None = None
         self.replay_batches = max(1, ctx.warmup)  # cache what warmup loads; measured steps replay it
 
@@ -107,8 +136,13 @@ class LoaderKnobs(KnobGroup):
 
         @functools.wraps(original)
         def __iter__(loader):
+            in_eval = group.ctx.in_eval()
+            if in_eval and group.settings.get("eval") == "off" and loader in group._eval_batch:
+                group.applied("eval", "evaluation loaders cut to their first batch, replayed from memory")
+                _draw_like_an_iterator(loader)
+                return _FirstEvalBatch(group._eval_batch[loader])
             it = original(loader)
-            group._iters[it] = _IterState(loader, group.ctx.in_eval())
+            group._iters[it] = _IterState(loader, in_eval)
             return it
 
         return __iter__
@@ -121,9 +155,14 @@ class LoaderKnobs(KnobGroup):
             state = group._iters.get(it)
             if state is None:
                 return original(it)
-            if state.in_eval and group.settings.get("eval") == "off" and state.served >= 1:
-                group.applied("eval", "evaluation loaders stopped after one batch")
-                raise StopIteration
+            if state.in_eval and group.settings.get("eval") == "off":
+                if state.served >= 1:
+                    group.applied("eval", "evaluation loaders cut to their first batch, replayed from memory")
+                    raise StopIteration
+                batch = original(it)
+                group._eval_batch[state.loader] = batch
+                state.served += 1
+                return batch
             mode = group.settings.get("data")
             if mode == "loader-only" and not state.in_eval:
                 group._time_loader_alone(it, original, state)

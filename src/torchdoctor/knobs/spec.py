@@ -75,7 +75,8 @@ KNOB_SPECS: tuple[KnobSpec, ...] = (
              "loader-only: iterate the training DataLoader without the model, then stop",
              upper_bound=True),
     KnobSpec("eval", _choice("off"), "off",
-             "evaluation loaders stop after one batch, to measure what evaluation costs", upper_bound=True),
+             "evaluation loaders yield only their first batch (from memory after the first pass), "
+             "to measure what evaluation costs", upper_bound=True),
     KnobSpec("checkpoint", _choice("off"), "off",
              "torch.save writes nothing, to measure what checkpointing costs", upper_bound=True),
 )

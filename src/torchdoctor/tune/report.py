@@ -10,7 +10,7 @@ from torchdoctor.analysis import analyze
 from torchdoctor.compare.noise import throughput
 from torchdoctor.compare.runs import ComparedRun, compare_runs
 from torchdoctor.findings import Report, Table
-from torchdoctor.tune.plan import COMBINED, FIX, LADDER
+from torchdoctor.tune.plan import COMBINED, FIX, LADDER, UPPER_BOUND
 from torchdoctor.tune.tuner import TunedTrial, TuneOutcome
 
 ESTIMATE_TOLERANCE = 1.5  # an estimate within this factor of the measured gain "agrees"
@@ -37,7 +37,8 @@ def estimate_checks(outcome: TuneOutcome) -> list[EstimateCheck]:
     base_report = analyze(outcome.baseline.record)
     checks = []
     for trial in outcome.trials:
-        if trial.result.trial.kind not in (FIX,) or not trial.ok:
+        # an upper bound removes exactly the time its finding's estimate counts, so it checks it too
+        if trial.result.trial.kind not in (FIX, UPPER_BOUND) or not trial.ok:
             continue
         gain = outcome.gain(trial)
         for finding in base_report.findings:
@@ -67,7 +68,11 @@ def tune_report(outcome: TuneOutcome) -> Report:
         return report
     repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []
     timed = [t for t in [outcome.baseline, *repeat, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
-    report = compare_runs([ComparedRun.of(t.result.trial.name, t.record) for t in timed])
+    runs = [ComparedRun.of(t.result.trial.name, t.record) for t in timed]
+    if len(outcome.baseline_records()) == 2:
+        # the ratios in the table are the ones the recommendation and the estimate checks use
+        runs[0].name, runs[0].speed = "baseline (both runs pooled)", throughput(*outcome.baseline_records())
+    report = compare_runs(runs)
     report.source = "tune"
     checks = estimate_checks(outcome)
     if checks:
@@ -87,8 +92,8 @@ def tune_report(outcome: TuneOutcome) -> Report:
                                          for t in failed]))
     report.notes[:0] = _summary_notes(outcome)
     if len(outcome.baseline_records()) == 2:
-        report.notes.append("Trial ratios in the estimate and recommendation are against both baseline runs "
-                            "pooled, so drift during the tune widens the noise band.")
+        report.notes.append("Every ratio is against both baseline runs pooled (one before the trials, one after), "
+                            "so drift during the tune widens the noise band instead of posing as a gain.")
     return report
 
 
@@ -125,7 +130,7 @@ def _summary_notes(outcome: TuneOutcome) -> list[str]:
         notes.append("No knob beat the baseline beyond run-to-run noise.")
     for trial in outcome.trials:
         gain = outcome.gain(trial)
-        if trial.result.trial.kind == "upper bound" and gain is not None:
+        if trial.result.trial.kind == UPPER_BOUND and gain is not None:
             notes.append(f"Upper bound {trial.result.trial.name}: {gain.describe()} — the most its fix can give.")
     if outcome.skipped:
         notes.append("Skipped by --budget: " + "; ".join(outcome.skipped))

@@ -109,9 +109,12 @@ def test_loader_only_times_the_loader_and_stops_before_training(tmp_path):
     assert record.loader_only.samples == 64 and record.loader_only.seconds > 0
 
 
-def test_eval_off_cuts_evaluation_to_one_batch_and_leaves_training(tmp_path, baseline):
+def test_eval_off_cuts_evaluation_to_its_first_batch_and_leaves_training(tmp_path, baseline):
     record, seen = run(tmp_path, "eval=off")
-    assert baseline[1]["eval_batches"] == [4, 4, 4] and seen["eval_batches"] == [1, 1, 1]
+    first_batch = list(range(8))
+    assert [len(p) for p in baseline[1]["eval_labels"]] == [4, 4, 4]
+    assert seen["eval_labels"] == [[first_batch]] * 3  # later passes replay it from memory
+    assert "replayed from memory" in outcome(record, "eval").detail
     assert seen["params"] == baseline[1]["params"]
 
 

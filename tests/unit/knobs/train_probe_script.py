@@ -47,7 +47,7 @@ model = Net()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 train = DataLoader(Indexed(64), batch_size=8, shuffle=True)
 val = DataLoader(Indexed(32), batch_size=8)
-seen, eval_batches, grads_none_after_zero = [], [], []
+seen, eval_labels, grads_none_after_zero = [], [], []
 try:  # `finally`: a run the doctor stops after N steps still reports what it saw
     for epoch in range(3):
         model.train()
@@ -60,14 +60,14 @@ try:  # `finally`: a run the doctor stops after N steps still reports what it sa
             opt.step()
         model.eval()
         with torch.no_grad():
-            eval_batches.append(sum(1 for _ in val))
+            eval_labels.append([y.tolist() for _, y in val])
         torch.save(model.state_dict(), os.path.join(os.path.dirname(OUT), f"ckpt{epoch}.pt"))
 finally:
     with open(OUT, "w") as f:
         json.dump({
             "params": [p.detach().double().sum().item() for p in model.parameters()],
             "seen": seen,
-            "eval_batches": eval_batches,
+            "eval_labels": eval_labels,
             "grads_none_after_zero": grads_none_after_zero,
             "foreach": opt.param_groups[0]["foreach"],
             "fused": opt.param_groups[0]["fused"],
