@@ -8,16 +8,17 @@ know which files they want linted, such as `run` for the files a script executed
 from __future__ import annotations
 
 import os
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchdoctor.findings import Finding
 from torchdoctor.lint.config import SEVERITIES, LintConfig, find_config, load_config
-from torchdoctor.lint.discovery import discover, display_path
+from torchdoctor.lint.discovery import discover, display_path, force_excluded
 from torchdoctor.lint.engine import FileOutcome, LintFinding, lint_source
 from torchdoctor.lint.selection import Selection
-from torchdoctor.lint.source import Problem, SourceFile, read_source
+from torchdoctor.lint.source import Problem, SourceFile, decode_python, read_source
 
 PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
 
@@ -30,6 +31,7 @@ class LintOptions:
     isolated: bool = False  # ignore every pyproject.toml
     min_severity: str | None = None  # None: the config's ("low")
     jobs: int = 0  # 0: one per CPU for large trees, 1: in this process
+    force_exclude: bool = False  # apply `exclude` to paths named explicitly too (pre-commit passes every file)
 
 
 @dataclass
@@ -39,12 +41,25 @@ class LintResult:
     notes: list[str] = field(default_factory=list)
     files_found: int = 0
     files_linted: int = 0
-    hidden: int = 0  # findings below the minimum severity (info: "runtime will decide")
+    hidden_by_severity: Counter = field(default_factory=Counter)  # findings below the minimum severity
     files: dict[str, Path] = field(default_factory=dict)  # display path → path on disk
+    root: Path | None = None  # the folder display paths are relative to (the working directory)
+    file_jobs: dict[str, _Job] = field(default_factory=dict, repr=False)  # display path → how it was linted
 
     @property
     def nothing_readable(self) -> bool:
         return self.files_linted == 0
+
+    @property
+    def hidden(self) -> int:
+        return sum(self.hidden_by_severity.values())
+
+    def relint(self, display: str, raw: bytes) -> list[LintFinding]:
+        """Findings (those shown) for new contents of a linted .py file, linted as the file was:
+        how `--fix` checks its rewrite for fixes that have become possible."""
+        job = self.file_jobs[display]
+        source = decode_python(raw, job.path, job.shown)
+        return [] if isinstance(source, Problem) else _lint_read(job, source)[0].findings
 
 
 @dataclass(frozen=True)
@@ -60,25 +75,26 @@ class _Job:
 def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path | None = None) -> LintResult:
     options = options or LintOptions()
     cwd = cwd or Path.cwd()
-    result = LintResult()
+    result = LintResult(root=cwd)
     jobs: list[_Job] = []
     for config, targets in _group_by_config(paths, options):
         selection = Selection(options.select if options.select is not None else config.select,
                               options.ignore if options.ignore is not None else config.ignore,
                               config.per_file_ignores)
         min_rank = SEVERITIES.index(options.min_severity or config.min_severity)
-        found = discover(targets, config.exclude, config.root, cwd)
+        found = discover(targets, config.exclude, config.root, cwd, force_exclude=options.force_exclude)
         result.problems += found.problems
         result.notes += found.notes
         jobs += [_Job(path, shown, selection, config.max_file_bytes, _relative(path, config.root), min_rank)
                  for path, shown in found.files]
     result.files_found = len(jobs)
     result.files = {job.shown: job.path for job in jobs}
+    result.file_jobs = {job.shown: job for job in jobs}
     for outcome, hidden in _run(jobs, options.jobs):
         result.problems += outcome.problems
         result.files_linted += outcome.linted
         result.findings += outcome.findings
-        result.hidden += hidden
+        result.hidden_by_severity.update(hidden)
     result.findings.sort(key=LintFinding.sort_key)
     result.problems.sort(key=lambda p: (p.display, p.cell or 0, p.line))
     return result
@@ -88,15 +104,19 @@ def lint_text(text: str, display: str, options: LintOptions | None = None, cwd: 
     """Lint source that is not on disk (an editor buffer on stdin); `display` names it in the output.
     The configuration is looked up from `display` as if the file were there."""
     options = options or LintOptions()
-    config = _group_by_config([(cwd or Path.cwd()) / display], options)[0][0]
+    cwd = cwd or Path.cwd()
+    where = cwd / display  # where the file would be: its config, and its path for per-file ignores
+    config = _group_by_config([where], options)[0][0]
+    result = LintResult(root=cwd)
+    if options.force_exclude and force_excluded(where, config.exclude, config.root, cwd):
+        return result  # as ruff does: an excluded file gives no findings, whatever the editor sends
     selection = Selection(options.select if options.select is not None else config.select,
                           options.ignore if options.ignore is not None else config.ignore, config.per_file_ignores)
-    outcome = lint_source(SourceFile(Path(display), display, text), selection, display)
-    result = LintResult(problems=outcome.problems, files_found=1, files_linted=int(outcome.linted))
-    min_rank = SEVERITIES.index(options.min_severity or config.min_severity)
-    result.findings = [f for f in outcome.findings if SEVERITIES.index(f.finding.severity.value) <= min_rank]
-    result.hidden = len(outcome.findings) - len(result.findings)
-    result.findings.sort(key=LintFinding.sort_key)
+    job = _Job(where, display, selection, config.max_file_bytes, _relative(where, config.root),
+               SEVERITIES.index(options.min_severity or config.min_severity))
+    outcome, hidden = _lint_read(job, SourceFile(Path(display), display, text))
+    result.problems, result.files_found, result.files_linted = outcome.problems, 1, int(outcome.linted)
+    result.findings, result.hidden_by_severity = sorted(outcome.findings, key=LintFinding.sort_key), hidden
     return result
 
 
@@ -135,13 +155,19 @@ def _relative(path: Path, root: Path | None) -> str:
         return path.as_posix()
 
 
-def _lint_one(job: _Job) -> tuple[FileOutcome, int]:
+def _lint_one(job: _Job) -> tuple[FileOutcome, Counter]:
     source = read_source(job.path, job.shown, job.max_bytes)
     if isinstance(source, Problem):
-        return FileOutcome(problems=[source]), 0
+        return FileOutcome(problems=[source]), Counter()
+    return _lint_read(job, source)
+
+
+def _lint_read(job: _Job, source: SourceFile) -> tuple[FileOutcome, Counter]:
+    """Lint a file already read; findings below the minimum severity are counted, not kept."""
     outcome = lint_source(source, job.selection, job.relative)
     shown = [f for f in outcome.findings if SEVERITIES.index(f.finding.severity.value) <= job.min_rank]
-    hidden = len(outcome.findings) - len(shown)
+    hidden = Counter(f.finding.severity.value for f in outcome.findings
+                     if SEVERITIES.index(f.finding.severity.value) > job.min_rank)
     outcome.findings = shown
     return outcome, hidden
 

@@ -47,8 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml")
     p.add_argument("--output", type=Path, help="write the report to this file instead of stdout")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings are reported")
-    p.add_argument("--jobs", "-j", type=int, default=0, help="worker processes (default: one per CPU on large trees)")
+    p.add_argument("--force-exclude", action="store_true", help=(
+        "apply the configured and default excludes to paths named on the command line too "
+        "(for pre-commit, which names every changed file)"))
+    p.add_argument("--jobs", "-j", type=_worker_count, default=0, metavar="N",
+                   help="worker processes, 1 or more (default: one per CPU on large trees)")
     return p
+
+
+def _worker_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of worker processes: give 1 or more, "
+                                         f"or leave --jobs out to choose automatically")
+    return count
 
 
 _EPILOG = """\
@@ -63,6 +78,8 @@ configuration (the nearest pyproject.toml above the linted path):
   ignore = ["TD105"]
   exclude = ["legacy/"]
   per-file-ignores = { "tests/*" = ["TD201"] }
+A file named on the command line is linted even when `exclude` matches it, unless
+--force-exclude is given (the pre-commit hook passes it, as ruff's does).
 
 `torchdoctor rules CODE` explains a rule: why it is slow, an example, the fix.
 """
@@ -80,15 +97,19 @@ class LintCommand:
             raise UsageError("--fix and --diff exclude each other: --diff only shows what --fix would do")
         if opts.config is not None and not opts.config.is_file():
             raise InputError(f"--config {opts.config}: no such file")
-        options = LintOptions(select=parse_codes(opts.select, "--select"), ignore=parse_codes(opts.ignore, "--ignore"),
-                              config=opts.config, isolated=opts.isolated, min_severity=opts.min_severity,
-                              jobs=max(opts.jobs, 0))
+        select = parse_codes(opts.select, "--select")
+        if select == []:  # `--select ""` (an unset shell variable): selecting nothing is never meant
+            raise UsageError("--select names no codes; give codes or prefixes (e.g. --select TD2,TD301 or ALL), "
+                             "or leave it out to report every code")
+        options = LintOptions(select=select, ignore=parse_codes(opts.ignore, "--ignore"), config=opts.config,
+                              isolated=opts.isolated, min_severity=opts.min_severity, jobs=opts.jobs,
+                              force_exclude=opts.force_exclude)
         if [str(p) for p in opts.paths] == ["-"]:
             if opts.fix or opts.diff:
                 raise UsageError("--fix and --diff rewrite files; they do not work on stdin")
             result = lint_text(sys.stdin.read(), opts.stdin_filename, options)
             _report_problems(result)
-            if result.nothing_readable:
+            if result.nothing_readable and result.files_found:  # none found: excluded by --force-exclude
                 raise InputError(f"{opts.stdin_filename} could not be linted (see the message above)")
             self._emit(FORMATS[opts.format](result), opts.output)
             return EXIT_FINDINGS if result.findings and not opts.exit_zero else EXIT_OK
@@ -100,7 +121,7 @@ class LintCommand:
                 return EXIT_OK
             raise InputError("nothing could be linted (see the messages above)")
         if opts.diff or opts.fix:
-            fixes, notes = plan_fixes(result.findings, result.files)
+            fixes, notes = plan_fixes(result.findings, result.files, result.relint)
             for note in notes:
                 sys.stderr.write(f"{note}\n")
             if opts.diff:
@@ -157,8 +178,15 @@ def _summary(result: LintResult, fmt: str) -> None:
     if fixable:
         parts.append(f"{fixable} fixable with --fix")
     if result.hidden:
-        parts.append(f"{result.hidden} below --min-severity hidden (info: the value is only known at run time)")
+        parts.append(f"{result.hidden} below --min-severity hidden ({_hidden_severities(result)})")
     sys.stderr.write(f"torchdoctor lint: {'; '.join(parts)}\n")
+
+
+def _hidden_severities(result: LintResult) -> str:
+    """`2 medium, 7 info: the value is only known at run time`: the severities actually hidden."""
+    counts = result.hidden_by_severity
+    shown = ", ".join(f"{counts[s]} {s}" for s in SEVERITIES if counts.get(s))
+    return shown + (": the value is only known at run time" if shown.endswith(" info") else "")
 
 
 __all__ = ["LintCommand"]

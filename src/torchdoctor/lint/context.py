@@ -5,7 +5,8 @@ A loop is a *training loop* when its own body (not a nested loop's) calls `.back
 `optimizer.step()`, directly or through a function of the same file (two levels deep). A
 function that itself steps (`train_step`) runs once per step. An *evaluation loop* is a loop
 under `torch.no_grad()`/`inference_mode()`, in a `@torch.no_grad()` function, or after a
-`model.eval()` in the same function. Functions called from any of these inherit the region,
+`model.eval()` in the same function; a `range` loop that draws no batches (`next(it)`) is a
+generation loop, not an evaluation one. Functions called from any of these inherit the region,
 two levels deep. The epoch loop around a training loop is not per-step: its own statements
 run once per epoch.
 """
@@ -16,7 +17,7 @@ import ast
 from dataclasses import dataclass
 
 from torchdoctor.lint.kinds import LOADER, MODULE, OPTIMIZER, Kinds
-from torchdoctor.lint.model import Block, FileModel, Scope, loop_iter
+from torchdoctor.lint.model import Block, FileModel, Scope, enclosing_loops, loop_iter
 from torchdoctor.lint.names import dotted, last_name
 
 STEP, EVAL, FORWARD = "step", "eval", "forward"
@@ -203,8 +204,15 @@ class Context:
             if not eval_mode and _named_like_eval(scope.name):
                 eval_mode = _STEP_METHODS.get(scope.name) != STEP
         # no_grad alone is not evaluation (weight init, optimizer internals): the loop must
-        # also read batches from a loader or run a model
+        # also read batches from a loader or run a model. A `range` loop that draws no batches
+        # is a generation or rollout loop, token by token: not one pass per evaluation batch.
+        if _is_counting_loop(loop) and not self._draws_batches(loop):
+            return False
         return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop))
+
+    def _draws_batches(self, loop: Block) -> bool:
+        """`batch = next(it)` inside the loop itself."""
+        return any(nearest_loop(block) is loop for _, block in self.model.calls_named("next"))
 
     def _iterates_loader(self, loop: Block) -> bool:
         iterable = loop_iter(loop)
@@ -262,12 +270,15 @@ class Context:
 
 def nearest_loop(block: Block) -> Block | None:
     """The innermost loop around `block` in the same function (None at a function boundary)."""
-    for b in block.ancestors():
-        if b.kind == "loop":
-            return b
-        if b.kind == "scope":
-            return None
-    return None
+    return next(enclosing_loops(block), None)
+
+
+def _is_counting_loop(loop: Block) -> bool:
+    """`for i in range(n)` (also under enumerate/tqdm): the loop counts, it iterates no data."""
+    iterable = loop_iter(loop)
+    while isinstance(iterable, ast.Call) and last_name(iterable.func) in ("enumerate", "tqdm") and iterable.args:
+        iterable = iterable.args[0]
+    return isinstance(iterable, ast.Call) and last_name(iterable.func) in ("range", "trange")
 
 
 def _named_like_eval(name: str) -> bool:
@@ -319,4 +330,5 @@ def _periodic_branch(test: ast.expr, counters: set[str]) -> str | None:
 
 def _is_mod(expr: ast.expr) -> bool:
     return isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and not (
-        isinstance(expr.left, ast.Constant) and isinstance(expr.left.value, str))  # "%d" % x is formatting
+        isinstance(expr.left, ast.Constant) and isinstance(expr.left.value, str)) and not (  # "%d" % x formats
+        isinstance(expr.right, ast.Constant) and expr.right.value == 1)  # `step % 1 == 0` holds every step

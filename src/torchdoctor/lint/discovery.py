@@ -2,7 +2,8 @@
 directories, skipping virtualenvs, build output and VCS folders (any folder with a
 `pyvenv.cfg` is a virtualenv, whatever its name), each file once however many symlinks lead
 to it, and never looping through a symlink that points back up the tree. A path named on the
-command line is always linted, even inside an excluded folder."""
+command line is linted even inside an excluded folder, unless `force_exclude` (ruff's
+`--force-exclude`, for pre-commit, which names every changed file) applies the excludes to it too."""
 
 from __future__ import annotations
 
@@ -40,20 +41,28 @@ def display_path(path: Path, cwd: Path) -> str:
 
 
 def discover(targets: list[Path], excludes: list[str] = (), root: Path | None = None,
-             cwd: Path | None = None) -> Discovered:
+             cwd: Path | None = None, force_exclude: bool = False) -> Discovered:
     cwd = cwd or Path.cwd()
     found = Discovered()
     seen_files: set[tuple[int, int]] = set()
+    excluder = _Excluder(excludes, root)
     for target in targets:
         shown = display_path(target, cwd)
         if not target.exists():
             message = "broken symbolic link" if target.is_symlink() else "no such file or directory"
             found.problems.append(Problem(shown, message))
+        elif force_exclude and excluder.excludes_path(target, cwd):
+            continue
         elif target.is_dir():
-            _walk(target, shown, found, seen_files, _Excluder(excludes, root))
+            _walk(target, shown, found, seen_files, excluder)
         else:
             _add(target, shown, found, seen_files)
     return found
+
+
+def force_excluded(path: Path, excludes: list[str], root: Path | None, cwd: Path) -> bool:
+    """Whether `--force-exclude` skips `path` (which need not exist: a `--stdin-filename`)."""
+    return _Excluder(excludes, root).excludes_path(path, cwd)
 
 
 class _Excluder:
@@ -61,19 +70,33 @@ class _Excluder:
         self.patterns = [p.rstrip("/") for p in patterns]
         self.root = root.resolve() if root else None
 
-    def skips_dir(self, entry: os.DirEntry) -> bool:
+    def skips_dir(self, entry: os.DirEntry | Path) -> bool:
         if entry.name in DEFAULT_EXCLUDES:
             return True
-        if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+        if os.path.exists(os.path.join(entry, "pyvenv.cfg")):
             return True  # a virtualenv, whatever it is called
         return self.matches(entry)
 
-    def matches(self, entry: os.DirEntry) -> bool:
+    def matches(self, entry: os.DirEntry | Path) -> bool:
         if not self.patterns:
             return False
-        relative = self._relative(entry.path)
+        relative = self._relative(os.fspath(entry))
         return any(fnmatch.fnmatch(entry.name, p) or (relative and fnmatch.fnmatch(relative, p))
                    for p in self.patterns)
+
+    def excludes_path(self, path: Path, cwd: Path) -> bool:
+        """A path named explicitly, judged as a walk from the root (or the working directory)
+        would judge it: the path itself or any folder on the way is excluded."""
+        absolute = path if path.is_absolute() else cwd / path
+        base = next((b for b in (self.root, cwd.resolve()) if b is not None and _is_under(absolute, b)), None)
+        if base is None:
+            return self.matches(absolute)  # outside the project: only its own name can match
+        relative = _resolved(absolute).relative_to(base)
+        if not relative.parts:
+            return False  # the project folder itself (`lint --force-exclude .`), whatever its name
+        folders = [base.joinpath(*relative.parts[:i]) for i in range(1, len(relative.parts))]
+        return self.matches(absolute) or (absolute.is_dir() and self.skips_dir(absolute)) or any(
+            self.skips_dir(folder) for folder in folders)
 
     def _relative(self, path: str) -> str:
         if self.root is None:
@@ -82,6 +105,17 @@ class _Excluder:
             return Path(path).resolve().relative_to(self.root).as_posix()
         except ValueError:
             return ""
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    return _resolved(path).is_relative_to(folder)
 
 
 def _walk(top: Path, shown: str, found: Discovered, seen_files: set, excluder: _Excluder) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from torchdoctor.findings import Finding
 from torchdoctor.lint.checks.base import FixAction, Hit
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.noqa import file_suppressions, line_suppressions, silenced
+from torchdoctor.lint.noqa import suppressions
 from torchdoctor.lint.notebook import blank_cell
 from torchdoctor.lint.registry import CHECKS
 from torchdoctor.lint.selection import Selection
@@ -35,6 +35,8 @@ class LintFinding:
     cell: int | None = None
     # the rewrites --fix may apply: (call span: line, col, end line, end col with 0-based columns, action)
     fixes: list[tuple[Span, FixAction]] = field(default_factory=list)
+    notebook_fix: bool = False  # --fix would rewrite this in a .py file; notebooks are not rewritten
+    source_line: str = ""  # the code on the finding's line, stripped: SARIF fingerprints hash it
 
     @property
     def fixable(self) -> bool:
@@ -75,7 +77,7 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
         return outcome
     facts = Facts(tree, text)
     lines = text.split("\n")
-    file_noqa = file_suppressions(text)
+    noqa = None  # tokenized on the first hit: most files have none
     on_line: dict[tuple[str, int], LintFinding] = {}
     silenced_at: set[tuple[str, int]] = set()
     for check in checks:
@@ -85,10 +87,12 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
                 continue
             if key in on_line:  # one finding per code and line; the fixes of its hits add up
                 on_line[key].fixes += _fixes(hit, source, lines)
+                on_line[key].notebook_fix |= source.cells is not None and _has_fix(hit)
                 continue
             line, end = key[1], getattr(hit.node, "end_lineno", None) or key[1]
-            if silenced(hit.code, file_noqa) or any(
-                    silenced(hit.code, line_suppressions(lines[i - 1])) for i in range(line, min(end, len(lines)) + 1)):
+            if noqa is None:
+                noqa = suppressions(text)
+            if noqa.silences(hit.code, line, end):
                 silenced_at.add(key)
                 continue
             on_line[key] = _finding(hit, source, facts, lines, end)
@@ -152,12 +156,18 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
         location=Location(source.display, shown_line, _function_at(facts, line)),
         evidence=evidence, fix=rule.fix, estimated_speedup=None, estimate_basis=STATIC_BASIS,
     )
-    return LintFinding(finding, column, shown_end, cell, _fixes(hit, source, lines))
+    fixes = _fixes(hit, source, lines)
+    notebook_fix = source.cells is not None and _has_fix(hit)
+    return LintFinding(finding, column, shown_end, cell, fixes, notebook_fix, lines[line - 1].strip())
+
+
+def _has_fix(hit: Hit) -> bool:
+    return hit.fix is not None and isinstance(hit.fix_target or hit.node, ast.Call)
 
 
 def _fixes(hit: Hit, source: SourceFile, lines: list[str]) -> list[tuple[Span, FixAction]]:
     target = hit.fix_target or hit.node
-    if hit.fix is None or source.cells is not None or not isinstance(target, ast.Call):
+    if source.cells is not None or not _has_fix(hit):
         return []  # notebooks are reported, not rewritten
     span = (target.lineno, char_column(lines[target.lineno - 1], target.col_offset),
             target.end_lineno, char_column(lines[target.end_lineno - 1], target.end_col_offset))

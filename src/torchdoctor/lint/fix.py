@@ -1,10 +1,15 @@
 """`--fix` and `--diff`: rewrite the safe cases with libcst, which keeps every comment, blank
-line and quote style that is not part of the edit.
+line and quote style that is not part of the edit (call_edits.py does the edits).
 
 The safe cases only touch one call's arguments: add `non_blocking=True` to a host→device copy
 of a pinned batch, `pin_memory=True` / `persistent_workers=True` (only where num_workers > 0
 is certain) to a DataLoader, and remove `set_to_none=False` from `zero_grad`. A rewrite that
 would not parse is dropped and the file is left as it was.
+
+One fix can make another possible (`pin_memory=True` makes the loader's `.to(device)` copies
+TD104 findings), so each file is rewritten, linted again in memory and rewritten again until
+nothing fixable is left, at most MAX_PASSES times: one `--fix` (or `--diff`) reaches the
+state a second `--fix` would not change. Notebooks are reported, not rewritten.
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ import ast
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from torchdoctor.lint.call_edits import drop_argument, set_argument
 from torchdoctor.lint.checks.base import FixAction
 from torchdoctor.lint.engine import LintFinding
 
 Span = tuple[int, int, int, int]
+MAX_PASSES = 3  # a fix enables at most one more today (pin_memory → non_blocking); the bound stops a loop
+# Lint new contents of a file (display path, bytes) the way the file was linted.
+Relint = Callable[[str, bytes], list[LintFinding]]
 
 
 @dataclass
@@ -43,24 +53,48 @@ class FileFix:
         return "".join(difflib.unified_diff(old, new, before, after))
 
 
-def plan_fixes(findings: list[LintFinding], files: dict[str, Path]) -> tuple[list[FileFix], list[str]]:
-    """Rewrite each file that has fixable findings (in memory); also return notes on files skipped."""
+def plan_fixes(findings: list[LintFinding], files: dict[str, Path],
+               relint: Relint | None = None) -> tuple[list[FileFix], list[str]]:
+    """Rewrite each file that has fixable findings (in memory); also return notes on files skipped.
+    With `relint`, each file is fixed again until no fixable finding is left (MAX_PASSES)."""
     by_path: dict[str, list[LintFinding]] = {}
+    in_notebooks: dict[str, int] = {}
     for item in findings:
         if item.fixable:
             by_path.setdefault(item.path, []).append(item)
-    fixes, notes = [], []
+        elif item.notebook_fix:
+            in_notebooks[item.path] = in_notebooks.get(item.path, 0) + 1
+    fixes, notes = [], [_notebook_note(display, count) for display, count in sorted(in_notebooks.items())]
     for display, items in sorted(by_path.items()):
         path = files[display]
         try:
             before = path.read_bytes()
-            after = rewrite(before, _actions(items))
-            ast.parse(after)
+            after, applied = _fix_file(display, before, items, relint)
         except (OSError, cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
             notes.append(f"{display}: not fixed ({type(exc).__name__}: {str(exc).splitlines()[0]})")
             continue
-        fixes.append(FileFix(path, display, before, after, items))
+        fixes.append(FileFix(path, display, before, after, applied))
     return fixes, notes
+
+
+def _fix_file(display: str, source: bytes, items: list[LintFinding],
+              relint: Relint | None) -> tuple[bytes, list[LintFinding]]:
+    applied: list[LintFinding] = []
+    for _ in range(MAX_PASSES):
+        after = rewrite(source, _actions(items))
+        ast.parse(after)
+        if after == source:
+            break  # the edits changed nothing (already in place): linting again would find the same
+        source, applied = after, applied + items
+        items = [f for f in relint(display, source) if f.fixable] if relint else []
+        if not items:
+            break
+    return source, applied
+
+
+def _notebook_note(display: str, count: int) -> str:
+    return (f"{display}: not rewritten: --fix and --diff do not edit notebooks; "
+            f"{count} finding(s) there have a fix to apply by hand")
 
 
 def _actions(items: list[LintFinding]) -> dict[Span, list[FixAction]]:
@@ -88,74 +122,7 @@ class _ArgumentEditor(cst.CSTTransformer):
         todo = self.actions.get((pos.start.line, pos.start.column, pos.end.line, pos.end.column))
         for action in todo or ():
             if action.kind == "set-keyword":
-                updated = set_keyword(updated, action.name, action.value)
+                updated = set_argument(updated, action.name, action.value, action.position)
             elif action.kind == "drop-argument":
                 updated = drop_argument(updated, action.name, action.position)
         return updated
-
-
-def set_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
-    args = list(call.args)
-    new_value = cst.parse_expression(value)
-    for i, arg in enumerate(args):
-        if arg.keyword is not None and arg.keyword.value == name:
-            args[i] = arg.with_changes(value=new_value)
-            return call.with_changes(args=args)
-    new = cst.Arg(value=new_value, keyword=cst.Name(name),
-                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                        whitespace_after=cst.SimpleWhitespace("")))
-    if not args:
-        return call.with_changes(args=[new])
-    last = args[-1]
-    # Whitespace before an argument as the call already spells it: " " on one line, a newline
-    # and the arguments' indentation when one argument per line (without the comment after it).
-    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-        before_arg = _without_comment(args[-2].comma.whitespace_after)
-    elif isinstance(last.comma, cst.Comma) and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        before_arg = _without_comment(call.whitespace_before_args)
-    else:
-        before_arg = cst.SimpleWhitespace(" ")
-    trailing = last.comma
-    if isinstance(trailing, cst.Comma) and isinstance(trailing.whitespace_after, cst.ParenthesizedWhitespace):
-        # one per line with a trailing comma: the last argument keeps its comment, the new one
-        # goes on its own line, and the closing parenthesis keeps its indentation
-        closing = trailing.whitespace_after
-        last = last.with_changes(comma=trailing.with_changes(whitespace_after=closing.with_changes(
-            indent=getattr(before_arg, "indent", True), last_line=getattr(before_arg, "last_line", cst.SimpleWhitespace("")))))
-        new = new.with_changes(comma=cst.Comma(whitespace_after=_without_comment(closing)))
-    else:
-        new = new.with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg)
-        last = last.with_changes(comma=cst.Comma(whitespace_after=before_arg),
-                                 whitespace_after_arg=cst.SimpleWhitespace(""))
-    args[-1:] = [last, new]
-    return call.with_changes(args=args)
-
-
-def drop_argument(call: cst.Call, name: str, position: int | None) -> cst.Call:
-    args = list(call.args)
-    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == name), None)
-    if index is None and position is not None and position < len(args) and args[position].keyword is None:
-        index = position
-    if index is None:
-        return call
-    removed = args.pop(index)
-    if not args:  # `zero_grad(\n    set_to_none=False,\n)` → `zero_grad()`
-        return call.with_changes(args=[], whitespace_before_args=cst.SimpleWhitespace(""))
-    if index == len(args):  # removed the last one: the new last argument ends the call as it did
-        previous = args[-1]
-        if isinstance(removed.comma, cst.Comma) and isinstance(previous.comma, cst.Comma) and isinstance(
-                previous.comma.whitespace_after, cst.ParenthesizedWhitespace) and isinstance(
-                removed.comma.whitespace_after, cst.ParenthesizedWhitespace):
-            closing = removed.comma.whitespace_after
-            args[-1] = previous.with_changes(comma=previous.comma.with_changes(
-                whitespace_after=previous.comma.whitespace_after.with_changes(
-                    indent=closing.indent, last_line=closing.last_line)))
-        else:
-            args[-1] = previous.with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
-    return call.with_changes(args=args)
-
-
-def _without_comment(whitespace: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
-    if isinstance(whitespace, cst.ParenthesizedWhitespace):
-        return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
-    return whitespace

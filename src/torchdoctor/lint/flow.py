@@ -188,14 +188,18 @@ def _runs_at_most_once(loop: Block, values: Values) -> bool:
 
 
 def batch_names(loop: Block, facts: Facts) -> set[str]:
-    """Names holding this loop's batches: its targets and what the scope derives from them."""
+    """Names holding this loop's batches: its targets, names bound from `next(it)` in it, and what
+    the scope derives from them."""
     names: set[str] = set()
     for target in loop_targets(loop):
         names |= names_in(target)
-    if not names:  # `while True: x, y = next(it)`: names bound from next(...) in the loop
-        for target, value, how in loop.scope.assigns:
-            if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "next":
-                names |= names_in(target)
+    drawn = {id(call) for call, block in facts.model.calls_named("next") if nearest_loop(block) is loop}
+    for target, value, how in loop.scope.assigns:
+        # `for step in range(n): batch = next(it)`; `while True: x, y = next(it)` (also when the
+        # `next` sits outside the loop: the loop then has no names of its own)
+        if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "next" and (
+                id(value) in drawn or not loop_targets(loop)):
+            names |= names_in(target)
     return derived_names(names, loop.scope)
 
 

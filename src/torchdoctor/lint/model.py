@@ -57,7 +57,8 @@ class Scope:
 
 
 class Block:
-    """A region code runs in: kind is "scope" (a Scope's body), "loop", "if" or "with"."""
+    """A region code runs in: kind is "scope" (a Scope's body), "loop", "if" (a branch of an `if`
+    statement or of a conditional expression) or "with"."""
 
     __slots__ = ("kind", "node", "parent", "scope", "branch")
 
@@ -97,6 +98,7 @@ class FileModel:
         self.subscripts: list[tuple[ast.Subscript, Block]] = []
         self.conditions: list[tuple[ast.expr, Block]] = []  # tests of if/while/assert/ifexp
         self.fstrings: list[tuple[ast.JoinedStr, Block]] = []
+        self.percent_formats: list[tuple[ast.BinOp, Block]] = []  # `"%s" % x`
         self.assignments: list[tuple[ast.stmt, Block]] = []  # Assign/AugAssign/AnnAssign statements
         self.loops: list[Block] = []
         self.scopes: list[Scope] = []
@@ -247,8 +249,16 @@ class _Walker:
                 m.subscripts.append((node, block))
             elif t is ast.JoinedStr:
                 m.fstrings.append((node, block))
+            elif t is ast.BinOp and type(node.op) is ast.Mod and type(node.left) is ast.Constant \
+                    and isinstance(node.left.value, str):
+                m.percent_formats.append((node, block))
             elif t is ast.IfExp:
                 m.conditions.append((node.test, block))
+                if _may_be_periodic(node.test):  # `loss.item() if step % 100 == 0 else None`: as an `if`
+                    self.expr(node.test, block)
+                    self.expr(node.body, Block("if", node, block, block.scope, "body"))
+                    self.expr(node.orelse, Block("if", node, block, block.scope, "orelse"))
+                    continue
             elif t is ast.Lambda:
                 scope = self.new_scope("lambda", node, "<lambda>", block.scope, None, block)
                 scope.returns.append(node.body)
@@ -315,6 +325,20 @@ def loop_targets(loop: Block) -> list[ast.expr]:
     if isinstance(node, _COMPREHENSIONS):
         return [g.target for g in node.generators]
     return []
+
+
+def enclosing_loops(block: Block) -> Iterator[Block]:
+    """The loops around `block` (itself included), innermost first, up to its function's edge."""
+    for b in block.ancestors():
+        if b.kind == "scope":
+            return
+        if b.kind == "loop":
+            yield b
+
+
+def loop_variables(loop: Block) -> set[str]:
+    """The names a loop binds on each pass: `i` and `layer` in `for i, layer in enumerate(...)`."""
+    return set().union(*(names_in(target) for target in loop_targets(loop)))
 
 
 def loop_iter(loop: Block) -> ast.expr | None:

@@ -56,9 +56,15 @@ class Bound:
 
     args: dict[str, ast.expr] = field(default_factory=dict)
     splat: bool = False  # `*args`/`**kwargs` at the call: missing names may still be passed
+    unpacked: set[str] = field(default_factory=set)  # names passed in a `**{"name": value}` literal
 
     def get(self, name: str) -> ast.expr | None:
         return self.args.get(name)
+
+    @property
+    def editable(self) -> bool:
+        """Whether --fix may edit the arguments: every name is spelled out, none inside `**{...}`."""
+        return not self.splat and not self.unpacked
 
 
 def bind(call: ast.Call, positional: Sequence[str]) -> Bound:
@@ -70,11 +76,20 @@ def bind(call: ast.Call, positional: Sequence[str]) -> Bound:
         if i < len(positional):
             bound.args[positional[i]] = arg
     for kw in call.keywords:
-        if kw.arg is None:
-            bound.splat = True
-        else:
+        if kw.arg is not None:
             bound.args[kw.arg] = kw.value
+        elif _string_keys(kw.value):  # `**{"foreach": False}`: as good as keywords
+            for key, value in zip(kw.value.keys, kw.value.values):
+                bound.args[key.value] = value
+                bound.unpacked.add(key.value)
+        else:
+            bound.splat = True
     return bound
+
+
+def _string_keys(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Dict) and all(
+        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in expr.keys)
 
 
 def truthy(value: Any) -> bool | None:
@@ -290,9 +305,10 @@ def _argparse_options(model: FileModel) -> dict[str, str]:
     return options
 
 
-def is_cpu_device(expr: ast.expr, values: Values, scope: Scope) -> bool:
-    """True only when the target device is provably the CPU: `.to("cpu")`, `torch.device("cpu")`,
-    or a name assigned one of those once."""
+def device_type(expr: ast.expr, values: Values, scope: Scope) -> str | None:
+    """The device type ("cpu", "cuda", "mps", ...) when the file fixes it: `.to("cuda:0")`,
+    `torch.device("mps")`, `.to(0)` (a CUDA index), or a name assigned one of those once.
+    None when the run decides."""
     if isinstance(expr, ast.Name):
         found = values.definition(expr.id, scope)
         if found is not None and isinstance(found[0], ast.Call):
@@ -300,4 +316,8 @@ def is_cpu_device(expr: ast.expr, values: Values, scope: Scope) -> bool:
     if isinstance(expr, ast.Call) and expr.args and dotted(expr.func) in ("torch.device", "device"):
         expr = expr.args[0]
     value = values.evaluate(expr, scope)
-    return isinstance(value, str) and value.split(":")[0] == "cpu"
+    if isinstance(value, str):
+        return value.split(":")[0].strip().lower()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "cuda"
+    return None

@@ -66,6 +66,41 @@ CASES = [
      "DEBUG = True\ntorch.autograd.set_detect_anomaly(DEBUG)\n", [6]),
     ("TD704 gradcheck in a test file without training", "TD704",
      "def test_grad():\n    torch.autograd.gradcheck(f, (x,))\n", []),
+    # audit: false positives
+    ("TD405 per-layer compile in a setup loop", "TD405",
+     "for i, layer in enumerate(model.layers):\n    model.layers[i] = torch.compile(layer)\n"
+     "for name, m in models.items():\n    compiled[name] = torch.compile(m)\n", []),
+    ("TD405 per-layer compile repeated by an epoch loop", "TD405",
+     "for epoch in range(3):\n    for i in range(n):\n        blocks[i] = torch.compile(blocks[i])\n", [7]),
+    ("TD405 compiling different models inside the training loop", "TD405",
+     "for i, (x, y) in enumerate(loader):\n    m = torch.compile(models[i])\n    m(x).backward()\n"
+     "    opt.step()\n", [6]),
+    ("TD103 copies to MPS are not CUDA copies", "TD103",
+     "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    model(x.to('mps')).backward()\n"
+     "    opt.step()\n", []),
+    ("TD203 token-by-token generation loop", "TD203",
+     "@torch.no_grad()\ndef generate(model, x, eos):\n    for _ in range(64):\n        nxt = model(x).argmax(-1)\n"
+     "        if nxt.item() == eos:\n            break\n", []),
+    ("TD203 range loop drawing evaluation batches", "TD203",
+     "@torch.no_grad()\ndef evaluate(model, it, n):\n    for _ in range(n):\n        x = next(it)\n"
+     "        print(model(x).cpu())\n", [9]),
+    ("TD201 conditional expression behind a modulo", "TD201",
+     "for step, x in enumerate(loader):\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
+     "    v = loss.item() if step % 100 == 0 else None\n    w = loss.item() if step % 100 else None\n", [10]),
+    # audit: missed findings
+    ("TD201 str, %-format and max of a tensor", "TD201",
+     LOOP + "    s = str(loss)\n    t = '%s' % loss\n    m = max(loss, 1)\n    n = max(len(x), 1)\n", [9, 10, 11]),
+    ("TD201 a modulo by 1 guards nothing", "TD201",
+     "for step, x in enumerate(loader):\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
+     "    if step % 1 == 0:\n        print(loss.item())\n", [10]),
+    ("TD301 in-place op on each row of a tensor", "TD301",
+     "class M(nn.Module):\n    def forward(self, x):\n        for row in x:\n            row.mul_(2)\n"
+     "        return x\n", [8]),
+    ("TD104 next(it) inside a range loop", "TD104",
+     "loader = DataLoader(ds, num_workers=2, pin_memory=True)\nit = iter(loader)\nfor step in range(100):\n"
+     "    batch = next(it)\n    x = batch[0].to('cuda')\n    model(x).backward()\n    opt.step()\n", [9]),
+    ("TD302 foreach=False in a ** dict", "TD302", "opt = torch.optim.AdamW(params, **{'foreach': False})\n", [5]),
+    ("TD303 set_to_none=False in a ** dict", "TD303", "opt.zero_grad(**{'set_to_none': False})\n", [5]),
 ]
 
 
@@ -86,3 +121,9 @@ def test_severity_reflects_how_often_and_how_sure(tmp_path):
                      + LOOP + "    x.cuda()\nmodel.eval()\nwith torch.no_grad():\n    for x, y in val:\n"
                      "        model(x.cuda())\n")
     assert got == {("TD103", 5): "medium", ("TD103", 6): "low"}
+
+
+def test_a_keyword_inside_a_dict_splat_is_reported_but_not_auto_fixed(tmp_path):
+    from lint_helpers import lint
+    result = lint(tmp_path, HEAD + "opt.zero_grad(**{'set_to_none': False})\n")
+    assert [(f.code, f.fixable) for f in result.findings] == [("TD303", False)]

@@ -52,3 +52,20 @@ def test_configured_excludes_match_names_and_paths(tmp_path):
     write(tmp_path, LOOP, "gen/keep.py")
     assert shown(tmp_path, tmp_path, excludes=["legacy/", "*_pb2.py"], root=tmp_path) == ["gen/keep.py"]
     assert shown(tmp_path, tmp_path, excludes=["gen/keep.py"], root=tmp_path) == ["gen/model_pb2.py", "legacy/old.py"]
+
+
+def test_force_exclude_applies_configured_and_default_excludes_to_named_paths(tmp_path):
+    legacy = write(tmp_path, LOOP, "legacy/old.py")
+    venv = write(tmp_path, LOOP, ".venv/lib/special.py")
+    generated = write(tmp_path, LOOP, "gen/model_pb2.py")
+    kept = write(tmp_path, LOOP, "src/train.py")
+    targets = [legacy, venv, generated, kept, tmp_path / "legacy"]
+    assert shown(tmp_path, *targets, excludes=["legacy/", "*_pb2.py"], root=tmp_path, force_exclude=True) == [
+        "src/train.py"]
+    assert len(shown(tmp_path, *targets[:4], excludes=["legacy/", "*_pb2.py"], root=tmp_path)) == 4
+
+
+def test_force_exclude_never_skips_the_project_folder_itself(tmp_path):
+    project = tmp_path / "build"  # a default-excluded name, but it is the folder being linted
+    write(project, LOOP, "train.py")
+    assert shown(project, project, root=project, force_exclude=True) == ["train.py"]

@@ -134,3 +134,94 @@ def test_stdin_is_linted_under_the_given_name(capsys, monkeypatch):
     assert code == 1 and out.startswith("src/train.py:5:18: TD104")
     monkeypatch.setattr("sys.stdin", io.StringIO("def broken(:\n"))
     assert run(capsys, "-")[0] == 2
+
+
+def test_sarif_fingerprints_tell_apart_results_of_one_function_and_survive_moves(tmp_path, capsys):
+    body = ("import torch\ndef train(model, loader, opt):\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n        opt.step()\n        a = loss.item()\n        b = loss.item()\n"
+            "        a = loss.item()\n")
+    path = write(tmp_path, body)
+
+    def prints():
+        sarif = json.loads(run(capsys, "--format", "sarif", str(path))[1])
+        return [r["partialFingerprints"]["torchdoctor/v2"] for r in sarif["runs"][0]["results"]]
+    first = prints()
+    assert len(first) == 3 and len(set(first)) == 3  # same code, file and function: still three results
+    path.write_text(body.replace("import torch\n", "import torch\n\n# moved down\n"))
+    assert prints() == first
+
+
+def test_sarif_source_root_is_an_absolute_file_uri(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, TRAIN)
+    sarif = json.loads(run(capsys, "--format", "sarif", "train.py")[1])
+    root = sarif["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+    assert root == tmp_path.resolve().as_uri() + "/"
+
+
+def test_sarif_notebook_regions_are_lines_of_the_ipynb_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# notes\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch\n", "for x in loader:\n", "    loss = model(x)\n", "    loss.backward()\n",
+                         "    opt.step()\n", "    print(loss.item())\n"]}]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}, indent=1))
+    result = json.loads(run(capsys, "--format", "sarif", "nb.ipynb")[1])["runs"][0]["results"][0]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    file_lines = path.read_text().splitlines()
+    assert "print(loss.item())" in file_lines[region["startLine"] - 1] and "startColumn" not in region
+    assert (result["properties"]["notebookCell"], result["properties"]["cellLine"]) == (2, 6)
+    assert "notebook cell 2, line 6" in result["message"]["text"]
+
+
+def test_force_exclude_skips_excluded_paths_named_on_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, '[tool.torchdoctor.lint]\nexclude = ["legacy/"]\n', "pyproject.toml")
+    write(tmp_path, TRAIN, "legacy/old.py")
+    write(tmp_path, TRAIN, ".venv/lib/site.py")
+    write(tmp_path, TRAIN, "src/train.py")
+    assert run(capsys, "legacy/old.py")[0] == 1  # named explicitly: linted, as before
+    code = main(["lint", "--force-exclude", "legacy/old.py", ".venv/lib/site.py", "src/train.py"])
+    out = capsys.readouterr().out
+    assert code == 1 and {line.split(":")[0] for line in out.splitlines()} == {"src/train.py"}
+    assert main(["lint", "--force-exclude", "legacy/old.py"]) == 0
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO(TRAIN))
+    assert main(["lint", "--force-exclude", "--stdin-filename", "legacy/old.py", "-"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_the_pre_commit_hook_forces_excludes():
+    from pathlib import Path
+    hooks = (Path(__file__).parents[3] / ".pre-commit-hooks.yaml").read_text()
+    assert "entry: torchdoctor lint --force-exclude" in hooks
+
+
+def test_stdin_per_file_ignores_are_relative_to_the_config_folder(tmp_path, capsys, monkeypatch):
+    import io
+    write(tmp_path / "proj", '[tool.torchdoctor.lint]\nper-file-ignores = { "tests/*" = ["TD201"] }\n',
+          "pyproject.toml")
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    monkeypatch.setattr("sys.stdin", io.StringIO(TRAIN))
+    code = main(["lint", "--stdin-filename", "proj/tests/test_x.py", "-"])
+    out = capsys.readouterr().out
+    assert "TD104" in out and "TD201" not in out and code == 1
+
+
+def test_the_summary_names_the_severities_it_hides(tmp_path, capsys):
+    path = write(tmp_path, TRAIN)
+    _, _, err = run(capsys, "--min-severity", "high", str(path))
+    assert "2 below --min-severity hidden (2 medium)" in err and "info" not in err
+    info = write(tmp_path, "import torch\nfrom torch.utils.data import DataLoader\n"
+                           "def make():\n    return DataLoader(Images(), batch_size=8)\n", "info.py")
+    _, _, err = run(capsys, "--min-severity", "high", str(path), str(info))
+    assert "3 below --min-severity hidden (2 medium, 1 info: the value is only known at run time)" in err
+
+
+def test_empty_select_and_zero_jobs_are_usage_errors(tmp_path, capsys):
+    path = str(write(tmp_path, TRAIN))
+    for argv, words in ((["--select", "", path], "--select names no codes"), (["-j", "0", path], "--jobs"),
+                        (["--jobs", "-2", path], "--jobs")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err, argv

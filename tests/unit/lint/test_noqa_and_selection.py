@@ -59,3 +59,20 @@ def test_selectors_are_validated_against_the_catalogue():
 def test_cli_selection_is_applied_to_findings(tmp_path):
     assert found(tmp_path, SCRIPT, select=["TD204"]) == []
     assert found(tmp_path, SCRIPT, ignore=["TD201"]) == []
+
+
+def test_only_real_comments_silence_and_any_space_may_follow_the_colon(tmp_path):
+    script = """
+for x in loader:
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    s = "# noqa"; a = loss.item()
+    t = '''
+# torchdoctor: noqa
+'''
+    b = loss.item()  # noqa:  E501
+    c = loss.item()  # noqa:\tTD201
+"""
+    # a string holding "# noqa" is not a comment; `# noqa:  E501` is E501's, not a bare noqa
+    assert found(tmp_path, script) == [("TD201", 5), ("TD201", 9)]

@@ -14,8 +14,8 @@ from torchdoctor.lint.facts import Facts
 
 @dataclass(frozen=True)
 class FixAction:
-    """A rewrite of one call's arguments: set `name=value`, or drop the `name` argument
-    (also when passed positionally at `position`)."""
+    """A rewrite of one call's arguments: set `name=value`, or drop the `name` argument (either
+    also when passed positionally at `position`)."""
 
     kind: str  # "set-keyword" | "drop-argument"
     name: str
@@ -45,8 +45,9 @@ class Check:
         raise NotImplementedError
 
 
-def set_keyword(name: str, value: str = "True") -> FixAction:
-    return FixAction("set-keyword", name, value, describe=f"set {name}={value}")
+def set_keyword(name: str, value: str = "True", position: int | None = None) -> FixAction:
+    """Set `name=value`; with `position`, an argument passed positionally there is `name`."""
+    return FixAction("set-keyword", name, value, position, describe=f"set {name}={value}")
 
 
 def drop_argument(name: str, position: int | None = None) -> FixAction:

@@ -1,5 +1,10 @@
 """Compute-path settings: TD403 no-tf32 (TF32 switched off explicitly) and TD405
-recompilation (`torch.compile` called inside a loop or the step)."""
+recompilation (`torch.compile` called inside a loop or the step).
+
+Compiling a different object on each pass of a setup loop (`for i, layer in enumerate(layers):
+layers[i] = torch.compile(layer)`, a dict of models) compiles each once: that is regional
+compilation, not recompilation. Only a loop whose passes compile the same object again, or the
+training step itself, is reported."""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from typing import Iterator
 
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
-from torchdoctor.lint.context import nearest_loop
 from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.flow import derived_names
+from torchdoctor.lint.model import Block, enclosing_loops, loop_variables, names_in
 from torchdoctor.lint.values import Unknown
 
 # Settings that turn TF32 off when given these values. `fp32_precision` is the API of torch ≥ 2.9.
@@ -61,7 +67,7 @@ class CompileInLoop(Check):
             if facts.qualify(call.func) != "torch.compile":
                 continue
             region = facts.context.region(block)
-            loop = nearest_loop(block)
+            loop = _repeating_loop(call, block)
             if region.kind in ("step", "forward"):
                 where, severity = region.via, Severity.MEDIUM
             elif loop is not None:
@@ -71,3 +77,11 @@ class CompileInLoop(Check):
             yield Hit("TD405", call, "torch.compile called inside a loop",
                       f"`torch.compile` inside {where} wraps and compiles again on every iteration; compile "
                       f"once before the loop and reuse the compiled module", severity, {"where": where})
+
+
+def _repeating_loop(call: ast.Call, block: Block) -> Block | None:
+    """The innermost loop around the call (in its function) whose passes compile the same
+    object: the compiled expression does not change with that loop's variables."""
+    compiled = names_in(call.args[0]) if call.args else set()
+    return next((loop for loop in enclosing_loops(block)
+                 if not compiled & derived_names(loop_variables(loop), loop.scope)), None)

@@ -19,7 +19,7 @@ from torchdoctor.lint.flow import Loader, LoaderUse, batch_names, derived_names,
 from torchdoctor.lint.kinds import DATASET
 from torchdoctor.lint.model import Block, Scope, loop_targets, names_in
 from torchdoctor.lint.names import short_source
-from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, is_cpu_device, truthy
+from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, device_type, truthy
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
@@ -109,7 +109,7 @@ class WorkerRespawn(_LoaderCheck):
                   f"{shown} worker processes (imports, dataset copy) before the first batch",
                   Severity.MEDIUM if training else Severity.LOW,
                   {"num_workers": shown, "iterated_at_line": use.loop.line},
-                  fix=set_keyword("persistent_workers"))
+                  fix=set_keyword("persistent_workers") if args.editable else None)
 
 
 class PageableTransfer(_LoaderCheck):
@@ -136,7 +136,7 @@ class PageableTransfer(_LoaderCheck):
                   f"pin_memory is off but the batches go to the device at line {call.lineno} "
                   f"(`{short_source(call)}`): on CUDA each copy is staged through a pageable bounce "
                   f"buffer and cannot overlap compute", Severity.MEDIUM if training else Severity.LOW,
-                  {"transfer_line": call.lineno}, fix=set_keyword("pin_memory"))
+                  {"transfer_line": call.lineno}, fix=set_keyword("pin_memory") if args.editable else None)
 
 
 class BlockingTransfer(_LoaderCheck):
@@ -149,7 +149,8 @@ class BlockingTransfer(_LoaderCheck):
         seen = set()
         for use in sorted(loader.uses, key=lambda u: u.region.rank()):
             for call, scope in batch_transfers(use, facts):
-                if id(call) in seen or _non_blocking(call, facts, scope) is not False:
+                argument = _non_blocking_argument(call, facts)
+                if id(call) in seen or argument is None or _known_off(argument[0], facts, scope) is not True:
                     continue
                 seen.add(id(call))
                 when = " (pinned when on CUDA)" if pinned is WHEN_CUDA else ""
@@ -159,7 +160,7 @@ class BlockingTransfer(_LoaderCheck):
                           f"instead of queuing it behind compute",
                           Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
                           {"loader_line": loader.call.lineno},
-                          fix=None if _whole_batch(call, use) else set_keyword("non_blocking"))
+                          fix=None if _whole_batch(call, use) else _non_blocking_fix(*argument))
 
 
 def batch_transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
@@ -217,7 +218,8 @@ def _moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) ->
     device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
     if device is None or _is_dtype(device, facts) or facts.kinds.is_tensor(device, scope):
         return False
-    return not is_cpu_device(device, facts.values, scope)
+    # pinned memory and non_blocking are about CUDA copies: a copy to the CPU, MPS or XPU is not one
+    return device_type(device, facts.values, scope) in (None, "cuda")
 
 
 def _is_dtype(expr: ast.expr, facts: Facts) -> bool:
@@ -225,16 +227,45 @@ def _is_dtype(expr: ast.expr, facts: Facts) -> bool:
     return name.startswith("torch.") and name.split(".")[-1] in _DTYPES
 
 
-def _non_blocking(call: ast.Call, facts: Facts, scope: Scope) -> bool | None:
-    """True/False when the call's non_blocking is known, None when it is set at run time."""
-    expr = next((k.value for k in call.keywords if k.arg == "non_blocking"), None)
-    if expr is None and getattr(call.func, "attr", "") == "cuda" and len(call.args) > 1:
-        expr = call.args[1]
+def _non_blocking_argument(call: ast.Call, facts: Facts) -> tuple[ast.expr | None, int | None] | None:
+    """(the expression passed as non_blocking or None when left out, its position when passed
+    positionally), or None when the call's arguments cannot be matched (`*args`, `**kwargs`, a
+    `.to(a, b, c)` whose `b` is not a dtype)."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    keyword = next((k.value for k in call.keywords if k.arg == "non_blocking"), None)
+    if keyword is not None:
+        return keyword, None
+    if any(k.arg is None for k in call.keywords):
+        return None
+    # Tensor.cuda(device=None, non_blocking=False); Tensor.to(device=None, dtype=None,
+    # non_blocking=False, copy=False). A device-first `.to(a, b, c)` is only that signature when
+    # `b` is a dtype: `to(other, non_blocking, copy)` takes three positionals too.
+    position = 1 if getattr(call.func, "attr", "") == "cuda" else 2
+    if len(call.args) <= position:
+        return None, None
+    dtype = call.args[1] if position == 2 else None
+    if dtype is not None and not (_is_dtype(dtype, facts) or (isinstance(dtype, ast.Constant) and dtype.value is None)):
+        return None
+    return call.args[position], position
+
+
+def _known_off(expr: ast.expr | None, facts: Facts, scope: Scope) -> bool | None:
+    """non_blocking is off for certain (left out, or a value that is False); None: set at run time."""
     if expr is None:
-        if any(k.arg is None for k in call.keywords) or len(call.args) > 2:
-            return None  # **kwargs or `.to(device, dtype, non_blocking)`: cannot tell
-        return False
-    return truthy(facts.values.evaluate(expr, scope))
+        return True
+    value = truthy(facts.values.evaluate(expr, scope))
+    return None if value is None else not value
+
+
+def _non_blocking_fix(expr: ast.expr | None, position: int | None):
+    """Add the keyword; replace a positional `False` in place; leave a positional name alone (the
+    edit would drop the name the user chose)."""
+    if position is None:
+        return set_keyword("non_blocking")
+    if isinstance(expr, ast.Constant) and expr.value is False:
+        return set_keyword("non_blocking", position=position)
+    return None
 
 
 def _dataset(expr: ast.expr | None, facts: Facts, scope: Scope) -> tuple[str, str]:

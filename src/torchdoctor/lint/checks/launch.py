@@ -15,7 +15,7 @@ from typing import Iterator
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit, drop_argument
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.model import Block, Scope, loop_iter, loop_targets, names_in
+from torchdoctor.lint.model import Block, Scope, enclosing_loops, loop_iter, loop_variables, names_in
 from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import Unknown, bind
 
@@ -46,6 +46,8 @@ class PythonLoopOps(Check):
             current = by_line.get(sub.lineno)
             if current is None or (store and not current[2]):
                 by_line[sub.lineno] = (sub, loop, store, over, region.via)
+        for call, loop, over, via in self._row_updates(facts, dim_loops):
+            by_line[call.lineno] = (call, loop, True, over, via)  # a write: it wins over a read
         for line in sorted(by_line):
             sub, loop, store, over, via = by_line[line]
             verb = "writes" if store else "reads"
@@ -55,6 +57,29 @@ class PythonLoopOps(Check):
                       f"index all elements at once instead",
                       Severity.MEDIUM if store else Severity.LOW,
                       {"loop_line": loop.line, "iterates": over, "access": verb})
+
+    def _row_updates(self, facts: Facts, dim_loops: dict) -> Iterator[tuple[ast.Call, Block, str, str]]:
+        """`for row in x: row.mul_(2)`: an in-place op on each row of a tensor, in per-step code.
+        A loop over a name the file draws from another loop (`for t in batch`) is left alone:
+        that may be a tuple of tensors, not rows."""
+        for tail, calls in facts.model.calls_by_tail.items():
+            if not tail.endswith("_") or tail.startswith("_"):
+                continue
+            for call, block in calls:
+                receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+                found = self._enclosing_dim_loop(block, dim_loops) if isinstance(receiver, ast.Name) else None
+                if found is None or not self._over_rows(found[0], facts) or receiver.id not in loop_variables(found[0]):
+                    continue
+                region = facts.context.region(block)
+                if region.per_step:
+                    yield call, found[0], found[1], region.via
+
+    @staticmethod
+    def _over_rows(loop: Block, facts: Facts) -> bool:
+        iterable = loop_iter(loop)
+        if not isinstance(iterable, ast.Name) or not facts.kinds.is_tensor(iterable, loop.scope):
+            return False
+        return not any(how == "for" and iterable.id in names_in(target) for target, _, how in loop.scope.assigns)
 
     def _dimension(self, loop: Block, facts: Facts) -> str | None:
         """What tensor dimension the loop walks (`inputs.shape[0]`), or None."""
@@ -77,15 +102,11 @@ class PythonLoopOps(Check):
     @staticmethod
     def _enclosing_dim_loop(block: Block, dim_loops: dict) -> tuple | None:
         loop_vars: set[str] = set()
-        for b in block.ancestors():
-            if b.kind == "scope":
-                return None
-            if b.kind == "loop":
-                for target in loop_targets(b):
-                    loop_vars |= names_in(target)
-                if id(b) in dim_loops:
-                    loop, over = dim_loops[id(b)]
-                    return loop, over, loop_vars
+        for b in enclosing_loops(block):
+            loop_vars |= loop_variables(b)
+            if id(b) in dim_loops:
+                loop, over = dim_loops[id(b)]
+                return loop, over, loop_vars
         return None
 
 
@@ -123,7 +144,7 @@ class ForeachOff(Check):
             parts = name.split(".")
             if not (len(parts) == 3 and parts[:2] == ["torch", "optim"] and parts[2][:1].isupper()):
                 continue
-            expr = next((k.value for k in call.keywords if k.arg == "foreach"), None)
+            expr = bind(call, ()).get("foreach")  # keyword-only in every torch.optim optimizer
             if expr is None:
                 continue
             value = facts.values.evaluate(expr, block.scope)
@@ -156,4 +177,4 @@ class ZeroGradDense(Check):
                           f"`{short_source(call)}` fills every gradient with zeros each step (a memset per "
                           f"parameter), and backward then adds into them instead of writing fresh tensors",
                           Severity.MEDIUM, {"call": short_source(call)},
-                          fix=drop_argument("set_to_none", positional))
+                          fix=drop_argument("set_to_none", positional) if args.editable else None)

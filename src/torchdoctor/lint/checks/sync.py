@@ -24,7 +24,8 @@ from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import Unknown, truthy
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
-_CASTS = ("float", "int", "bool", "complex")
+_CASTS = ("float", "int", "bool", "complex", "str", "repr")  # each reads the value (str/repr to print it)
+_COMPARING = ("max", "min")  # Python's max(loss, 1) compares, which is bool(tensor)
 _LOG_METHODS = ("debug", "info", "warning", "error", "critical", "log", "exception")
 _TRACKER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "log")  # TensorBoard, wandb
 _SHAPE_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
@@ -56,9 +57,16 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     for call, block in candidates(facts.model.calls_named(*_CASTS)):
         if isinstance(call.func, ast.Name) and len(call.args) == 1 and kinds.is_tensor(call.args[0], block.scope):
             yield call, block, f"`{short_source(call)}` on a tensor"
+    for call, block in candidates(facts.model.calls_named(*_COMPARING)):
+        if isinstance(call.func, ast.Name) and facts.qualify(call.func) is None and any(
+                kinds.is_tensor(a, block.scope) for a in call.args):
+            yield call, block, f"`{short_source(call)}` comparing a tensor in Python"
     for call, block in candidates(facts.model.calls_named("print", *_LOG_METHODS, "format")):
         if _formats_tensor(call, block, facts):
             yield call, block, f"formatting a tensor in `{short_source(call, 40)}`"
+    for node, block in candidates(facts.model.percent_formats):
+        if any(kinds.is_tensor(a, block.scope) for a in _formatted([node])):
+            yield node, block, f"formatting a tensor in `{short_source(node, 40)}`"
     for call, block in candidates(facts.model.calls_named(*_TRACKER_METHODS)):
         if _logs_tensor(call, block, facts):
             yield call, block, f"logging a tensor with `{short_source(call, 40)}`"
