@@ -116,37 +116,52 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
 
     With N workers busy, one batch per step means each takes a worker N steps; with none, the
     training process spends the wait itself. W workers then deliver a batch every load / W.
+    On a CPU run the model's threads already use every core, so the CPU time the loading still
+    needs (measured in the training process) is taken from training: compute + cpu / cores.
     """
     step = facts.step_s or 0.0
     current = loader.num_workers
     workers = workers_for_fix(record, loader)
+    cores = record.environment.cpu_count or 1
     load = step * current if current else wait  # one step's batch, in worker (or process) time
-    why = (f"{workers}: the fix's worker count; loading waits rather than computes, so workers need no core each"
-           if waits_on_storage(loader) else
-           f"{workers}: one per core left beside the training process ({record.environment.cpu_count or 1} cores)")
+    compute = step - wait
+    storage = waits_on_storage(loader)
+    why = (f"{workers}, the fix's count: loading waits rather than computes, so workers need no core each"
+           if storage else f"{workers}, one per core left beside the training process ({cores} cores)")
     if workers <= current:
-        return None, (f"not estimated: the loader already has {current} workers and no more can run at once "
-                      f"here ({why}); make `__getitem__` cheaper, and measure the ceiling with "
-                      "`--set data=cached`")
-    new_step = max(step - wait, load / workers)
+        return None, (f"the loader already has {current} workers and no more can run at once here ({why}); "
+                      "make `__getitem__` cheaper, and measure the ceiling with `--set data=cached`")
+    if workers == 1 and not storage:
+        bound = step / max(compute, load)
+        return None, (f"one core to spare: a worker can overlap the loading with compute but not split it, so at "
+                      f"most {bound:.2f}x before worker overheads (collation into shared memory, IPC) that can "
+                      "cancel it; `torchdoctor tune` measures it, `--set data=cached` the ceiling of a cheaper "
+                      "`__getitem__`")
+    cpu = loading_cpu_share(loader)
+    taken = wait * cpu / cores if cpu is not None and not record.environment.cuda_used else 0.0
+    new_step = max(compute + taken, load / workers)
     plural = "s" if workers != 1 else ""
-    basis = (f"Amdahl with loading spread over {workers} worker{plural}: step = max(compute {ms(step - wait):.1f} ms, "
-             f"loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; workers = {why}"
-             + _core_caveat(record))
+    basis = (f"Amdahl with loading spread over {workers} worker{plural}: step = max(compute {ms(compute):.1f} ms"
+             + (f" + {ms(taken):.1f} ms of loading CPU taken from it" if taken else "")
+             + f", loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; workers: {why}; worker "
+             "overheads (IPC, collation into shared memory) not counted" + _core_caveat(record))
     return amdahl(step, step - new_step), basis
 
 
 def _epoch_start_excess(facts: RunFacts, loader) -> float | None:
-    """Per measured step, the extra time of the steps that begin an epoch (old workers shut
-    down, new ones start and fill their queues, the CPU they take from training) over the
-    median of the other steps; None when the run has too few of either kind."""
-    firsts = {n + 1 for n in loader.epoch_start_steps}
-    first = [core_duration(s) for s in facts.measured if s.index in firsts]
-    others = [core_duration(s) for s in facts.measured if s.index not in firsts]
+    """Per measured step, what restarting workers adds to the steps that begin an epoch (old
+    workers shut down, new ones start, the CPU they take from training): their time over the
+    median other step, less the epoch's first-batch wait, which persistent workers still pay
+    (they resume, then build the first batch; measured: the same wait). None when the run has
+    too few of either kind of step."""
+    first_wait = dict(zip((n + 1 for n in loader.epoch_start_steps), loader.first_batch_waits_s))
+    first = [s for s in facts.measured if s.index in first_wait]
+    others = [core_duration(s) for s in facts.measured if s.index not in first_wait]
     if not first or len(others) < 2:
         return None
     typical = statistics.median(others)
-    return sum(max(0.0, d - typical) for d in first) / len(facts.measured)
+    excess = sum(max(0.0, core_duration(s) - typical - first_wait[s.index]) for s in first)
+    return excess / len(facts.measured)
 
 
 class WorkerRespawn(Rule):
@@ -176,8 +191,9 @@ class WorkerRespawn(Rule):
             epochs = len(loader.iterator_starts_s)
             steps_per_epoch = max(1.0, (loader.batches - loader.batches_in_eval) / epochs)
             saved = _epoch_start_excess(facts, loader)
-            basis = ("Amdahl: the extra time of the steps that start an epoch (worker shutdown and start-up, "
-                     "first batches, CPU taken from training) over the median other step, removed")
+            basis = ("Amdahl: the extra time of the steps that start an epoch over the median other step (worker "
+                     "shutdown and start-up, CPU taken from training), less the first-batch wait persistent "
+                     "workers still pay, removed")
             if saved is None:  # too few measured epoch starts: the restart's own timings
                 typical = statistics.median([s.data_wait_s for s in facts.measured] or [0.0])
                 first_waits = loader.first_batch_waits_s[1:len(restarts) + 1]

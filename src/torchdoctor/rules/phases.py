@@ -51,6 +51,8 @@ class _PhaseShareRule(Rule):
                     "seconds_in_window": round(share * wall, 4),
                     "window_seconds": round(wall, 4),
                     "calls_at_line": calls,
+                    # what `--set eval=off` / `checkpoint=off` measure: the phase gone entirely
+                    "speedup_if_removed": round(amdahl(1.0, share), 3),
                 },
                 speedup=speedup,
                 basis=f"Amdahl: the measured {self.kind} share made {self.reduction_factor}x less frequent",

@@ -9,7 +9,7 @@ import torchdoctor
 from torchdoctor.analysis import analyze
 from torchdoctor.compare.noise import throughput
 from torchdoctor.compare.runs import ComparedRun, compare_runs
-from torchdoctor.findings import Report, Table
+from torchdoctor.findings import Finding, Report, Table
 from torchdoctor.tune.plan import COMBINED, FIX, LADDER, UPPER_BOUND
 from torchdoctor.tune.tuner import TunedTrial, TuneOutcome
 
@@ -44,9 +44,17 @@ def estimate_checks(outcome: TuneOutcome) -> list[EstimateCheck]:
         for finding in base_report.findings:
             if finding.code in trial.result.trial.addresses:
                 where = f"{finding.location.path}:{finding.location.line}" if finding.location else "-"
-                checks.append(EstimateCheck(finding.code, where, finding.estimated_speedup, trial.result.trial.name,
+                checks.append(EstimateCheck(finding.code, where, _estimate_for(finding, trial), trial.result.trial.name,
                                             gain.ratio if gain else None, bool(gain and gain.significant)))
     return checks
+
+
+def _estimate_for(finding: Finding, trial: TunedTrial) -> float | None:
+    """What the trial should measure: the finding's estimate for a fix; for an upper bound,
+    which removes the whole phase, the finding's own figure for removing it."""
+    if trial.result.trial.kind == UPPER_BOUND:
+        return finding.evidence.get("speedup_if_removed")
+    return finding.estimated_speedup
 
 
 def recommended(outcome: TuneOutcome) -> TunedTrial | None:
@@ -81,7 +89,8 @@ def tune_report(outcome: TuneOutcome) -> Report:
             columns=["finding", "where", "estimated", "trial", "measured", "agreement"],
             rows=[[c.code, c.where, _x(c.estimated), c.trial, _x(c.measured) if c.significant else
                    f"{_x(c.measured)} (within noise)", _agreement(c)] for c in checks],
-            caption=("Estimated: the doctor's Amdahl estimate from the baseline. Measured: the trial's throughput "
+            caption=("Estimated: the doctor's Amdahl estimate from the baseline (for an upper bound such as "
+                     "eval=off, its figure for removing the phase entirely). Measured: the trial's throughput "
                      "over the baseline's, same steps, fresh process."),
         ))
     report.tables.append(_ladder(outcome))

@@ -126,3 +126,19 @@ def test_drift_between_the_two_baselines_widens_the_noise_band(tmp_path, monkeyp
         {"baseline": 0.10, "baseline (repeat)": 0.13, "zero_grad=none": 0.105}), trials=chosen)
     assert steady.gain(steady.trials[0]).significant
     assert not drifting.gain(drifting.trials[0]).significant  # 0.105 s lies inside the 0.10-0.13 s drift
+
+
+def test_an_upper_bound_is_checked_against_the_findings_figure_for_removing_the_phase(tmp_path, monkeypatch):
+    """eval=off removes evaluation entirely, so it checks TD701's `speedup_if_removed`, not its
+    estimate (which assumes evaluation made 5x less frequent)."""
+    eval_finding = finding("TD701", 1.6)
+    eval_finding.evidence["speedup_if_removed"] = 2.0
+
+    def analyze_eval(rec):
+        return Report(source="run", tool_version="0", findings=[eval_finding])
+
+    monkeypatch.setattr(tuner_module, "run_trial", FakeTrials({"baseline": 0.1, "eval=off": 0.05}))
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_eval)
+    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_eval).run()
+    (check,) = [c for c in estimate_checks(outcome) if c.trial == "eval=off"]
+    assert check.estimated == 2.0 and check.measured == pytest.approx(2.0, rel=0.05) and check.agreement < 1.05
