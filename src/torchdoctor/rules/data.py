@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import ApiCall, RunRecord
@@ -149,19 +150,30 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
 
 
 def _epoch_start_excess(facts: RunFacts, loader) -> float | None:
-    """Per measured step, what restarting workers adds to the steps that begin an epoch (old
-    workers shut down, new ones start, the CPU they take from training): their time over the
-    median other step, less the epoch's first-batch wait, which persistent workers still pay
-    (they resume, then build the first batch; measured: the same wait). None when the run has
-    too few of either kind of step."""
+    """Per measured step, what restarting workers adds to an epoch.
+
+    Each of the N fresh workers serves one of the epoch's first N steps, so those steps carry
+    the restart (old workers shut down, new ones start and take CPU from training); the steps
+    after them show the undisturbed step time. Their excess over it, less the epoch's
+    first-batch wait, which persistent workers still pay (they resume, then build the first
+    batch; measured: the same wait), is the restart's cost. None when the run has too few
+    steps of either kind.
+    """
+    starts = sorted(n + 1 for n in loader.epoch_start_steps)
     first_wait = dict(zip((n + 1 for n in loader.epoch_start_steps), loader.first_batch_waits_s))
-    first = [s for s in facts.measured if s.index in first_wait]
-    others = [core_duration(s) for s in facts.measured if s.index not in first_wait]
-    if not first or len(others) < 2:
+    disturbed, calm = [], []
+    for s in facts.measured:
+        epoch_start = starts[bisect_right(starts, s.index) - 1] if starts and starts[0] <= s.index else None
+        position = s.index - epoch_start if epoch_start is not None else None
+        (disturbed if position is not None and position < max(1, loader.num_workers) else calm).append(s)
+    if len(calm) < 2:  # epochs no longer than the pool: compare with the other steps instead
+        disturbed = [s for s in facts.measured if s.index in first_wait]
+        calm = [s for s in facts.measured if s.index not in first_wait]
+    if not disturbed or len(calm) < 2:
         return None
-    typical = statistics.median(others)
-    excess = sum(max(0.0, core_duration(s) - typical - first_wait[s.index]) for s in first)
-    return excess / len(facts.measured)
+    typical = statistics.median(core_duration(s) for s in calm)
+    excess = sum(core_duration(s) - typical for s in disturbed) - sum(first_wait.get(s.index, 0.0) for s in disturbed)
+    return max(0.0, excess) / len(facts.measured)
 
 
 class WorkerRespawn(Rule):
@@ -191,9 +203,9 @@ class WorkerRespawn(Rule):
             epochs = len(loader.iterator_starts_s)
             steps_per_epoch = max(1.0, (loader.batches - loader.batches_in_eval) / epochs)
             saved = _epoch_start_excess(facts, loader)
-            basis = ("Amdahl: the extra time of the steps that start an epoch over the median other step (worker "
-                     "shutdown and start-up, CPU taken from training), less the first-batch wait persistent "
-                     "workers still pay, removed")
+            basis = ("Amdahl: the extra time of the steps that start an epoch, one per fresh worker, over the "
+                     "median later step (worker shutdown and start-up, CPU taken from training), less the "
+                     "first-batch wait persistent workers still pay, removed")
             if saved is None:  # too few measured epoch starts: the restart's own timings
                 typical = statistics.median([s.data_wait_s for s in facts.measured] or [0.0])
                 first_waits = loader.first_batch_waits_s[1:len(restarts) + 1]
