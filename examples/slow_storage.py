@@ -1,7 +1,7 @@
 """Planted TD101 (dataloader-stall), waiting rather than computing: every sample is read
-from slow storage (a 0.2 ms wait per record stands in for a network file system or an
+from slow storage (a 1 ms wait per record stands in for a network file system or an
 object store), and the DataLoader reads in the main process (num_workers=0), so each step
-first waits for 32 reads in a row.
+first waits for 16 reads in a row.
 
 Unlike slow_dataset.py, loading here barely uses the CPU, so worker processes overlap the
 reads even on a 2-core machine: `torchdoctor run` measures the CPU share of the wait and
@@ -22,7 +22,7 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 class RecordStore(Dataset):
     """2048 records of 64 values; reading one costs a storage round trip."""
 
-    READ_LATENCY_S = 0.0002
+    READ_LATENCY_S = 0.001
 
     def __init__(self, n=2048, dim=64):
         g = torch.Generator().manual_seed(0)
@@ -40,7 +40,7 @@ class RecordStore(Dataset):
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-loader = DataLoader(RecordStore(), batch_size=32, shuffle=True)  # expect: TD101  # lint-expect: TD105, TD103
+loader = DataLoader(RecordStore(), batch_size=16, shuffle=True)  # expect: TD101  # lint-expect: TD105, TD103
 
 for epoch in range(2):
     total = torch.zeros((), device=device)

@@ -130,8 +130,10 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
     why = (f"{workers}, the fix's count: loading waits rather than computes, so workers need no core each"
            if storage else f"{workers}, one per core left beside the training process ({cores} cores)")
     if workers <= current:
-        return None, (f"the loader already has {current} workers and no more can run at once here ({why}); "
-                      "make `__getitem__` cheaper, and measure the ceiling with `--set data=cached`")
+        return None, (f"the loader already has {current} workers, as many as {cores} cores run beside training when "
+                      "loading computes (inside workers its CPU share is not measurable); make `__getitem__` "
+                      "cheaper, or let `torchdoctor tune --trials workers=N` measure more workers; "
+                      "`--set data=cached` measures the ceiling")
     if workers == 1 and not storage:
         bound = step / max(compute, load)
         return None, (f"one core to spare: a worker can overlap the loading with compute but not split it, so at "
