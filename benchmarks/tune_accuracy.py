@@ -71,8 +71,10 @@ def measure(planted: Path, fixed: Path, work: Path) -> dict:
         return {"example": planted.name, "error": failed[0].baseline.result.error}
     base = throughput(*[r for o in outcomes for r in o.baseline_records()])
     fixed_settings = TrialSettings(str(fixed), [], False, STEPS, WARMUP, 300.0)
-    fixed_records = [load_record(run_trial(Trial("fixed", {}, "fixed"), fixed_settings, work / f"fixed{i}").run_dir)
-                     for i in range(REPEATS)]
+    fixed_runs = [run_trial(Trial("fixed", {}, "fixed"), fixed_settings, work / f"fixed{i}") for i in range(REPEATS)]
+    if not all(run.ok for run in fixed_runs):  # a crashed run's partial steps are no reference
+        return {"example": planted.name, "error": f"{fixed.name} failed: {next(r for r in fixed_runs if not r.ok).error}"}
+    fixed_records = [load_record(run.run_dir) for run in fixed_runs]
     fixed_gain = change(base, throughput(*fixed_records))
     gains = {name: (trial, change(base, throughput(*records))) for name, (trial, records) in
              pooled_trials(outcomes).items() if trial.kind != "ladder"}
@@ -155,7 +157,7 @@ def main() -> int:
     print(f"{'example':<26} {'fixed':>7} {'tune best':<44} {'tune':>7} {'recovered':>9}  estimates (est/measured)")
     for r in rows:
         if "error" in r:
-            print(f"{r['example']:<26} baseline failed: {r['error'][-120:]}")
+            print(f"{r['example']:<26} failed: {r['error'][-160:]}")
             continue
         est = "; ".join(f"{e['finding']} {e['estimated'] or '-'}/{e['measured']}" for e in r["estimates"]) or "-"
         rec = f"{r['recovered']:.0%}" if r["recovered"] is not None else "n/a"

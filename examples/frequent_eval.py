@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--epochs", type=int, default=4)
 parser.add_argument("--eval_every", type=int, default=2)
 args = parser.parse_args()
 

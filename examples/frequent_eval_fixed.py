@@ -15,8 +15,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--epochs", type=int, default=64)
-parser.add_argument("--eval_every", type=int, default=64)
+parser.add_argument("--epochs", type=int, default=4)
+parser.add_argument("--eval_every", type=int, default=500)
 args = parser.parse_args()
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,5 +48,6 @@ for epoch in range(args.epochs):
         opt.step()
         step += 1
         if step % args.eval_every == 0:
-            acc = validate()
-    print(f"epoch {epoch} step {step} val acc {acc.item():.3f}")
+            print(f"step {step} val acc {validate().item():.3f}")
+    print(f"epoch {epoch} step {step} loss {loss.item():.3f}")
+print(f"final val acc {validate().item():.3f}")

@@ -27,6 +27,7 @@ _INIT_ARGUMENTS = {"workers": "num_workers", "pin_memory": "pin_memory",
                    "persistent_workers": "persistent_workers", "prefetch_factor": "prefetch_factor",
                    "batch_size": "batch_size"}
 LOADER_ONLY_MIN_BATCHES = 20
+EVAL_CUT = "evaluation loaders cut to one sample of their first batch, replayed from memory"
 
 
 class _IterState:
@@ -36,10 +37,31 @@ class _IterState:
         self.served = 0  # batches handed out by this iterator
 
 
+def _first_sample(batch: Any) -> Any:
+    """The batch cut to its first sample: every tensor with the batch's rows keeps one row;
+    anything else (strings, ids, nested structure) is left as it is."""
+    rows = batch_rows(batch)
+
+    def cut(item: Any, depth: int = 0) -> Any:
+        if isinstance(item, torch.Tensor):
+            return item[:1] if item.dim() > 0 and item.shape[0] == rows else item
+        if depth >= 3:
+            return item
+        # plain containers only: a namedtuple or a custom batch class may not rebuild this way
+        if type(item) is dict:
+            return {k: cut(v, depth + 1) for k, v in item.items()}
+        if type(item) in (list, tuple):
+            return type(item)(cut(v, depth + 1) for v in item)
+        return item
+
+    return cut(batch) if rows else batch
+
+
 class _FirstEvalBatch:
-    """An evaluation loader's iterator under eval=off after its first pass: that pass's first
-    batch, once, from memory. The script's evaluation code still runs on real data while no
-    batch is fetched and no worker started again."""
+    """An evaluation loader's iterator under eval=off after its first pass: one sample of that
+    pass's first batch, once, from memory. The script's evaluation code still runs, on real
+    data, while almost no evaluation work is left: no batch fetched, no worker started again,
+    one sample through the model."""
 
     def __init__(self, batch: Any) -> None:
         self._batch: Any = batch
@@ -138,7 +160,7 @@ class LoaderKnobs(KnobGroup):
         def __iter__(loader):
             in_eval = group.ctx.in_eval()
             if in_eval and group.settings.get("eval") == "off" and loader in group._eval_batch:
-                group.applied("eval", "evaluation loaders cut to their first batch, replayed from memory")
+                group.applied("eval", EVAL_CUT)
                 _draw_like_an_iterator(loader)
                 return _FirstEvalBatch(group._eval_batch[loader])
             it = original(loader)
@@ -157,9 +179,9 @@ class LoaderKnobs(KnobGroup):
                 return original(it)
             if state.in_eval and group.settings.get("eval") == "off":
                 if state.served >= 1:
-                    group.applied("eval", "evaluation loaders cut to their first batch, replayed from memory")
+                    group.applied("eval", EVAL_CUT)
                     raise StopIteration
-                batch = original(it)
+                batch = _first_sample(original(it))
                 group._eval_batch[state.loader] = batch
                 state.served += 1
                 return batch

@@ -75,7 +75,7 @@ KNOB_SPECS: tuple[KnobSpec, ...] = (
              "loader-only: iterate the training DataLoader without the model, then stop",
              upper_bound=True),
     KnobSpec("eval", _choice("off"), "off",
-             "evaluation loaders yield only their first batch (from memory after the first pass), "
+             "evaluation loaders yield one sample of their first batch (from memory after the first pass), "
              "to measure what evaluation costs", upper_bound=True),
     KnobSpec("checkpoint", _choice("off"), "off",
              "torch.save writes nothing, to measure what checkpointing costs", upper_bound=True),

@@ -109,11 +109,10 @@ def test_loader_only_times_the_loader_and_stops_before_training(tmp_path):
     assert record.loader_only.samples == 64 and record.loader_only.seconds > 0
 
 
-def test_eval_off_cuts_evaluation_to_its_first_batch_and_leaves_training(tmp_path, baseline):
+def test_eval_off_cuts_evaluation_to_one_sample_and_leaves_training(tmp_path, baseline):
     record, seen = run(tmp_path, "eval=off")
-    first_batch = list(range(8))
     assert [len(p) for p in baseline[1]["eval_labels"]] == [4, 4, 4]
-    assert seen["eval_labels"] == [[first_batch]] * 3  # later passes replay it from memory
+    assert seen["eval_labels"] == [[[0]]] * 3  # the first sample; later passes replay it from memory
     assert "replayed from memory" in outcome(record, "eval").detail
     assert seen["params"] == baseline[1]["params"]
 
@@ -175,3 +174,14 @@ def test_threads_sets_torch_threads_for_the_run_then_restores_them(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_first_sample_cuts_every_tensor_with_the_batch_rows_and_keeps_the_rest():
+    from torchdoctor.knobs.loader import _first_sample
+
+    batch = {"ids": torch.arange(12).view(4, 3), "mask": torch.ones(4), "vocab": torch.zeros(7), "text": ["a"] * 4}
+    cut = _first_sample(batch)
+    assert cut["ids"].tolist() == [[0, 1, 2]] and cut["mask"].shape == (1,)
+    assert cut["vocab"].shape == (7,) and cut["text"] == ["a"] * 4  # not per-sample tensors, not tensors
+    x, y = _first_sample((torch.zeros(5, 2), torch.arange(5)))
+    assert x.shape == (1, 2) and y.tolist() == [0]
