@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Sequence
 
 from torchdoctor import __version__
-from torchdoctor.analysis import analyze
 from torchdoctor.argparsing import CommandParser
 from torchdoctor.errors import (
     EXIT_INTERRUPTED,
@@ -21,9 +20,6 @@ from torchdoctor.errors import (
     UsageError,
 )
 from torchdoctor.report import RENDERERS, render
-from torchdoctor.report.progress import RunProgress
-from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
-from torchdoctor.rules.registry import rule_by_code
 
 
 def _positive(kind):
@@ -60,7 +56,9 @@ class RunCommand:
         return p
 
     def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.analysis import analyze
         from torchdoctor.knobs import parse_settings
+        from torchdoctor.report.progress import RunProgress
         from torchdoctor.rundir import create_run_dir, write_run
         from torchdoctor.runner import RunRequest, check_target, execute
 
@@ -129,6 +127,7 @@ class ReportCommand:
     help = "re-render a run directory without re-running"
 
     def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.analysis import analyze
         from torchdoctor.rundir import load_record
 
         p = CommandParser(prog="torchdoctor report", description=self.help)
@@ -144,6 +143,9 @@ class RulesCommand:
     help = "list the rules, or explain one (torchdoctor rules TD301)"
 
     def main(self, argv: Sequence[str]) -> int:
+        from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
+        from torchdoctor.rules.registry import rule_by_code
+
         p = CommandParser(prog="torchdoctor rules", description=self.help)
         p.add_argument("code", nargs="?")
         p.add_argument("--format", choices=["text", "md"], default="text")
@@ -160,7 +162,9 @@ class RulesCommand:
 
 class _Deferred:
     """A subcommand whose module is imported only when it runs, so `run` never pays for
-    the linter's or the trace parser's imports."""
+    the linter's or the trace parser's imports. (The commands above import what they need
+    inside `main` for the same reason: start-up is part of every command's time, and
+    pre-commit starts `lint` on every commit.)"""
 
     def __init__(self, name: str, module: str, cls: str):
         self.name, self._module, self._cls = name, module, cls

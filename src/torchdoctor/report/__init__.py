@@ -1,20 +1,38 @@
 """Renderers: Report → text. They format; they never measure. One signature for all:
-`(report: Report) -> str`, looked up by format name in RENDERERS."""
+`(report: Report) -> str`, looked up by format name in RENDERERS.
+
+A renderer's module is imported when its format is first used: the terminal renderer pulls
+in rich, which `--format json` and `lint`'s own formats never need.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 
 from torchdoctor.findings import Report
-from torchdoctor.report.json_ import render_json
-from torchdoctor.report.markdown import render_markdown
-from torchdoctor.report.terminal import render_text
 
-RENDERERS: dict[str, Callable[[Report], str]] = {
-    "text": render_text,
-    "md": render_markdown,
-    "json": render_json,
+Renderer = Callable[[Report], str]
+_WHERE = {
+    "text": ("torchdoctor.report.terminal", "render_text"),
+    "md": ("torchdoctor.report.markdown", "render_markdown"),
+    "json": ("torchdoctor.report.json_", "render_json"),
 }
+
+
+class _Renderers(Mapping[str, Renderer]):
+    def __getitem__(self, fmt: str) -> Renderer:
+        module, name = _WHERE[fmt]
+        return getattr(importlib.import_module(module), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_WHERE)
+
+    def __len__(self) -> int:
+        return len(_WHERE)
+
+
+RENDERERS: Mapping[str, Renderer] = _Renderers()
 
 
 def render(report: Report, fmt: str) -> str:
@@ -26,4 +44,4 @@ def render(report: Report, fmt: str) -> str:
     return renderer(report)
 
 
-__all__ = ["RENDERERS", "render", "render_json", "render_markdown", "render_text"]
+__all__ = ["RENDERERS", "render"]
