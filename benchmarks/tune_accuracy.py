@@ -61,7 +61,8 @@ def pooled_trials(outcomes) -> dict[str, tuple[Trial, list]]:
 
 
 def best_of(gains: dict[str, tuple[Trial, object]], accept) -> tuple[str | None, object]:
-    chosen = [(name, gain) for name, (trial, gain) in gains.items() if accept(trial) and gain.significant]
+    chosen = [(name, gain) for name, (trial, gain) in gains.items()
+              if accept(trial) and gain.significant and gain.ratio > 1.0]  # a measured gain, not a loss
     return max(chosen, key=lambda item: item[1].ratio, default=(None, None))
 
 
