@@ -8,7 +8,7 @@ under `torch.no_grad()`/`inference_mode()`, in a `@torch.no_grad()` function, or
 `model.eval()` in the same function; a `range` loop that draws no batches (`next(it)`) is a
 generation loop, not an evaluation one. Functions called from any of these inherit the region,
 two levels deep. The epoch loop around a training loop is not per-step: its own statements
-run once per epoch.
+run once per epoch (nor is it an evaluation loop, whatever its function is called).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class Context:
         self._find_step_calls()
         self._link_calls()
         self.step_loops, self.step_functions = self._training_structure()
+        self.loops_around_training = self._loops_around_training()
         self.eval_loops = {id(loop) for loop in model.loops if self._is_eval_loop(loop)}
 
     # -- public questions ------------------------------------------------------------------
@@ -185,8 +186,17 @@ class Context:
             level = next_level
         return step_loops, step_functions
 
+    def _loops_around_training(self) -> set[int]:
+        """Loops of the same function that hold a training loop (epochs, configurations): each
+        pass is a whole training run, not a step, and not an evaluation batch."""
+        around: set[int] = set()
+        for loop in self.model.loops:
+            if id(loop) in self.step_loops and loop.parent is not None:
+                around.update(id(b) for b in enclosing_loops(loop.parent))
+        return around
+
     def _is_eval_loop(self, loop: Block) -> bool:
-        if id(loop) in self.step_loops:
+        if id(loop) in self.step_loops or id(loop) in self.loops_around_training:
             return False
         scope = loop.scope
         no_grad = eval_mode = False

@@ -1,7 +1,7 @@
 """One walk over a module's AST that records where code sits and what the checks look at.
 
 Structure: every node lives in a chain of `Block`s (function, loop, periodic-looking `if`,
-`with`), innermost first. Events: calls (indexed by the called name), subscripts, branch
+`with`, `raise`), innermost first. Events: calls (indexed by the called name), subscripts, branch
 conditions, f-strings and assignments, each with its innermost block. The walk decides
 nothing; `context.py` later says which loops are training loops, which blocks are guarded.
 One pass keeps the linter fast: parsing dominates, and every check reads these lists.
@@ -58,7 +58,8 @@ class Scope:
 
 class Block:
     """A region code runs in: kind is "scope" (a Scope's body), "loop", "if" (a branch of an `if`
-    statement or of a conditional expression) or "with"."""
+    statement or of a conditional expression), "with", or "error" (a `raise` statement or an
+    `assert`'s message: code that runs only on the way to an exception)."""
 
     __slots__ = ("kind", "node", "parent", "scope", "branch")
 
@@ -173,8 +174,10 @@ class _Walker:
         elif t is ast.Assert:
             self.m.conditions.append((node.test, block))
             self.expr(node.test, block)
-            if node.msg is not None:
-                self.expr(node.msg, block)
+            if node.msg is not None:  # built only when the assertion fails
+                self.expr(node.msg, Block("error", node, block, block.scope))
+        elif t is ast.Raise:
+            self.generic(node, Block("error", node, block, block.scope))
         elif t in (ast.Import, ast.ImportFrom):
             self.m.imports.add(node)
         elif t in (ast.Expr, ast.Return):
@@ -315,6 +318,16 @@ def _may_be_periodic(test: ast.expr) -> bool:
         return any(_may_be_periodic(v) for v in test.values)
     if t is ast.UnaryOp:
         return _may_be_periodic(test.operand)
+    return False
+
+
+def on_error_path(block: Block) -> bool:
+    """Inside a `raise` or an `assert` message (in the same function): runs only when failing."""
+    for b in block.ancestors():
+        if b.kind == "scope":
+            return False
+        if b.kind == "error":
+            return True
     return False
 
 

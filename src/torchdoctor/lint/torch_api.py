@@ -119,9 +119,38 @@ def declared(name: str, function: ast.AST) -> tuple[str | None, object]:
         annotation = getattr(arg, "annotation", None)
         if annotation is not None:
             text = ast.unparse(annotation)
-            if "Tensor" in text:
+            if _is_container(annotation):
+                kind = OTHER  # `list[Tensor]`: indexing it picks a tensor, `len()` counts tensors
+            elif "Tensor" in text:
                 kind = TENSOR
             elif any(word in text for word in _PLAIN_ANNOTATIONS):
                 kind = OTHER
         return kind, defaults.get(name, NO_DEFAULT)
     return None, NO_DEFAULT
+
+
+_CONTAINERS = {"list", "List", "tuple", "Tuple", "Sequence", "Iterable", "dict", "Dict", "Mapping", "set", "Set"}
+
+
+def _is_container(annotation: ast.expr) -> bool:
+    """`list[Tensor]`, `Optional[tuple[Tensor, Tensor]]`, `Sequence[Tensor] | None`: a container
+    (when it is anything), not a tensor."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [s for s in (annotation.left, annotation.right) if not _is_none(s)]
+        return len(sides) == 1 and _is_container(sides[0])
+    if isinstance(annotation, ast.Subscript):
+        base = annotation.value
+        outer = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+        if outer == "Optional":
+            return _is_container(annotation.slice)
+        return outer in _CONTAINERS
+    return False
+
+
+def _is_none(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None

@@ -33,7 +33,8 @@ for epoch in range(3):
         running += loss.detach()  # no finding: stays on the device
         value = float(loss)  # triggers
         print(loss)  # triggers
-        log.info("loss %s", loss)  # triggers
+        log.warning("loss %s", loss)  # triggers: WARNING records are emitted (and formatted) by default
+        log.info("loss %s", loss)  # no finding: formatted lazily, and INFO is off unless the file turns it on
         print("loss %.4f" % loss)  # triggers
         writer.add_scalar("loss", loss, step)  # triggers
         writer.add_scalar("lr", lr, step)  # no finding: a Python float

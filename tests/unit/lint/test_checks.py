@@ -37,7 +37,7 @@ CASES = [
     ("TD201 str.format of a tensor", "TD201", LOOP + "    msg = 'loss {}'.format(loss)\n", [9]),
     ("TD201 while-condition on a tensor", "TD201",
      "while loss > 0.1:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n", [5]),
-    ("TD202 masked assignment in the step", "TD202", LOOP + "    m = x > 0\n    x[m] = 0\n", [10]),
+    ("TD202 masked assignment of a tensor in the step", "TD202", LOOP + "    m = x > 0\n    x[m] = y\n", [10]),
     ("TD202 numpy unique is not a torch op", "TD202",
      "import numpy as np\n" + LOOP + "    u = np.unique(y)\n", []),
     ("TD203 eval loop behind a modulo guard", "TD203",
@@ -63,7 +63,7 @@ CASES = [
     ("TD604 data_parallel function", "TD604",
      "from torch.nn.parallel import data_parallel\nout = data_parallel(model, x)\n", [6]),
     ("TD704 anomaly mode from a constant", "TD704",
-     "DEBUG = True\ntorch.autograd.set_detect_anomaly(DEBUG)\n", [6]),
+     "DEBUG = True\ntorch.autograd.set_detect_anomaly(DEBUG)\n" + LOOP, [6]),
     ("TD704 gradcheck in a test file without training", "TD704",
      "def test_grad():\n    torch.autograd.gradcheck(f, (x,))\n", []),
     # audit: false positives

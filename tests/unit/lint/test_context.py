@@ -30,6 +30,21 @@ def test_a_loop_that_calls_backward_or_step_is_the_training_loop_and_the_epoch_l
     """) == {6: "step", 7: "-", 8: "-"}
 
 
+def test_the_loop_around_a_training_loop_is_not_an_evaluation_loop_whatever_its_function_is_named():
+    assert regions("""
+        def test_configs(model, x):
+            for config in configs:
+                for _ in range(6):
+                    model(x).sum().backward()
+                    a = x.item()
+                b = x.item()
+        @torch.no_grad()
+        def test_eval(model, loader):
+            for x in loader:
+                c = model(x).item()
+    """) == {5: "step", 6: "-", 10: "eval"}
+
+
 def test_stepping_through_a_function_call_two_levels_deep_but_not_three():
     assert regions("""
         def update(loss):

@@ -72,6 +72,19 @@ def test_forward_parameters_follow_annotations_defaults_and_call_sites():
     assert found["scale"] == "other" and found["extra"] is None and found["w"] == "tensor"
 
 
+def test_a_container_of_tensors_is_not_a_tensor():
+    found = kinds("""
+        from typing import Optional
+        import torch
+        from torch import Tensor
+        def f(args: list[torch.Tensor], pair: Optional[tuple[Tensor, Tensor]], maybe: "Sequence[Tensor] | None",
+              x: Tensor, y: Optional[Tensor], z: Tensor | None):
+            pass
+    """, "f")
+    assert found["args"] == "other" and found["pair"] == "other" and found["maybe"] == "other"
+    assert found["x"] == "tensor" and found["y"] == "tensor" and found["z"] == "tensor"
+
+
 def test_autograd_function_forward_parameters_are_not_assumed_tensors():
     found = kinds("""
         import torch

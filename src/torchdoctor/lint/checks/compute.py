@@ -16,6 +16,7 @@ from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.flow import derived_names
 from torchdoctor.lint.model import Block, enclosing_loops, loop_variables, names_in
+from torchdoctor.lint.names import dotted, last_name
 from torchdoctor.lint.values import Unknown
 
 # Settings that turn TF32 off when given these values. `fp32_precision` is the API of torch ≥ 2.9.
@@ -31,9 +32,19 @@ _TF32_FLAGS = {
 
 
 class Tf32Off(Check):
+    """TF32 switched off, except by code that toggles it: a function (or an if/else) that also
+    switches the same TF32 setting on, in code or in a code string it hands to a benchmark
+    Timer, is comparing the two or replaying a recorded precision, not training without TF32."""
+
     codes = ("TD403",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        for node, block, spelled, what in self._switched_off(facts):
+            if not _toggled_nearby(node, block, what, facts):
+                yield self._hit(node, spelled, what)
+
+    @staticmethod
+    def _switched_off(facts: Facts) -> Iterator[tuple[ast.AST, Block, str, str]]:
         for statement, block in facts.model.assignments:
             if not isinstance(statement, ast.Assign):
                 continue
@@ -43,13 +54,13 @@ class Tf32Off(Check):
                     off, what = _TF32_FLAGS[name]
                     value = facts.values.evaluate(statement.value, block.scope)
                     if not isinstance(value, Unknown) and value == off:
-                        yield self._hit(statement, f"`{name} = {value!r}`", what)
+                        yield statement, block, f"`{name} = {value!r}`", what
         for call, block in facts.model.calls_named("set_float32_matmul_precision"):
             if facts.qualify(call.func) != "torch.set_float32_matmul_precision" or not call.args:
                 continue
             value = facts.values.evaluate(call.args[0], block.scope)
             if value == "highest":
-                yield self._hit(call, "`torch.set_float32_matmul_precision(\"highest\")`", "matmuls")
+                yield call, block, "`torch.set_float32_matmul_precision(\"highest\")`", "matmuls"
 
     @staticmethod
     def _hit(node: ast.AST, spelled: str, what: str) -> Hit:
@@ -57,6 +68,47 @@ class Tf32Off(Check):
                    f"{spelled} keeps fp32 {what} off the TF32 tensor cores of Ampere and newer GPUs, "
                    f"several times slower for a precision most training does not need",
                    Severity.MEDIUM, {"setting": spelled})
+
+
+def _toggled_nearby(node: ast.AST, block: Block, what: str, facts: Facts) -> bool:
+    """The function around `node` (at module level: the if/else around it) also turns TF32 on
+    for the same `what`."""
+    if block.scope.kind == "function":
+        region = block.scope.node
+    else:
+        region = _innermost_if(node, facts.model.tree)
+        if region is None:
+            return False
+    return any(what in _switched_on(n, facts) for n in ast.walk(region))
+
+
+def _innermost_if(node: ast.AST, tree: ast.Module) -> ast.If | None:
+    line = node.lineno
+    around = [n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return max(around, key=lambda n: n.lineno, default=None)
+
+
+def _switched_on(node: ast.AST, facts: Facts) -> set[str]:
+    """What TF32 `node` turns on: an assignment of the on value, `set_float32_matmul_precision`
+    below "highest", or such code inside a string (`Timer(setup="...allow_tf32 = True")`)."""
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+        on = set()
+        for target in node.targets:
+            name = facts.qualify(target) or dotted(target) if isinstance(target, ast.Attribute) else None
+            if name in _TF32_FLAGS and node.value.value != _TF32_FLAGS[name][0] and node.value.value in (True, "tf32"):
+                on.add(_TF32_FLAGS[name][1])
+        return on
+    if isinstance(node, ast.Call) and last_name(node.func) == "set_float32_matmul_precision" and node.args:
+        arg = node.args[0]
+        return {"matmuls"} if isinstance(arg, ast.Constant) and arg.value in ("high", "medium") else set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+            word in node.value for word in ("tf32", "fp32_precision")):
+        try:
+            code = ast.parse(node.value)
+        except (SyntaxError, ValueError):
+            return set()
+        return set().union(*(_switched_on(n, facts) for n in ast.walk(code)))
+    return set()
 
 
 class CompileInLoop(Check):

@@ -40,7 +40,9 @@ SMALL_BUCKET_MB = 5
 
 
 class DdpSettings(Check):
-    """`find_unused_parameters=True` (a graph walk after every backward) and tiny gradient buckets."""
+    """`find_unused_parameters=True` (a graph walk after every forward) and tiny gradient buckets.
+    Whether a model needs the former depends on its forward at run time, so it is only noted
+    (`info`); a tiny bucket size costs on every backward whatever the model."""
 
     codes = ("TD603",)
 
@@ -51,11 +53,13 @@ class DdpSettings(Check):
             given = {k.arg: k.value for k in call.keywords if k.arg}
             if "find_unused_parameters" in given:
                 value = facts.values.evaluate(given["find_unused_parameters"], block.scope)
-                if value is True:
+                if value is True:  # needed by models that skip parameters, which no reading of the call shows
                     yield Hit("TD603", call, "DDP with find_unused_parameters=True",
                               "`find_unused_parameters=True` makes DDP traverse the autograd graph after every "
-                              "forward to find parameters without gradients; leave it off unless parts of the "
-                              "model are skipped", Severity.MEDIUM, {"setting": "find_unused_parameters=True"})
+                              "forward; it is needed only when forward leaves some parameters without gradients, "
+                              "which the source alone cannot show. If the model uses them all, DDP warns at run "
+                              "time that it \"did not find any unused parameters\"; then turn it off",
+                              Severity.INFO, {"setting": "find_unused_parameters=True"})
             if "bucket_cap_mb" in given:
                 value = facts.values.evaluate(given["bucket_cap_mb"], block.scope)
                 if not isinstance(value, Unknown) and isinstance(value, (int, float)) and 0 < value < SMALL_BUCKET_MB:

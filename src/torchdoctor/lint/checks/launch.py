@@ -16,7 +16,7 @@ from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit, drop_argument
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.model import Block, Scope, enclosing_loops, loop_iter, loop_variables, names_in
-from torchdoctor.lint.names import short_source
+from torchdoctor.lint.names import dotted, short_source
 from torchdoctor.lint.values import Unknown, bind
 
 
@@ -32,9 +32,10 @@ class PythonLoopOps(Check):
         if not dim_loops:
             return
         by_line: dict[int, tuple] = {}
+        recurrences = _recurrence_reads(facts)
         for sub, block in facts.model.subscripts:
             found = self._enclosing_dim_loop(block, dim_loops)
-            if found is None:
+            if found is None or id(sub) in recurrences:
                 continue
             loop, over, loop_vars = found
             if not names_in(sub.slice) & loop_vars or not facts.kinds.is_tensor(sub.value, block.scope):
@@ -108,6 +109,34 @@ class PythonLoopOps(Check):
                 loop, over = dim_loops[id(b)]
                 return loop, over, loop_vars
         return None
+
+
+def _recurrence_reads(facts: Facts) -> set[int]:
+    """Subscripts read in a recurrence, `hidden = cell(x[i], hidden)`: each pass needs the
+    previous pass's result, so the elements cannot be taken all at once (an RNN over time).
+    A running sum (`acc = acc + x[i]`) calls nothing with what it carries: it still vectorizes."""
+    found: set[int] = set()
+    for statement, _ in facts.model.assignments:
+        if not isinstance(statement, ast.Assign):
+            continue
+        carried = {name for t in statement.targets for name in _rebound(t)}
+        passes_carried = any(
+            isinstance(call, ast.Call) and any(
+                dotted(n) in carried for a in (*call.args, *(k.value for k in call.keywords)) for n in ast.walk(a)
+                if isinstance(n, (ast.Name, ast.Attribute)))
+            for call in ast.walk(statement.value))
+        if passes_carried:
+            found.update(id(n) for n in ast.walk(statement.value) if isinstance(n, ast.Subscript))
+    return found
+
+
+def _rebound(target: ast.expr) -> Iterator[str]:
+    """Names a target rebinds whole (`h`, `self.h`, `h, c`), not the parts of `x[i]` it writes."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _rebound(element.value if isinstance(element, ast.Starred) else element)
+    elif isinstance(target, (ast.Name, ast.Attribute)) and dotted(target):
+        yield dotted(target)
 
 
 def _dimension_expr(expr: ast.expr, facts: Facts, scope: Scope, depth: int = 0) -> str | None:

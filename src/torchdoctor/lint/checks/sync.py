@@ -15,18 +15,19 @@ from typing import Iterator
 
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
-from torchdoctor.lint.context import nearest_loop
+from torchdoctor.lint.context import STEP, Region, nearest_loop
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.kinds import MODULE
+from torchdoctor.lint.host_tensors import on_host
+from torchdoctor.lint.kinds import MODULE, OTHER
+from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
+from torchdoctor.lint.model import Block, on_error_path
+from torchdoctor.lint.names import call_tail, short_source
 from torchdoctor.lint.torch_api import HOST_READING
-from torchdoctor.lint.model import Block
-from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import Unknown, truthy
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
 _CASTS = ("float", "int", "bool", "complex", "str", "repr")  # each reads the value (str/repr to print it)
 _COMPARING = ("max", "min")  # Python's max(loss, 1) compares, which is bool(tensor)
-_LOG_METHODS = ("debug", "info", "warning", "error", "critical", "log", "exception")
 _TRACKER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "log")  # TensorBoard, wandb
 _SHAPE_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
 _SYNC_CALLS = {
@@ -40,59 +41,80 @@ _LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING"
 
 def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     """Every expression that copies a tensor value to the host, (node, block, what it is), among
-    those in blocks `wanted(block)` accepts (asked first: it is cheaper than the tensor question)."""
+    those in blocks `wanted(block)` accepts (asked first: it is cheaper than the tensor question).
+    Tensors known to live on the CPU are not reads of the device, and neither is code that runs
+    only on the way to an exception (a `raise`, an `assert`'s message)."""
     kinds = facts.kinds
 
+    def device_tensor(expr: ast.expr, block: Block) -> bool:
+        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block.scope, facts)
+
     def candidates(events):
-        return ((node, block) for node, block in events if wanted(block))
+        return ((node, block) for node, block in events if wanted(block) and not on_error_path(block))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
-        if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE:
+        if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
+                and not on_host(func.value, block.scope, facts):
             yield call, block, f"`{short_source(call)}`"
     for call, block in candidates(facts.model.calls_named(*HOST_READING)):
         name = facts.qualify(call.func) or ""
         if name.startswith("torch.") or (isinstance(call.func, ast.Attribute) and name == ""
                                           and kinds.is_tensor(call.func.value, block.scope)):
-            yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
+            if not on_host(call, block.scope, facts):
+                yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
     for call, block in candidates(facts.model.calls_named(*_CASTS)):
-        if isinstance(call.func, ast.Name) and len(call.args) == 1 and kinds.is_tensor(call.args[0], block.scope):
+        if isinstance(call.func, ast.Name) and len(call.args) == 1 and device_tensor(call.args[0], block):
             yield call, block, f"`{short_source(call)}` on a tensor"
     for call, block in candidates(facts.model.calls_named(*_COMPARING)):
         if isinstance(call.func, ast.Name) and facts.qualify(call.func) is None and any(
-                kinds.is_tensor(a, block.scope) for a in call.args):
+                device_tensor(a, block) for a in call.args):
             yield call, block, f"`{short_source(call)}` comparing a tensor in Python"
-    for call, block in candidates(facts.model.calls_named("print", *_LOG_METHODS, "format")):
-        if _formats_tensor(call, block, facts):
+    log_level = None
+    for call, block in candidates(facts.model.calls_named("print", *LEVELS, "log", "format")):
+        formatted = _formatted_arguments(call, block, facts)
+        if formatted is None:
+            continue
+        level, args = formatted
+        if level is not None:  # logging formats its arguments only for records it emits
+            log_level = enabled_level(facts.model, facts.values) if log_level is None else log_level
+            if level < log_level:
+                continue
+        if any(device_tensor(a, block) for a in _formatted(args)):
             yield call, block, f"formatting a tensor in `{short_source(call, 40)}`"
     for node, block in candidates(facts.model.percent_formats):
-        if any(kinds.is_tensor(a, block.scope) for a in _formatted([node])):
+        if any(device_tensor(a, block) for a in _formatted([node])):
             yield node, block, f"formatting a tensor in `{short_source(node, 40)}`"
     for call, block in candidates(facts.model.calls_named(*_TRACKER_METHODS)):
         if _logs_tensor(call, block, facts):
             yield call, block, f"logging a tensor with `{short_source(call, 40)}`"
     for fstring, block in candidates(facts.model.fstrings):
         for part in fstring.values:
-            if isinstance(part, ast.FormattedValue) and kinds.is_tensor(part.value, block.scope):
+            if isinstance(part, ast.FormattedValue) and device_tensor(part.value, block):
                 yield fstring, block, f"formatting tensor `{short_source(part.value)}` in an f-string"
                 break
     for test, block in candidates(facts.model.conditions):
         for operand in _truth_tested(test):
-            if kinds.is_tensor(operand, block.scope):
+            if device_tensor(operand, block):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
                 break
 
 
-def _formats_tensor(call: ast.Call, block: Block, facts: Facts) -> bool:
+def _formatted_arguments(call: ast.Call, block: Block, facts: Facts) -> tuple[int | None, list[ast.expr]] | None:
+    """(logging level or None, the arguments turned into text) of `print(...)`, `"...".format(...)`
+    and `logger.info("loss %s", loss)`; None for other calls. The message itself of a logging
+    call is not among them: an f-string or `%` there is built eagerly and reported as such."""
     func = call.func
     if isinstance(func, ast.Name) and func.id == "print":
-        args = call.args
-    elif isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant):
-        args = [*call.args, *(k.value for k in call.keywords)]
-    elif isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS and "log" in short_source(func.value).lower():
-        args = call.args[1:]  # logger.info("loss %s", loss): the format arguments
-    else:
-        return False
-    return any(facts.kinds.is_tensor(a, block.scope) for a in _formatted(args))
+        return None, call.args
+    if isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant):
+        return None, [*call.args, *(k.value for k in call.keywords)]
+    if isinstance(func, ast.Attribute) and "log" in short_source(func.value).lower():
+        if func.attr in LEVELS:
+            return LEVELS[func.attr], call.args[1:]
+        if func.attr == "log" and call.args:  # logger.log(logging.INFO, "loss %s", loss)
+            level = level_of(call.args[0], block.scope, facts.values)
+            return (level, call.args[2:]) if level is not None else None
+    return None
 
 
 def _logs_tensor(call: ast.Call, block: Block, facts: Facts) -> bool:
@@ -175,8 +197,9 @@ class DataDependentSync(Check):
         for call, block in facts.model.calls_named(*_SHAPE_DEPENDENT, "where", "repeat_interleave"):
             if context.region(block).per_step and self._shape_dependent(call, block, facts):
                 found.append((call, f"`{short_source(call)}`", context.region(block).via))
+        filled = _masked_fills(facts)
         for sub, block in facts.model.subscripts:
-            if not context.region(block).per_step:
+            if id(sub) in filled or not context.region(block).per_step:
                 continue
             parts = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
             if any(kinds.is_bool(p, block.scope) for p in parts):
@@ -206,6 +229,39 @@ class DataDependentSync(Check):
         return True
 
 
+def _masked_fills(facts: Facts) -> set[int]:
+    """Subscript targets of `t[mask] = <Python number>`: with a boolean mask and a scalar, torch
+    runs `masked_fill_`, which needs no count of the mask and so no sync. A tensor on the right
+    is scattered into the selected places, and that needs the count."""
+    found = set()
+    for statement, block in facts.model.assignments:
+        if isinstance(statement, ast.Assign) and _python_number(statement.value, block, facts):
+            found.update(id(t) for t in statement.targets if isinstance(t, ast.Subscript))
+    return found
+
+
+def _python_number(expr: ast.expr, block: Block, facts: Facts) -> bool:
+    """`0`, `-1`, `float("-inf")`, `self.bins - 1` with `bins: int`, `math.inf`, `torch.inf`."""
+    t = type(expr)
+    if t is ast.Constant:
+        return isinstance(expr.value, (int, float, bool))
+    if t is ast.UnaryOp:
+        return _python_number(expr.operand, block, facts)
+    if t is ast.BinOp:
+        return _python_number(expr.left, block, facts) and _python_number(expr.right, block, facts)
+    if t is ast.Call:
+        return isinstance(expr.func, ast.Name) and expr.func.id in ("float", "int") and facts.qualify(expr.func) is None
+    if t in (ast.Name, ast.Attribute):
+        if (facts.qualify(expr) or "") in _NUMBER_CONSTANTS:
+            return True
+        value = facts.values.evaluate(expr, block.scope)
+        return isinstance(value, (int, float)) or facts.kinds.of(expr, block.scope) == OTHER
+    return False
+
+
+_NUMBER_CONSTANTS = {"math.inf", "math.nan", "math.pi", "math.e", "torch.inf", "torch.nan", "numpy.inf", "numpy.nan"}
+
+
 class ExplicitSync(Check):
     codes = ("TD204",)
 
@@ -217,6 +273,8 @@ class ExplicitSync(Check):
             region = facts.context.region(block)
             loop = nearest_loop(block)
             if region.guarded or (loop is not None and facts.context.guard_between(block, loop)):
+                continue
+            if loop is not None and not _repeats_per_step(call, loop, region, facts):
                 continue
             if region.per_step or region.per_eval_batch:
                 severity, where = Severity.MEDIUM, region.via
@@ -251,6 +309,45 @@ class ExplicitSync(Check):
                           "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch wait until the kernel "
                           "finishes: the host and GPU never overlap. It is a debugging switch; remove it",
                           Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
+
+
+def _repeats_per_step(call: ast.Call, loop: Block, region: Region, facts: Facts) -> bool:
+    """Whether a sync in `loop` costs something on every pass that matters. Not when the loop
+    leaves right after it (`empty_cache(); break` runs once), when the loop's passes are whole
+    training runs (a loop over configurations or epochs around the training loop: once per
+    run), or when a loop that trains nothing times itself: a benchmark must wait for the GPU
+    before it reads the clock. A training loop that times its steps still pays the sync."""
+    if _breaks_right_after(call, loop):
+        return False
+    if id(loop) in facts.context.loops_around_training:
+        return False
+    return region.kind == STEP or not _times_itself(loop, facts)
+
+
+def _breaks_right_after(call: ast.Call, loop: Block) -> bool:
+    for node in ast.walk(loop.node):
+        for name in ("body", "orelse", "finalbody"):
+            statements = getattr(node, name, None)
+            if not isinstance(statements, list):
+                continue
+            for statement, following in zip(statements, statements[1:]):
+                if isinstance(statement, ast.Expr) and statement.value is call:
+                    return isinstance(following, ast.Break)
+    return False
+
+
+def _times_itself(loop: Block, facts: Facts) -> bool:
+    """The loop reads a clock (`time.perf_counter()`, an event's `elapsed_time`) on its passes."""
+    for call, block in facts.model.calls_named(*_CLOCK_TAILS):
+        name = facts.qualify(call.func) or ""
+        if (name in _CLOCKS or call_tail(call) == "elapsed_time") and any(b is loop for b in block.ancestors()):
+            return True
+    return False
+
+
+_CLOCKS = {"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns",
+           "time.monotonic_ns", "timeit.default_timer"}
+_CLOCK_TAILS = sorted({n.rsplit(".", 1)[1] for n in _CLOCKS} | {"elapsed_time"})
 
 
 def _environment_writes(facts: Facts, variable: str) -> Iterator[tuple[ast.AST, ast.expr, Block]]:
