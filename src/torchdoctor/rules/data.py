@@ -127,8 +127,6 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
     load = step * current if current else wait  # one step's batch, in worker (or process) time
     compute = step - wait
     storage = waits_on_storage(loader)
-    why = (f"{workers}, the fix's count: loading waits rather than computes, so workers need no core each"
-           if storage else f"{workers}, one per core left beside the training process ({cores} cores)")
     if workers <= current:
         return None, (f"the loader already has {current} workers, as many as {cores} cores run beside training when "
                       "loading computes (inside workers its CPU share is not measurable); make `__getitem__` "
@@ -144,10 +142,12 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
     taken = wait * cpu / cores if cpu is not None and not record.environment.cuda_used else 0.0
     new_step = max(compute + taken, load / workers)
     plural = "s" if workers != 1 else ""
+    why = ("the fix's count: loading waits rather than computes, so workers need no core each" if storage
+           else f"one per core left beside the training process ({cores} cores)" + _core_caveat(record))
     basis = (f"Amdahl with loading spread over {workers} worker{plural}: step = max(compute {ms(compute):.1f} ms"
              + (f" + {ms(taken):.1f} ms of loading CPU taken from it" if taken else "")
-             + f", loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; workers: {why}; worker "
-             "overheads (IPC, collation into shared memory) not counted" + _core_caveat(record))
+             + f", loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; {workers} worker{plural}: {why}; "
+             "worker overheads (IPC, collation into shared memory) not counted")
     return amdahl(step, step - new_step), basis
 
 
