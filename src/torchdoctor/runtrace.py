@@ -29,14 +29,12 @@ def merge_trace_findings(report: Report, record: RunRecord) -> None:
     from torchdoctor.trace import trace_report  # the trace rules load only for runs that have one
 
     traced = trace_report(record.trace)
-    cwd = record.run.cwd
-    for found in traced.findings:
-        if found.location is not None:
-            found.location = _as_typed(found.location, record)
     steps = ", ".join(str(r.steps) for r in record.trace.ranks) or "0"
     for found in traced.findings:
         found.evidence["source"] = "profiler trace"
-        mine = _same_cause(report.findings, found, cwd)
+        if found.location is not None:
+            found.location = _as_typed(found.location, record)
+        mine = _same_cause(report.findings, found, record.run.cwd)
         if mine is None:
             found.message = f"From the profiler trace ({steps} steps): {found.message}"
             report.findings.append(found)
