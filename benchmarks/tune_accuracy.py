@@ -29,7 +29,7 @@ import torch
 from torchdoctor.compare.noise import change, throughput
 from torchdoctor.rundir import load_record
 from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial
-from torchdoctor.tune.report import ESTIMATE_TOLERANCE, estimate_checks
+from torchdoctor.tune.report import ESTIMATE_TOLERANCE, EstimateCheck, estimate_checks
 from torchdoctor.tune.trials import TrialSettings, run_trial
 from torchdoctor.tune.tuner import Tuner
 
@@ -133,7 +133,7 @@ def estimates(outcomes, gains) -> list[dict]:
         known = [v for v in values if v is not None]
         est = statistics.median(known) if known else None
         measured = gains[trial][1].ratio if trial in gains else None
-        agreement = max(est / measured, measured / est) if est and measured else None
+        agreement = EstimateCheck(code, "", est, trial, measured, True).agreement
         rows.append({"finding": code, "trial": trial, "estimated": round(est, 3) if est else None,
                      "estimates_per_tune": [round(v, 3) if v else None for v in values],
                      "measured": round(measured, 3) if measured else None,

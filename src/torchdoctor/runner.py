@@ -37,7 +37,6 @@ from torchdoctor.probes.sources import executed_user_files, lint_executed
 from torchdoctor.probes.steps import StepProbe
 from torchdoctor.record import ProbeNote, RunInfo, RunRecord, StepSample
 from torchdoctor.session import RunSession, SessionConfig, StopRun
-from torchdoctor.trace import analyze_trace_files
 
 TRACE_FILE = "trace.json.gz"
 WATCHDOG_GRACE_S = 2.0  # the hooks stop a stepping script first; the timer is a backstop
@@ -207,6 +206,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     if profiler.saved:
         record.trace_file = profiler.saved
         try:
+            from torchdoctor.trace import analyze_trace_files  # the parser loads only for runs that saved one
+
             record.trace = analyze_trace_files([run_dir / profiler.saved])
         except Exception as exc:  # the trace is a bonus; the file stays for `torchdoctor trace`
             notes.append(ProbeNote("profiler", f"could not analyse {profiler.saved}: {type(exc).__name__}: {exc}"))

@@ -42,13 +42,17 @@ class LintResult:
     files_found: int = 0
     files_linted: int = 0
     hidden_by_severity: Counter = field(default_factory=Counter)  # findings below the minimum severity
-    files: dict[str, Path] = field(default_factory=dict)  # display path → path on disk
     root: Path | None = None  # the folder display paths are relative to (the working directory)
     file_jobs: dict[str, _Job] = field(default_factory=dict, repr=False)  # display path → how it was linted
 
     @property
     def nothing_readable(self) -> bool:
         return self.files_linted == 0
+
+    @property
+    def files(self) -> dict[str, Path]:
+        """Display path → path on disk, for every file found."""
+        return {shown: job.path for shown, job in self.file_jobs.items()}
 
     @property
     def hidden(self) -> int:
@@ -88,7 +92,6 @@ def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path 
         jobs += [_Job(path, shown, selection, config.max_file_bytes, _relative(path, config.root), min_rank)
                  for path, shown in found.files]
     result.files_found = len(jobs)
-    result.files = {job.shown: job.path for job in jobs}
     result.file_jobs = {job.shown: job for job in jobs}
     for outcome, hidden in _run(jobs, options.jobs):
         result.problems += outcome.problems

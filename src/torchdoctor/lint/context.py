@@ -225,10 +225,7 @@ class Context:
         return any(nearest_loop(block) is loop for _, block in self.model.calls_named("next"))
 
     def _iterates_loader(self, loop: Block) -> bool:
-        iterable = loop_iter(loop)
-        while isinstance(iterable, ast.Call) and last_name(iterable.func) in ("enumerate", "tqdm", "iter") \
-                and iterable.args:
-            iterable = iterable.args[0]
+        iterable = _unwrapped(loop_iter(loop), ("enumerate", "tqdm", "iter"))
         return iterable is not None and self.kinds.of(iterable, loop.scope) == LOADER
 
     def _runs_model(self, loop: Block) -> bool:
@@ -285,10 +282,15 @@ def nearest_loop(block: Block) -> Block | None:
 
 def _is_counting_loop(loop: Block) -> bool:
     """`for i in range(n)` (also under enumerate/tqdm): the loop counts, it iterates no data."""
-    iterable = loop_iter(loop)
-    while isinstance(iterable, ast.Call) and last_name(iterable.func) in ("enumerate", "tqdm") and iterable.args:
-        iterable = iterable.args[0]
+    iterable = _unwrapped(loop_iter(loop), ("enumerate", "tqdm"))
     return isinstance(iterable, ast.Call) and last_name(iterable.func) in ("range", "trange")
+
+
+def _unwrapped(iterable: ast.expr | None, wrappers: tuple[str, ...]) -> ast.expr | None:
+    """What a loop iterates under wrappers that pass it through: `x` in `enumerate(tqdm(x))`."""
+    while isinstance(iterable, ast.Call) and last_name(iterable.func) in wrappers and iterable.args:
+        iterable = iterable.args[0]
+    return iterable
 
 
 def _named_like_eval(name: str) -> bool:

@@ -161,13 +161,14 @@ def _epoch_start_excess(facts: RunFacts, loader) -> float | None:
     batch; measured: the same wait), is the restart's cost. None when the run has too few
     steps of either kind.
     """
-    starts = sorted(n + 1 for n in loader.epoch_start_steps)
-    first_wait = dict(zip((n + 1 for n in loader.epoch_start_steps), loader.first_batch_waits_s))
+    first_steps = [n + 1 for n in loader.epoch_start_steps]
+    first_wait = dict(zip(first_steps, loader.first_batch_waits_s))
+    starts, pool = sorted(first_steps), max(1, loader.num_workers)
     disturbed, calm = [], []
     for s in facts.measured:
-        epoch_start = starts[bisect_right(starts, s.index) - 1] if starts and starts[0] <= s.index else None
-        position = s.index - epoch_start if epoch_start is not None else None
-        (disturbed if position is not None and position < max(1, loader.num_workers) else calm).append(s)
+        epoch = bisect_right(starts, s.index)  # epochs begun by this step; 0: before the first
+        served_by_fresh_worker = epoch > 0 and s.index - starts[epoch - 1] < pool
+        (disturbed if served_by_fresh_worker else calm).append(s)
     if len(calm) < 2:  # epochs no longer than the pool: compare with the other steps instead
         disturbed = [s for s in facts.measured if s.index in first_wait]
         calm = [s for s in facts.measured if s.index not in first_wait]

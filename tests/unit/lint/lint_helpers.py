@@ -27,5 +27,10 @@ def found(tmp_path: Path, code: str, **options) -> list[tuple[str, int]]:
     return [(f.code, f.line) for f in lint(tmp_path, code, **options).findings]
 
 
+def lines_of(tmp_path: Path, code: str, rule: str) -> list[int]:
+    """The lines where `rule` (a code such as TD201) is reported in the snippet `code`."""
+    return [line for c, line in found(tmp_path, code) if c == rule]
+
+
 def severities(tmp_path: Path, code: str) -> dict[tuple[str, int], str]:
     return {(f.code, f.line): f.finding.severity.value for f in lint(tmp_path, code).findings}

@@ -2,7 +2,7 @@
 The golden cases (tests/lint_golden) hold the fuller scripts; these pin single decisions."""
 
 import pytest
-from lint_helpers import found, severities
+from lint_helpers import lines_of, severities
 
 HEAD = "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 LOOP = "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
@@ -106,7 +106,7 @@ CASES = [
 
 @pytest.mark.parametrize("name, code, snippet, lines", CASES, ids=[c[0] for c in CASES])
 def test_rule_decision(tmp_path, name, code, snippet, lines):
-    assert [line for c, line in found(tmp_path, HEAD + snippet) if c == code] == lines
+    assert lines_of(tmp_path, HEAD + snippet, code) == lines
 
 
 def test_every_detected_code_has_a_trigger_and_a_non_trigger_here():

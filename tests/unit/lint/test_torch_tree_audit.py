@@ -2,16 +2,13 @@
 each pinned next to the true positive it must keep (the line numbers are of the dedented
 snippet, 1-based)."""
 
-from lint_helpers import found, severities
-
-def codes(tmp_path, source: str, code: str) -> list[int]:
-    return [line for c, line in found(tmp_path, source) if c == code]
+from lint_helpers import lines_of, severities
 
 
 # -- TD704 debug-leftover: only where training runs with the aid on ---------------------------------
 
 def test_td704_a_gradcheck_wrapper_is_not_training_but_gradcheck_in_the_step_is(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def gradcheck(fn, inputs, **kwargs):
             return torch.autograd.gradcheck(fn, inputs, **kwargs)
@@ -23,7 +20,7 @@ def test_td704_a_gradcheck_wrapper_is_not_training_but_gradcheck_in_the_step_is(
 
 
 def test_td704_a_switch_in_a_file_that_does_not_train_is_a_tool_setting(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         torch.autograd.set_detect_anomaly(True)
         torch.backends.cudnn.deterministic = True
@@ -31,7 +28,7 @@ def test_td704_a_switch_in_a_file_that_does_not_train_is_a_tool_setting(tmp_path
 
 
 def test_td704_a_function_that_switches_on_then_trains_is_reported(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def train(model, loader, opt):
             for x in loader:
@@ -46,7 +43,7 @@ def test_td704_a_function_that_switches_on_then_trains_is_reported(tmp_path):
 
 
 def test_td704_anomaly_mode_kept_for_its_tracebacks_is_not_a_leftover(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def trace_joint(fn, args):
             for x in loader:
@@ -61,7 +58,7 @@ def test_td704_anomaly_mode_kept_for_its_tracebacks_is_not_a_leftover(tmp_path):
 
 
 def test_td704_a_context_managers_own_enter_is_not_a_leftover(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         class anomaly:
             def __enter__(self):
@@ -76,7 +73,7 @@ def test_td704_a_context_managers_own_enter_is_not_a_leftover(tmp_path):
 
 
 def test_td704_deterministic_around_one_call_is_not_but_a_switch_the_step_calls_is(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def topk_deterministic(x, k):
             try:
@@ -96,7 +93,7 @@ def test_td704_deterministic_around_one_call_is_not_but_a_switch_the_step_calls_
 # -- TD201 host-sync ---------------------------------------------------------------------------------
 
 def test_td201_lazy_logging_arguments_are_formatted_only_for_emitted_records(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import logging
         log = logging.getLogger(__name__)
         for x, y in loader:
@@ -114,7 +111,7 @@ def test_td201_lazy_logging_arguments_are_formatted_only_for_emitted_records(tmp
 
 
 def test_td201_lazy_logging_is_reported_once_the_file_enables_its_level(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import logging
         level = logging.DEBUG if verbose else logging.INFO
         logging.basicConfig(level=level)
@@ -129,7 +126,7 @@ def test_td201_lazy_logging_is_reported_once_the_file_enables_its_level(tmp_path
 
 
 def test_td201_packed_sequence_batch_sizes_live_on_the_cpu(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         from torch import nn
         class RNN(nn.Module):
@@ -148,7 +145,7 @@ def test_td201_packed_sequence_batch_sizes_live_on_the_cpu(tmp_path):
 
 
 def test_td201_tensors_built_from_shapes_without_a_device_live_on_the_cpu(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         from torch import nn
         class M(nn.Module):
@@ -164,7 +161,7 @@ def test_td201_tensors_built_from_shapes_without_a_device_live_on_the_cpu(tmp_pa
 
 
 def test_td201_an_error_message_is_built_only_on_the_way_to_an_exception(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         for x, y in loader:
             loss = model(x)
             loss.backward()
@@ -179,7 +176,7 @@ def test_td201_an_error_message_is_built_only_on_the_way_to_an_exception(tmp_pat
 # -- TD202 data-dependent-sync ---------------------------------------------------------------------
 
 def test_td202_a_mask_filled_with_a_python_number_is_masked_fill(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         from torch import nn
         class Observer(nn.Module):
@@ -199,7 +196,7 @@ def test_td202_a_mask_filled_with_a_python_number_is_masked_fill(tmp_path):
 # -- TD204 explicit-sync ---------------------------------------------------------------------------
 
 def test_td204_a_benchmark_loop_times_itself_but_a_timed_training_loop_still_pays(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import time
         import torch
         def warm_up(a, seconds):
@@ -229,7 +226,7 @@ def test_td204_a_benchmark_loop_times_itself_but_a_timed_training_loop_still_pay
 
 
 def test_td204_a_sync_followed_by_break_runs_once(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         for i in range(torch.cuda.device_count()):
             if torch.cuda.memory_allocated(i) > 0:
@@ -243,7 +240,7 @@ def test_td204_a_sync_followed_by_break_runs_once(tmp_path):
 
 
 def test_td204_a_sync_in_the_loop_around_a_training_loop_runs_once_per_run(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def test_configs(self):
             for find_unused in (False, True):
@@ -258,7 +255,7 @@ def test_td204_a_sync_in_the_loop_around_a_training_loop_runs_once_per_run(tmp_p
 # -- TD301 python-loop-ops ---------------------------------------------------------------------------
 
 def test_td301_a_loop_over_a_list_of_tensors_is_not_a_tensor_dimension(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         from torch import nn
         class M(nn.Module):
@@ -273,7 +270,7 @@ def test_td301_a_loop_over_a_list_of_tensors_is_not_a_tensor_dimension(tmp_path)
 
 
 def test_td301_a_recurrence_cannot_be_vectorized_but_a_running_sum_can(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         from torch import nn
         class LSTM(nn.Module):
@@ -292,7 +289,7 @@ def test_td301_a_recurrence_cannot_be_vectorized_but_a_running_sum_can(tmp_path)
 # -- TD403 no-tf32 -----------------------------------------------------------------------------------
 
 def test_td403_code_that_toggles_tf32_is_not_training_without_it(tmp_path):
-    assert codes(tmp_path, """
+    assert lines_of(tmp_path, """
         import torch
         def replay(data_type):
             if data_type == "tf32":

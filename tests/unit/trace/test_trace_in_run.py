@@ -107,13 +107,13 @@ def test_runs_without_a_trace_are_left_alone(gpu_record):
 
 
 def test_a_trace_that_cannot_be_analysed_is_a_note_and_the_run_is_kept(tmp_path, monkeypatch):
-    import torchdoctor.runner as runner
+    import torchdoctor.trace
     from torchdoctor.errors import InputError
 
     def broken(paths):
         raise InputError(f"{paths[0]} is truncated")
 
-    monkeypatch.setattr(runner, "analyze_trace_files", broken)
+    monkeypatch.setattr(torchdoctor.trace, "analyze_trace_files", broken)
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     run_dir = tmp_path / "run"
