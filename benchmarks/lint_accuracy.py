@@ -24,7 +24,9 @@ from collections import Counter
 from pathlib import Path
 
 from torchdoctor.lint import LintOptions, lint_paths
-from torchdoctor.lint.registry import DETECTED_CODES
+from torchdoctor.rules.registry import detected_codes
+
+DETECTED_CODES = detected_codes("lint")
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "lint_accuracy.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from torchdoctor.runner import RunRequest, execute
+from torchdoctor.run.runner import RunRequest, execute
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "benchmarks" / "overhead_workload.py"

@@ -12,7 +12,7 @@ import torch.optim.optimizer as optim_module
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from torchdoctor.probes.patching import is_patched
+from torchdoctor.run.probes.patching import is_patched
 
 PATCHABLE = [
     (DataLoader, "__init__"), (DataLoader, "__iter__"), (_BaseDataLoaderIter, "__next__"),

@@ -14,7 +14,7 @@ from typing import Any
 
 from torchdoctor.location import Location
 from torchdoctor.serialize import read_json, write_json
-from torchdoctor.trace.summary import TraceSummary
+from torchdoctor.trace_summary import TraceSummary
 
 # 2: knobs, loader_only, source_files, static_findings
 # 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s

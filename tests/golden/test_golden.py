@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.analysis import analyze
-from torchdoctor.runner import RunRequest, execute
+from torchdoctor.diagnose.run import analyze
+from torchdoctor.run.runner import RunRequest, execute
 
 CASES = sorted(p.parent for p in Path(__file__).parent.glob("*/case.py"))
 

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.analysis import analyze
-from torchdoctor.runner import TRACE_FILE, RunRequest, execute
+from torchdoctor.diagnose.run import analyze
+from torchdoctor.run import measure
+from torchdoctor.run.probeset import TRACE_FILE
+from torchdoctor.run.runner import RunRequest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.gpu
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.gpu
 def _run(tmp_path, name, steps=20):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = execute(RunRequest(target=str(EXAMPLES / name), args=[], warmup=3, steps=steps), run_dir)
+    record = measure(RunRequest(target=str(EXAMPLES / name), args=[], warmup=3, steps=steps), run_dir)
     assert record.environment.cuda_used, "the example should have used CUDA"
     return record, analyze(record)
 

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from torchdoctor.lint import LintOptions, lint_paths
-from torchdoctor.lint.registry import CHECKS, DETECTED_CODES
-from torchdoctor.rules.registry import rule_by_code
+from torchdoctor.lint.engine import lint_checks
+from torchdoctor.rules.registry import detected_codes, rule_by_code
+
+CHECKS, DETECTED_CODES = lint_checks(), detected_codes("lint")
 
 HERE = Path(__file__).parent
 CASES = sorted(p.parent for p in HERE.glob("*/case.*") if p.suffix in (".py", ".ipynb"))

@@ -1,14 +1,11 @@
 """Runtime findings confirmed by the static findings of the files a run executed."""
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "rules"))
-from factory import record  # noqa: E402
+from helpers.records import record
 
-from torchdoctor.crosscheck import link_static_findings  # noqa: E402
-from torchdoctor.findings import Finding, Report, Severity  # noqa: E402
-from torchdoctor.record import Location, StaticFinding  # noqa: E402
+from torchdoctor.diagnose.lint_evidence import link_static_findings
+from torchdoctor.findings import Finding, Report, Severity
+from torchdoctor.record import Location, StaticFinding
 
 
 def _finding(code, line):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torchdoctor
-from torchdoctor.analysis import analyze
+from torchdoctor.diagnose.run import analyze
 from torchdoctor.compare.noise import Throughput, change, throughput
 from torchdoctor.findings import Finding, Report, Table
 from torchdoctor.record import RunRecord

@@ -5,19 +5,20 @@ estimate fields. `# noqa` and per-file ignores are applied here, once for all ch
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 
 from torchdoctor.findings import Finding
-from torchdoctor.lint.checks.base import FixAction, Hit
+from torchdoctor.lint.checks.base import Check, FixAction, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.noqa import suppressions
 from torchdoctor.lint.notebook import blank_cell
-from torchdoctor.lint.registry import CHECKS
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
 from torchdoctor.location import Location
-from torchdoctor.rules.registry import rule_by_code
+from torchdoctor.rules.base import make_finding
+from torchdoctor.rules.registry import detectors, rule_by_code
 
 Span = tuple[int, int, int, int]
 STATIC_BASIS = ("static finding: read from the source without running it; `torchdoctor run` on this "
@@ -72,7 +73,7 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
     if tree is None:
         return outcome
     outcome.linted = True
-    checks = [c for c in CHECKS if any(selection.wants(code, relative) for code in c.codes)]
+    checks = [c for c in lint_checks() if any(selection.wants(code, relative) for code in c.codes)]
     if not checks:
         return outcome
     facts = Facts(tree, text)
@@ -98,6 +99,12 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
             on_line[key] = _finding(hit, source, facts, lines, end)
     outcome.findings = list(on_line.values())
     return outcome
+
+
+@functools.lru_cache(maxsize=1)
+def lint_checks() -> tuple[Check, ...]:
+    """One instance of every lint check in the registry."""
+    return tuple(d.load()() for d in detectors("lint"))
 
 
 def _guarded(check, facts: Facts, source: SourceFile, outcome: FileOutcome):
@@ -151,11 +158,9 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
         evidence["cell"] = cell
         # Checks speak of lines of the joined cells; a notebook user needs "cell 3, line 2".
         message = _LINE_WORDS.sub(lambda m: f"{m.group(1)} {_cell_line(int(m.group(2)), source)}", message)
-    finding = Finding(
-        code=hit.code, slug=rule.slug, severity=hit.severity, title=hit.title, message=message,
-        location=Location(source.display, shown_line, _function_at(facts, line)),
-        evidence=evidence, fix=rule.fix, estimated_speedup=None, estimate_basis=STATIC_BASIS,
-    )
+    finding = make_finding(rule, title=hit.title, message=message,
+                           location=Location(source.display, shown_line, _function_at(facts, line)),
+                           evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity)
     fixes = _fixes(hit, source, lines)
     notebook_fix = source.cells is not None and _has_fix(hit)
     return LintFinding(finding, column, shown_end, cell, fixes, notebook_fix, lines[line - 1].strip())

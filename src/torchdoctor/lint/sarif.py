@@ -26,7 +26,7 @@ from torchdoctor import __version__
 from torchdoctor.lint.api import LintResult
 from torchdoctor.lint.engine import LintFinding
 from torchdoctor.lint.ipynb_lines import cell_line_map
-from torchdoctor.lint.registry import DETECTED_CODES
+from torchdoctor.rules.registry import detected_codes
 from torchdoctor.rules.registry import rule_by_code
 from torchdoctor.serialize import to_plain
 
@@ -38,7 +38,7 @@ _SARIF_LEVEL = {"high": "error", "medium": "warning", "low": "note", "info": "no
 
 
 def render_sarif(result: LintResult) -> str:
-    codes = sorted(DETECTED_CODES | {f.code for f in result.findings})
+    codes = sorted(detected_codes("lint") | {f.code for f in result.findings})
     index = {code: i for i, code in enumerate(codes)}
     notebooks = _NotebookLines(result.files)
     results = [_result(f, index[f.code], fingerprint, notebooks)

@@ -69,28 +69,35 @@ class Rule(RuleInfo):
             return "needs a CUDA device; this run used the CPU"
         return None
 
-    def finding(
-        self,
-        *,
-        title: str,
-        message: str,
-        location: Location | None,
-        evidence: dict[str, Any],
-        speedup: float | None,
-        basis: str,
-        severity: Severity | None = None,
-    ) -> Finding:
-        if severity is None:
-            severity = severity_for(speedup) if speedup is not None else Severity.MEDIUM
-        return Finding(
-            code=self.code,
-            slug=self.slug,
-            severity=severity,
-            title=title,
-            message=message,
-            location=location,
-            evidence=evidence,
-            fix=self.fix,
-            estimated_speedup=round(speedup, 3) if speedup is not None else None,
-            estimate_basis=basis,
-        )
+    def finding(self, **parts: Any) -> Finding:
+        """This rule's finding; see `make_finding` for the parts."""
+        return make_finding(self, **parts)
+
+
+def make_finding(
+    info: type[RuleInfo] | RuleInfo,
+    *,
+    title: str,
+    message: str,
+    location: Location | None,
+    evidence: dict[str, Any],
+    speedup: float | None,
+    basis: str,
+    severity: Severity | None = None,
+) -> Finding:
+    """The one place a Finding is built, for every engine: code, slug and fix come from the
+    catalogue entry `info`; severity, when not given, from the estimate."""
+    if severity is None:
+        severity = severity_for(speedup) if speedup is not None else Severity.MEDIUM
+    return Finding(
+        code=info.code,
+        slug=info.slug,
+        severity=severity,
+        title=title,
+        message=message,
+        location=location,
+        evidence=evidence,
+        fix=info.fix,
+        estimated_speedup=round(speedup, 3) if speedup is not None else None,
+        estimate_basis=basis,
+    )

@@ -41,18 +41,6 @@ class LaunchBound(RuleInfo):
     example = "for i in range(x.shape[0]):\n    out[i] = x[i] * w + b  # one tiny kernel per row"
 
 
-class CompileCandidate(RuleInfo):
-    code = "TD404"
-    slug = "no-compile"
-    title = "Candidate for torch.compile or CUDA graphs"
-    rationale = (
-        "A step made of many small elementwise ops spends its time in kernel launches and "
-        "memory round trips that a compiler can fuse away. Informational: measure it."
-    )
-    fix = "Compile the model once, outside the loop, and compare step times:\n```python\nmodel = torch.compile(model)\n```"
-    example = "model = MyModel().cuda()  # many small elementwise ops, never compiled"
-
-
 class Recompilation(RuleInfo):
     code = "TD405"
     slug = "recompilation"
@@ -154,6 +142,6 @@ class DebugLeftover(RuleInfo):
 
 
 CATALOGUE_ONLY: tuple[type[RuleInfo], ...] = (
-    DataLoaderSyncLoading, LaunchBound, CompileCandidate, Recompilation,
+    DataLoaderSyncLoading, LaunchBound, Recompilation,
     GradAccumNoSync, SlowInterconnect, DdpConfig, DataParallelUsed, DebugLeftover,
 )

@@ -1,4 +1,5 @@
-"""Compute-efficiency rules: batch size, precision. GPU-only: judged from CUDA runs."""
+"""Compute-efficiency rules: batch size, precision (GPU-only: judged from CUDA runs), and
+steps made of many small ops that a compiler could fuse."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ SMALL_MATMUL_FLOPS = 1e8
 LOW_GPU_UTIL = 60.0  # percent; NVML "utilization" is time with ≥1 kernel running
 TENSOR_CORE_MAJOR = 7  # Volta and newer have fp16 tensor cores
 TF32_MAJOR = 8  # Ampere and newer have TF32
+# A step of this many aten ops (forward, backward and optimizer) whose typical op touches
+# few elements is dominated by per-op overhead: the case torch.compile's fusion targets. A
+# small CNN or MLP step issues a few dozen to a couple of hundred ops.
+COMPILE_MIN_OPS_PER_STEP = 500
+COMPILE_SMALL_OP_NUMEL = 64 * 1024
 
 
 class SmallBatch(Rule):
@@ -108,3 +114,47 @@ class NoTf32(Rule):
 
 def _mean_util(record: RunRecord) -> float | None:
     return record.nvml.mean("gpu_util") if record.nvml else None
+
+
+class CompileCandidate(Rule):
+    code = "TD404"
+    slug = "no-compile"
+    title = "Candidate for torch.compile or CUDA graphs"
+    rationale = (
+        "A step made of many small elementwise ops spends its time in kernel launches and "
+        "memory round trips that a compiler can fuse away. Informational: measure it."
+    )
+    fix = "Compile the model once, outside the loop, and compare step times:\n```python\nmodel = torch.compile(model)\n```"
+    example = "model = MyModel().cuda()  # many small elementwise ops, never compiled"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        d = record.dispatch
+        if not d.sampled_steps or not d.sites:  # compile=true turns the sampler off
+            return []
+        per_step = d.total_ops / d.sampled_steps
+        numel = _op_weighted_median_numel(d.sites)
+        if per_step < COMPILE_MIN_OPS_PER_STEP or numel > COMPILE_SMALL_OP_NUMEL:
+            return []
+        return [self.finding(
+            title=f"{per_step:.0f} ops per step of {numel:,} elements (median): a candidate for torch.compile",
+            message=(f"The sampled steps issued {per_step:.0f} aten ops each, the typical one over {numel:,} "
+                     f"elements: per-op overhead, not arithmetic, sets the pace. A compiler can fuse chains of "
+                     f"such ops into few kernels."),
+            location=None,
+            evidence={"ops_per_step": round(per_step, 1), "median_numel": numel, "sampled_steps": d.sampled_steps},
+            speedup=None,
+            basis="not estimated: what fusion gains depends on the model; measure it with "
+                  "`torchdoctor run --set compile=true` or `torchdoctor tune`",
+            severity=Severity.INFO,
+        )]
+
+
+def _op_weighted_median_numel(sites) -> int:
+    """The median elements per op over all sampled ops (each site's median, weighted by its ops)."""
+    ordered = sorted((s.median_numel, s.ops) for s in sites if s.ops)
+    half, seen = sum(ops for _, ops in ordered) / 2, 0
+    for numel, ops in ordered:
+        seen += ops
+        if seen >= half:
+            return numel
+    return 0

@@ -14,7 +14,6 @@ from itertools import compress
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from statistics import median
 
 from torchdoctor.errors import InputError
 from torchdoctor.trace.events import DATALOADER_PREFIX, TraceEvents
@@ -26,7 +25,7 @@ from torchdoctor.trace.kernels import (
     COMM, COMPUTE, COPY, CollectiveCall, collective_calls, collective_stats, kernel_kind, kernel_totals,
 )
 from torchdoctor.trace.loader import LoadedTrace, load_trace
-from torchdoctor.trace.summary import (
+from torchdoctor.trace_summary import (
     Breakdown, DeviceSummary, HostSummary, IdleSiteSummary, LateRank, RankSummary, StepSummary, TraceSummary,
 )
 from torchdoctor.trace.timeline import DeviceUnions, Union, merge, union

@@ -8,19 +8,18 @@ measured step. On CPU-only traces GPU-only causes are hazards with no estimate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from torchdoctor.findings import Finding, Severity
-from torchdoctor.location import Location
-from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, ms, severity_for
+from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, make_finding, ms
 from torchdoctor.rules.catalogue import LaunchBound, SlowInterconnect
 from torchdoctor.rules.compute import NoMixedPrecision
 from torchdoctor.rules.data import DATA_WAIT_MIN_SHARE, TRANSFER_MIN_BYTES, DataLoaderStall, PageableTransfer
 from torchdoctor.rules.gpu import UNDERUSED_UTIL, GpuUnderutilized
 from torchdoctor.rules.launch import LOOP_OPS_PER_STEP, PythonLoopOps
 from torchdoctor.rules.sync import DataDependentSync, ExplicitSync, HostSync
+from torchdoctor.rules.registry import detectors
 from torchdoctor.trace import idle
-from torchdoctor.trace.summary import DeviceSummary, IdleSiteSummary, RankSummary, TraceSummary
+from torchdoctor.trace_summary import DeviceSummary, IdleSiteSummary, RankSummary, TraceSummary
 
 # Launch gaps under 5 % of a step are within the run-to-run noise of step times.
 LAUNCH_MIN_SHARE = 0.05
@@ -44,14 +43,12 @@ SYNC_WORDS = {idle.ITEM: "`.item()`/`float()`/`bool()` on a GPU tensor",
               idle.EXPLICIT: "an explicit synchronize (`torch.cuda.synchronize()`, `event.synchronize()`)"}
 
 
-def finding(info: type[RuleInfo], *, title: str, message: str, location: Location | None,
-            evidence: dict[str, Any], speedup: float | None, basis: str,
-            severity: Severity | None = None) -> Finding:
-    if severity is None:
-        severity = severity_for(speedup) if speedup is not None else Severity.MEDIUM
-    return Finding(code=info.code, slug=info.slug, severity=severity, title=title, message=message,
-                   location=location, evidence=evidence, fix=info.fix,
-                   estimated_speedup=round(speedup, 3) if speedup is not None else None, estimate_basis=basis)
+def detects(*infos: type[RuleInfo]):
+    """Declare the catalogue causes a trace rule reports (read by the registry's test)."""
+    def mark(rule):
+        rule.codes = tuple(info.code for info in infos)
+        return rule
+    return mark
 
 
 @dataclass
@@ -95,6 +92,7 @@ def _ms(us: float) -> float:
 
 # --- rules -----------------------------------------------------------------------------------
 
+@detects(HostSync, DataDependentSync, ExplicitSync)
 def host_syncs(c: Ctx) -> list[Finding]:
     out = []
     for site in c.dev.idle_sites:
@@ -104,7 +102,7 @@ def host_syncs(c: Ctx) -> list[Finding]:
         if speedup < MIN_REPORTED_SPEEDUP:
             continue
         per_step = c.per_step(site.idle_us)
-        out.append(finding(
+        out.append(make_finding(
             SYNC_RULES[site.kind],
             title=f"{_op_words(site)} stalls the GPU {_ms(per_step):.2f} ms per step{c.where()}",
             message=(f"{SYNC_WORDS[site.kind]} ({site.op}) waited for the GPU to finish everything queued; the GPU "
@@ -122,6 +120,7 @@ def _op_words(site: IdleSiteSummary) -> str:
             idle.EXPLICIT: f"`{site.op}`"}.get(site.kind, f"Sync in `{site.op}`")
 
 
+@detects(LaunchBound)
 def launch_bound(c: Ctx) -> list[Finding]:
     launch_us, share, speedup = c.idle_cost(idle.LAUNCH)
     if share < LAUNCH_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
@@ -129,7 +128,7 @@ def launch_bound(c: Ctx) -> list[Finding]:
     stats = c.dev.launch
     top = next((s for s in c.dev.idle_sites if s.cause == idle.LAUNCH), None)
     kernels = c.dev.kernels / c.steps
-    return [finding(
+    return [make_finding(
         LaunchBound,
         title=f"GPU idle {share:.0%} of each step waiting for kernel launches{c.where()}",
         message=(f"{kernels:.0f} kernels per step; in {stats.get('gaps')} gaps the GPU had finished the previous "
@@ -145,6 +144,7 @@ def launch_bound(c: Ctx) -> list[Finding]:
                       "an upper bound"))]
 
 
+@detects(PythonLoopOps)
 def python_loops(c: Ctx) -> list[Finding]:
     out = []
     by_line: dict[tuple, list[IdleSiteSummary]] = {}
@@ -158,7 +158,7 @@ def python_loops(c: Ctx) -> list[Finding]:
         if launches < LOOP_OPS_PER_STEP or speedup < MIN_REPORTED_SPEEDUP:
             continue
         loc = sites[0].location
-        out.append(finding(
+        out.append(make_finding(
             PythonLoopOps,
             title=f"The GPU waits for {launches:.0f} `{op}` launches per step from `{loc.function}`{c.where()}",
             message=(f"{launches:.0f} times per step the GPU finished its work and waited for the host to launch "
@@ -172,11 +172,12 @@ def python_loops(c: Ctx) -> list[Finding]:
     return out
 
 
+@detects(DataLoaderStall)
 def data_loading(c: Ctx) -> list[Finding]:
     data_us, share, speedup = c.idle_cost(idle.DATA)
     if share < DATA_WAIT_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
         return []
-    return [finding(
+    return [make_finding(
         DataLoaderStall,
         title=f"GPU idle {share:.0%} of each step while the next batch loads{c.where()}",
         message=(f"The host spent {_ms(c.per_step(data_us)):.2f} ms per step in `DataLoader.__next__` with no GPU "
@@ -186,6 +187,7 @@ def data_loading(c: Ctx) -> list[Finding]:
         speedup=speedup, basis=c.basis("the GPU idle during data loading removed"))]
 
 
+@detects(PageableTransfer)
 def pageable_copies(c: Ctx) -> list[Finding]:
     out = []
     copy_busy = sum(t.busy_us for t in c.dev.transfers)
@@ -197,7 +199,7 @@ def pageable_copies(c: Ctx) -> list[Finding]:
         saved = stall + t.busy_us * exposed
         speedup = c.speedup(saved)
         mb = t.bytes / c.steps / 2**20
-        out.append(finding(
+        out.append(make_finding(
             PageableTransfer,
             title=f"{mb:.1f} MiB per step copied to the GPU from pageable memory{c.where()}",
             message=(f"`{t.op}` copied {mb:.1f} MiB per step host→device at {t.gbps or 0:.1f} GB/s from pageable "
@@ -213,6 +215,7 @@ def pageable_copies(c: Ctx) -> list[Finding]:
     return out
 
 
+@detects(NoMixedPrecision)
 def fp32_matmul(c: Ctx) -> list[Finding]:
     cap, d = c.dev.compute_capability, c.dev
     if cap is None or cap[0] < TENSOR_CORE_MIN_MAJOR or not d.busy_us:
@@ -222,7 +225,7 @@ def fp32_matmul(c: Ctx) -> list[Finding]:
         return []
     saved = d.matmul_fp32_us * (1 - 1 / LOW_PRECISION_GAIN)
     speedup = c.speedup(saved)
-    return [finding(
+    return [make_finding(
         NoMixedPrecision,
         title=f"fp32 matmul/conv kernels take {share:.0%} of GPU time on a tensor-core GPU{c.where()}",
         message=(f"{_ms(c.per_step(d.matmul_fp32_us)):.2f} ms per step of matmul/convolution kernels ran in fp32/TF32 "
@@ -236,6 +239,7 @@ def fp32_matmul(c: Ctx) -> list[Finding]:
                       f"on A100/H100), if the step is GPU-bound in them"))]
 
 
+@detects(SlowInterconnect)
 def slow_collectives(c: Ctx) -> list[Finding]:
     out = []
     for col in c.dev.collectives:
@@ -246,7 +250,7 @@ def slow_collectives(c: Ctx) -> list[Finding]:
         exposed = c.dev.total.comm_us
         saved = exposed * (1 - col.busbw_gbps / TARGET_BUSBW_GBPS)
         speedup = c.speedup(saved)
-        out.append(finding(
+        out.append(make_finding(
             SlowInterconnect,
             title=f"{col.collective} runs at {col.busbw_gbps:.1f} GB/s bus bandwidth{c.where()}",
             message=(f"{col.count} {col.collective} calls of {col.bytes / 2**20:.1f} MiB reached {col.busbw_gbps:.2f} "
@@ -262,13 +266,14 @@ def slow_collectives(c: Ctx) -> list[Finding]:
     return out
 
 
+@detects(GpuUnderutilized)
 def underutilized(c: Ctx) -> list[Finding]:
     t = c.dev.total
     busy = 1 - t.share(t.idle_us)
     if busy * 100 >= UNDERUSED_UTIL:
         return []
     causes = {k: round(t.share(v), 4) for k, v in t.idle_by_cause_us.items() if v > 0}
-    return [finding(
+    return [make_finding(
         GpuUnderutilized,
         title=f"GPU busy only {busy:.0%} of the profiled steps{c.where()}",
         message=(f"Of {_ms(t.window_us):.1f} ms profiled, the GPU computed {t.share(t.compute_us):.0%}, communicated "
@@ -278,6 +283,7 @@ def underutilized(c: Ctx) -> list[Finding]:
         speedup=None, basis="summary of the trace; the ranked causes carry the estimates", severity=Severity.INFO)]
 
 
+@detects(HostSync, DataDependentSync)
 def cpu_hazards(rank: RankSummary) -> list[Finding]:
     """CPU-only traces: syncs cost nothing on the CPU; report them as hazards."""
     out = []
@@ -286,7 +292,7 @@ def cpu_hazards(rank: RankSummary) -> list[Finding]:
         if calls < steps:
             continue
         info = DataDependentSync if op in idle.DATA_DEPENDENT_OPS else HostSync
-        out.append(finding(
+        out.append(make_finding(
             info, title=f"`{op}` runs {calls / steps:.0f}x per step: a GPU sync once on CUDA",
             message=f"{calls} `{op}` calls in {steps} steps of this CPU trace; on a GPU each waits for the device.",
             location=rank.host.sync_locations.get(op), evidence={"calls_per_step": round(calls / steps, 2), "op": op},
@@ -294,6 +300,7 @@ def cpu_hazards(rank: RankSummary) -> list[Finding]:
     return out
 
 
+@detects(DataLoaderStall)
 def cpu_data_loading(rank: RankSummary) -> list[Finding]:
     h = rank.host
     if not h.step_us or not sum(h.step_us):
@@ -302,7 +309,7 @@ def cpu_data_loading(rank: RankSummary) -> list[Finding]:
     speedup = amdahl(step, data)
     if data / step < DATA_WAIT_MIN_SHARE or speedup < MIN_REPORTED_SPEEDUP:
         return []
-    return [finding(
+    return [make_finding(
         DataLoaderStall, title=f"Steps spend {data / step:.0%} of their time loading the next batch",
         message=f"{_ms(data):.2f} ms of each {_ms(step):.2f} ms step was spent in `DataLoader.__next__`.",
         location=h.dataloader_location,
@@ -311,22 +318,23 @@ def cpu_data_loading(rank: RankSummary) -> list[Finding]:
         basis=f"Amdahl on the host timeline: DataLoader.__next__ time removed from the {_ms(step):.2f} ms step")]
 
 
-DEVICE_RULES = (host_syncs, launch_bound, python_loops, data_loading, pageable_copies, fp32_matmul,
-                slow_collectives, underutilized)
-HOST_RULES = (cpu_hazards, cpu_data_loading)
+# Detectors of CPU-only traces take a RankSummary; all others a Ctx (one device of one rank).
+HOST_ONLY = frozenset({"cpu_hazards", "cpu_data_loading"})
 
 
 def trace_findings(summary: TraceSummary) -> list[Finding]:
     """Findings of every rank, one per cause and place: the same finding on several ranks is
     kept once, with the largest estimate and the ranks it was seen on."""
+    host_rules = [d.load() for d in detectors("trace") if d.name in HOST_ONLY]
+    device_rules = [d.load() for d in detectors("trace") if d.name not in HOST_ONLY]
     merged: dict[tuple, Finding] = {}
     for rank in summary.ranks:
         found: list[Finding] = []
         if rank.cpu_only:
-            for rule in HOST_RULES:
+            for rule in host_rules:
                 found += rule(rank)
         for dev in rank.devices:
-            for rule in DEVICE_RULES:
+            for rule in device_rules:
                 found += rule(Ctx(rank, dev))
         for f in found:
             loc = (f.location.path, f.location.line) if f.location else None

@@ -56,7 +56,7 @@ class Tuner:
                  trials: list[Trial] | None = None,
                  on_trial: Callable[[int, int | None, Trial, float | None], None] | None = None,
                  analyze: Callable[[RunRecord], Report] | None = None):
-        from torchdoctor.analysis import analyze as default_analyze
+        from torchdoctor.diagnose.run import analyze as default_analyze
 
         self.settings = settings
         self.tune_dir = tune_dir

@@ -1,33 +1,15 @@
 """Before/after comparison: ratios, noise, findings gone and new, mismatched runs."""
 
 import json
-import random
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
-from factory import record  # noqa: E402
+from helpers.records import noisy
 
-from torchdoctor.cli import main  # noqa: E402
-from torchdoctor.compare.noise import change, throughput  # noqa: E402
-from torchdoctor.compare.runs import ComparedRun, compare_runs  # noqa: E402
-from torchdoctor.record import KnobOutcome, StepSample  # noqa: E402
-
-
-def noisy(step_s, jitter, steps=30, samples=32, seed=0, **kw):
-    """A record whose measured steps take step_s ± jitter (uniform)."""
-    rng = random.Random(seed)
-    rec = record(step_s=step_s, steps=steps, **kw)
-    t = 0.0
-    out = []
-    for s in rec.steps:
-        d = step_s * (1 + rng.uniform(-jitter, jitter))
-        out.append(StepSample(index=s.index, start=t, end=t + d, warmup=s.warmup, sampled=False, samples=samples))
-        t += d
-    rec.steps = out
-    return rec
+from torchdoctor.cli import main
+from torchdoctor.compare.noise import change, throughput
+from torchdoctor.compare.runs import ComparedRun, compare_runs
+from torchdoctor.record import KnobOutcome
 
 
 def test_a_real_speedup_is_reported_with_its_noise_band():

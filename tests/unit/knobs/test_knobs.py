@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from torchdoctor.errors import UsageError
-from torchdoctor.knobs import parse_settings
-from torchdoctor.runner import RunRequest, execute
+from torchdoctor.run.knobs.spec import parse_settings
+from torchdoctor.run.runner import RunRequest, execute
 
 SCRIPT = str(Path(__file__).with_name("train_probe_script.py"))
 
@@ -177,7 +177,7 @@ def test_threads_sets_torch_threads_for_the_run_then_restores_them(tmp_path):
 
 
 def test_first_sample_cuts_every_tensor_with_the_batch_rows_and_keeps_the_rest():
-    from torchdoctor.knobs.loader import _first_sample
+    from torchdoctor.run.knobs.loader import _first_sample
 
     batch = {"ids": torch.arange(12).view(4, 3), "mask": torch.ones(4), "vocab": torch.zeros(7), "text": ["a"] * 4}
     cut = _first_sample(batch)

@@ -1,12 +1,14 @@
 """The Python API `run` uses, and the lint registry's place in the catalogue."""
 
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.lint import lint_files
-from torchdoctor.lint.registry import CHECKS, DETECTED_CODES
+from torchdoctor.lint.engine import lint_checks
 from torchdoctor.rules.docs import rules_table
-from torchdoctor.rules.registry import CATALOGUE, engines_for, rule_by_code
+from torchdoctor.rules.registry import CATALOGUE, detected_codes, engines_for, rule_by_code
+
+CHECKS, DETECTED_CODES = lint_checks(), detected_codes("lint")
 
 
 def test_lint_files_returns_findings_of_every_severity_in_line_order(tmp_path):

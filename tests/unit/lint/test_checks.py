@@ -2,7 +2,7 @@
 The golden cases (tests/lint_golden) hold the fuller scripts; these pin single decisions."""
 
 import pytest
-from lint_helpers import lines_of, severities
+from helpers.lint_files import lines_of, severities
 
 HEAD = "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 LOOP = "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
@@ -110,7 +110,8 @@ def test_rule_decision(tmp_path, name, code, snippet, lines):
 
 
 def test_every_detected_code_has_a_trigger_and_a_non_trigger_here():
-    from torchdoctor.lint.registry import DETECTED_CODES
+    from torchdoctor.rules.registry import detected_codes
+    DETECTED_CODES = detected_codes("lint")
     triggers = {c[1] for c in CASES if c[3]}
     silent = {c[1] for c in CASES if not c[3]}
     assert DETECTED_CODES - {"TD603"} <= triggers | silent
@@ -124,6 +125,6 @@ def test_severity_reflects_how_often_and_how_sure(tmp_path):
 
 
 def test_a_keyword_inside_a_dict_splat_is_reported_but_not_auto_fixed(tmp_path):
-    from lint_helpers import lint
+    from helpers.lint_files import lint
     result = lint(tmp_path, HEAD + "opt.zero_grad(**{'set_to_none': False})\n")
     assert [(f.code, f.fixable) for f in result.findings] == [("TD303", False)]

@@ -1,7 +1,7 @@
 """[tool.torchdoctor.lint] in pyproject.toml."""
 
 import pytest
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.errors import InputError
 from torchdoctor.lint import LintOptions, lint_paths

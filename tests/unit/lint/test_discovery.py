@@ -2,7 +2,7 @@
 
 import os
 
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.lint.discovery import discover
 

@@ -1,6 +1,6 @@
 """--fix rewrites: the safe cases only, formatting and comments kept."""
 
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.cli import main
 from torchdoctor.lint import LintOptions, lint_paths

@@ -2,11 +2,12 @@
 
 import json
 
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.cli import main
-from torchdoctor.lint.registry import DETECTED_CODES
-from torchdoctor.rules.registry import rule_by_code
+from torchdoctor.rules.registry import detected_codes, rule_by_code
+
+DETECTED_CODES = detected_codes("lint")
 
 TRAIN = """import torch
 from torch.utils.data import DataLoader

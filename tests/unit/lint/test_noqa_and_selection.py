@@ -1,7 +1,7 @@
 """`# noqa`, --select/--ignore and per-file ignores."""
 
 import pytest
-from lint_helpers import found
+from helpers.lint_files import found
 
 from torchdoctor.errors import UsageError
 from torchdoctor.lint.selection import Selection, parse_codes

@@ -2,7 +2,7 @@
 
 import json
 
-from lint_helpers import write
+from helpers.lint_files import write
 
 from torchdoctor.lint.notebook import read_notebook
 from torchdoctor.lint.source import Problem, read_source

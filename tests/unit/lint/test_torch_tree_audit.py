@@ -2,7 +2,7 @@
 each pinned next to the true positive it must keep (the line numbers are of the dedented
 snippet, 1-based)."""
 
-from lint_helpers import lines_of, severities
+from helpers.lint_files import lines_of, severities
 
 
 # -- TD704 debug-leftover: only where training runs with the aid on ---------------------------------

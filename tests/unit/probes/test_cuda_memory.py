@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from torchdoctor.probes.cuda_memory import read_cuda_memory, reset_peak
+from torchdoctor.run.probes.cuda_memory import read_cuda_memory, reset_peak
 from torchdoctor.record import CudaMemory
 
 GIB = 1024**3

@@ -3,9 +3,9 @@ import sys
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from torchdoctor.probes.dataloader import DataLoaderProbe, batch_rows
+from torchdoctor.run.probes.dataloader import DataLoaderProbe, batch_rows
 from torchdoctor.record import RunRecord
-from torchdoctor.session import RunSession, SessionConfig
+from torchdoctor.run.session import RunSession, SessionConfig
 
 
 def test_batch_rows_finds_the_first_tensor():

@@ -2,7 +2,7 @@ import time
 
 import torch
 
-from torchdoctor.probes.dispatch import DispatchSampler
+from torchdoctor.run.probes.dispatch import DispatchSampler
 
 
 def _loop(x, out):

@@ -3,7 +3,7 @@ import sys
 
 import torch
 
-from torchdoctor.probes.frames import DOCTOR, STDLIB, TORCH, TRAMPOLINE, USER, classify_file, user_frame
+from torchdoctor.run.probes.frames import DOCTOR, STDLIB, TORCH, TRAMPOLINE, USER, classify_file, user_frame
 
 
 def test_files_are_classified_by_where_they_live():
@@ -12,7 +12,7 @@ def test_files_are_classified_by_where_they_live():
     assert classify_file(torch.overrides.__file__) == TRAMPOLINE
     assert classify_file(os.__file__) == STDLIB
     assert classify_file("<frozen runpy>") == STDLIB
-    assert classify_file(sys.modules["torchdoctor.probes.frames"].__file__) == DOCTOR
+    assert classify_file(sys.modules["torchdoctor.run.probes.frames"].__file__) == DOCTOR
     assert classify_file(__file__) == USER
 
 

@@ -3,7 +3,7 @@ step, shares the run's time origin, and stops with the other probes."""
 
 import types
 
-from torchdoctor.probes.gpu import GpuProbe
+from torchdoctor.run.probes.gpu import GpuProbe
 from torchdoctor.record import Environment, RunInfo, RunRecord
 
 

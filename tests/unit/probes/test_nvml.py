@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchdoctor.probes import nvml as nvml_probe
-from torchdoctor.probes.nvml import (
+from torchdoctor.run.probes import nvml as nvml_probe
+from torchdoctor.run.probes.nvml import (
     CUDA_NOT_USED, INSTALL_HINT, NOT_AVAILABLE, NvmlSampler, decode_reasons, nvml_query, open_device,
     sample_device,
 )

@@ -2,7 +2,7 @@
 
 import pytest
 
-from torchdoctor.session import RunSession, SessionConfig, StopRun
+from torchdoctor.run.session import RunSession, SessionConfig, StopRun
 
 
 class FakeClock:

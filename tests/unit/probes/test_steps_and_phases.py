@@ -1,8 +1,8 @@
 import torch
 
-from torchdoctor.probes.phases import PhaseProbe
-from torchdoctor.probes.steps import StepProbe
-from torchdoctor.session import RunSession, SessionConfig
+from torchdoctor.run.probes.phases import PhaseProbe
+from torchdoctor.run.probes.steps import StepProbe
+from torchdoctor.run.session import RunSession, SessionConfig
 
 
 def _train(model, opt, steps, set_to_none=True, eval_every=0):

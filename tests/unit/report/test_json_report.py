@@ -2,7 +2,7 @@
 
 import json
 
-from report_factory import full_report, hostile_report
+from helpers.reports import full_report, hostile_report
 
 from torchdoctor.findings import Report
 from torchdoctor.report.json_ import render_json

@@ -2,7 +2,7 @@
 
 import re
 
-from report_factory import FIX_WITH_CODE, HOSTILE, empty_report, full_report, hostile_report, summary
+from helpers.reports import FIX_WITH_CODE, HOSTILE, empty_report, full_report, hostile_report, summary
 
 from torchdoctor.findings import Report
 from torchdoctor.report.markdown import render_markdown

@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from report_factory import empty_report, full_report, hostile_report
+from helpers.reports import empty_report, full_report, hostile_report
 
 from torchdoctor.report import RENDERERS, render
 

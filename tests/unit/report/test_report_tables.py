@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from report_factory import HOSTILE, full_report
+from helpers.reports import HOSTILE, full_report
 
 from torchdoctor.findings import Table
 from torchdoctor.report import RENDERERS, render

@@ -2,7 +2,7 @@
 
 import io
 
-from torchdoctor.report.progress import RunProgress
+from torchdoctor.run.progress import RunProgress
 
 
 class FakeTTY(io.StringIO):

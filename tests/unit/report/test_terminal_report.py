@@ -1,6 +1,6 @@
 """Terminal rendering: stable plain text, user strings printed literally."""
 
-from report_factory import FIX_WITH_CODE, empty_report, finding, full_report, hostile_report
+from helpers.reports import FIX_WITH_CODE, empty_report, finding, full_report, hostile_report
 
 from torchdoctor.findings import NotMeasured, Report
 from torchdoctor.record import Location

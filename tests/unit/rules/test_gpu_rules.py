@@ -1,6 +1,6 @@
 """GPU-only rules judged from CUDA records built by hand (no GPU needed to test the logic)."""
 
-from factory import call, loader, record, sampled
+from helpers.records import call, loader, record, sampled
 
 from torchdoctor.record import CudaMemory, NvmlRecord, NvmlSample
 from torchdoctor.rules.compute import NoMixedPrecision, NoTf32, SmallBatch
@@ -107,7 +107,7 @@ def test_underused_gpu_and_throttling_from_nvml_samples():
 
 
 def test_summary_says_why_gpu_metrics_are_missing():
-    from torchdoctor.analysis import analyze
+    from torchdoctor.diagnose.run import analyze
     from torchdoctor.record import NvmlRecord
 
     assert "used the CPU" in analyze(record()).summary.gpu_metrics_missing

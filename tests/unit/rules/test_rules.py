@@ -1,8 +1,8 @@
 """Each CPU-measurable rule: a record that must trigger it and one that must not."""
 
-from factory import call, loader, optimizer, record, sampled, site
+from helpers.records import call, loader, optimizer, record, sampled, site
 
-from torchdoctor.analysis import analyze
+from torchdoctor.diagnose.run import analyze
 from torchdoctor.record import PhaseStats, Location
 from torchdoctor.rules.data import DataLoaderStall, WorkerRespawn
 from torchdoctor.rules.facts import RunFacts

@@ -1,39 +1,17 @@
 """Idle-time causes on generated GPU traces with known answers (no GPU needed)."""
 
 import pytest
-from trace_builder import TraceBuilder
+from helpers.trace_builder import STEP, TraceBuilder, sync_steps
 
 from torchdoctor.trace import analyze_trace_files, trace_findings
 from torchdoctor.trace import idle
 
-STEP = 1000.0
 
 
 def device(summary):
     (rank,) = summary.ranks
     (dev,) = rank.devices
     return dev
-
-
-def sync_steps(tb: TraceBuilder, *, steps=2, origin=100.0, runtime="cudaStreamSynchronize", op="aten::item",
-               inner="aten::_local_scalar_dense", cuda_sync=False, runtime_event=True, frames=True, ids=True):
-    """Per 1000 µs step: a 500 µs kernel, a host sync (inside `op`) that returns right after it,
-    then a 200 µs kernel launched 300 µs later: 300 µs (30 %) of GPU idle caused by the sync."""
-    root = tb.frame("train.py(40): main", origin - 50, steps * STEP + 100, ids=ids) if frames else None
-    for s in range(steps):
-        o = origin + s * STEP
-        tb.step(s + 1, o, STEP)
-        step_frame = tb.frame("train.py(10): train_step", o + 1, STEP - 2, parent=root, ids=ids) if frames else None
-        if frames:
-            tb.frame("torch/_tensor.py(1020): item", o + 19, 490, parent=step_frame, ids=ids)
-        tb.launch("ampere_sgemm_128x64_tn", o - 10, 5, o, 500)
-        ext = None
-        if op:
-            tb.op(op, o + 20, 488)
-            ext = tb.op(inner, o + 25, 482) if inner else None
-        tb.sync(o + 30, 475, ext=ext if ext is not None else -1, runtime=runtime, cuda_sync=cuda_sync,
-                runtime_event=runtime_event)
-        tb.launch("void at::native::vectorized_elementwise_kernel<4>(int)", o + 795, 5, o + 800, 200)
 
 
 def test_generated_sync_trace_yields_exactly_30_percent_sync_idle(tmp_path):

@@ -1,18 +1,19 @@
 """`run` analyses its profiler window: trace findings confirm, size or add to the runtime ones."""
 
-from pathlib import Path
 
 import pytest
-from test_trace_idle import sync_steps
-from trace_builder import TraceBuilder
+from helpers.trace_builder import sync_steps
+from helpers.trace_builder import TraceBuilder
 
-from torchdoctor.analysis import analyze
+from torchdoctor.diagnose.run import analyze
 from torchdoctor.findings import Finding, NotMeasured, Report, Severity
 from torchdoctor.location import Location
 from torchdoctor.record import Environment, RunInfo, RunRecord
 from torchdoctor.rundir import load_record, write_run
-from torchdoctor.runner import TRACE_FILE, RunRequest, execute
-from torchdoctor.runtrace import merge_trace_findings
+from torchdoctor.run import measure
+from torchdoctor.run.probeset import TRACE_FILE
+from torchdoctor.run.runner import RunRequest
+from torchdoctor.diagnose.trace_evidence import merge_trace_findings
 from torchdoctor.trace import analyze_trace_files
 
 SCRIPT = """
@@ -36,7 +37,7 @@ def test_cpu_run_with_trace_stores_the_analysis_and_confirms_the_runtime_finding
     script.write_text(SCRIPT)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = execute(RunRequest(target=str(script), args=[], warmup=2, steps=20, trace=True), run_dir)
+    record = measure(RunRequest(target=str(script), args=[], warmup=2, steps=20, trace=True), run_dir)
     assert record.trace_file == TRACE_FILE and (run_dir / TRACE_FILE).exists()
     (rank,) = record.trace.ranks
     assert rank.cpu_only and rank.steps == 2 and rank.has_stacks
@@ -118,7 +119,7 @@ def test_a_trace_that_cannot_be_analysed_is_a_note_and_the_run_is_kept(tmp_path,
     script.write_text(SCRIPT)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = execute(RunRequest(target=str(script), args=[], warmup=2, steps=10, trace=True), run_dir)
+    record = measure(RunRequest(target=str(script), args=[], warmup=2, steps=10, trace=True), run_dir)
     assert record.trace is None and record.trace_file == TRACE_FILE and len(record.measured_steps) > 0
     (note,) = [n for n in record.probe_notes if n.probe == "profiler"]
     assert note.message.startswith(f"could not analyse {TRACE_FILE}: InputError:") and "truncated" in note.message

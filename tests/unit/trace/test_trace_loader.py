@@ -4,7 +4,7 @@ import gzip
 import json
 
 import pytest
-from trace_builder import TraceBuilder, trace_gen
+from helpers.trace_builder import TraceBuilder, trace_gen
 
 from torchdoctor.errors import InputError
 from torchdoctor.trace import analyze_trace_files, loader

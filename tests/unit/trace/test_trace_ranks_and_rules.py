@@ -3,14 +3,15 @@
 import json
 
 import pytest
-from trace_builder import PASCAL, TraceBuilder, trace_gen
+from helpers.trace_builder import PASCAL, TraceBuilder, trace_gen
 
 from torchdoctor import cli
 from torchdoctor.errors import InputError
 from torchdoctor.report import render
 from torchdoctor.rules.registry import CATALOGUE, engines_for
-from torchdoctor.trace import analyze_trace_files, trace_findings, trace_report
-from torchdoctor.trace.registry import DETECTED_CODES
+from torchdoctor.diagnose.trace import trace_report
+from torchdoctor.trace import analyze_trace_files, trace_findings
+from torchdoctor.rules.registry import detected_codes
 
 
 def ddp_traces(tmp_path, link_gbps=1.0, world=2):
@@ -74,6 +75,8 @@ def test_fp32_matmuls_are_flagged_only_on_tensor_core_gpus(tmp_path, props, expe
     assert bool(found) == expected
     if expected:  # 600 µs of fp32 per 1000 µs step, twice as fast in bf16: 300 µs saved
         assert found[0].estimated_speedup == pytest.approx(1000 / 700, abs=1e-3)
+
+DETECTED_CODES = detected_codes("trace")
 
 
 def test_registry_codes_are_catalogue_entries_and_engines_know_trace():

@@ -1,21 +1,16 @@
 """Tune planning and orchestration, with trials faked so no process is spawned."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
-from factory import loader, record  # noqa: E402
-from test_compare import noisy  # noqa: E402
+from helpers.records import loader, noisy, record
 
-from torchdoctor.findings import Finding, Report, Severity  # noqa: E402
-from torchdoctor.tune import tuner as tuner_module  # noqa: E402
-from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial, plan_trials  # noqa: E402
-from torchdoctor.tune.report import estimate_checks, recommended, tune_report  # noqa: E402
-from torchdoctor.tune.trials import TrialResult, TrialSettings  # noqa: E402
-from torchdoctor.tune.tuner import Tuner  # noqa: E402
+from torchdoctor.findings import Finding, Report, Severity
+from torchdoctor.tune import tuner as tuner_module
+from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial, plan_trials
+from torchdoctor.diagnose.tune import estimate_checks, recommended, tune_report
+from torchdoctor.tune.trials import TrialResult, TrialSettings
+from torchdoctor.tune.tuner import Tuner
 
 
 def finding(code, speedup=None):
@@ -70,7 +65,7 @@ def fake_analyze(rec):
 
 def tune(tmp_path, monkeypatch, fake, **kw):
     monkeypatch.setattr(tuner_module, "run_trial", fake)
-    monkeypatch.setattr("torchdoctor.tune.report.analyze", fake_analyze)
+    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", fake_analyze)
     settings = TrialSettings("train.py", [], False, 30, 2, 60)
     return Tuner(settings, tmp_path, analyze=fake_analyze, **kw).run()
 
@@ -138,7 +133,7 @@ def test_an_upper_bound_is_checked_against_the_findings_figure_for_removing_the_
         return Report(source="run", tool_version="0", findings=[eval_finding])
 
     monkeypatch.setattr(tuner_module, "run_trial", FakeTrials({"baseline": 0.1, "eval=off": 0.05}))
-    monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_eval)
+    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_eval)
     outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_eval).run()
     (check,) = [c for c in estimate_checks(outcome) if c.trial == "eval=off"]
     assert check.estimated == 2.0 and check.measured == pytest.approx(2.0, rel=0.05) and check.agreement < 1.05

@@ -1,0 +1,107 @@
+"""`torchdoctor run [OPTIONS] SCRIPT.py [ARGS...]` (or `-m MODULE`): run the script under the
+probes, diagnose the record, write the run directory, print the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from torchdoctor.commands.parser import CommandParser, non_negative
+from torchdoctor.errors import EXIT_OK, Interrupted, NoStepsMeasured, ScriptFailed, UsageError
+from torchdoctor.report import RENDERERS, render
+
+HELP = "run a training script under the probes and diagnose it"
+
+
+def parser() -> argparse.ArgumentParser:
+    from torchdoctor.run.knobs.spec import knob_help
+
+    p = CommandParser(prog="torchdoctor run", description=HELP,
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      epilog="knobs for --set (this run only, the script is not edited):\n" + knob_help())
+    p.add_argument("--steps", type=non_negative(int), default=30, help="optimizer steps to measure (default 30)")
+    p.add_argument("--warmup", type=non_negative(int), default=3, help="steps run before measuring (default 3)")
+    p.add_argument("--max-seconds", type=non_negative(float), default=300.0, help="stop the script after this long")
+    p.add_argument("--out", type=Path, help="run directory (default ./torchdoctor-runs/<time>-<script>/)")
+    p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
+    p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                   help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
+    p.add_argument("--set", dest="knobs", action="append", default=[], metavar="KNOB=VALUE",
+                   help="apply a fix or a measurement for this run only (repeatable; see below)")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
+    p.add_argument("target", nargs="?", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    from torchdoctor.run.knobs.spec import parse_settings
+
+    argv = list(argv)
+    split = _module_split(argv)
+    if split is not None:  # `-m MODULE ARGS...`: everything after the module is the module's
+        opts = parser().parse_args(argv[:split])
+        if split + 1 >= len(argv):
+            raise UsageError("-m needs a module name, e.g. torchdoctor run -m mypkg.train")
+        target, args, module = argv[split + 1], argv[split + 2:], True
+    else:
+        opts = parser().parse_args(argv)
+        if not opts.target:
+            raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
+        target, args, module = opts.target, opts.args, False
+    if opts.steps == 0:
+        raise UsageError("--steps must be at least 1")
+    knobs = parse_settings(opts.knobs)
+    # Parsed and checked: now load the pipeline (torch with it), which --help never needs.
+    from torchdoctor.diagnose.run import analyze
+    from torchdoctor.run import measure
+    from torchdoctor.run.progress import RunProgress
+    from torchdoctor.run.runner import RunRequest
+    from torchdoctor.run.target import check_target
+    from torchdoctor.rundir import create_run_dir, write_run
+
+    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
+    request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
+                         steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
+                         on_step=lambda s: progress.update(s.index, s.duration_s))
+    check_target(request.target, request.module)
+    run_dir = create_run_dir(opts.out, target)
+    record = measure(request, run_dir)
+    report = analyze(record)
+    write_run(run_dir, record, report)
+    progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir}")
+    if record.run.error:
+        sys.stderr.write(record.run.error)
+    sys.stdout.write(render(report, opts.format))
+    return _outcome(record, run_dir)
+
+
+_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set"}
+
+
+def _module_split(argv: list[str]) -> int | None:
+    """Index of a `-m` that comes before the script, as in `python -m`; None if absent."""
+    for i, token in enumerate(argv):
+        if token == "-m":
+            return i
+        if not token.startswith("-") and (i == 0 or argv[i - 1] not in _VALUE_OPTIONS):
+            return None  # the script path: anything after it belongs to the script
+    return None
+
+
+def _outcome(record, run_dir: Path) -> int:
+    run = record.run
+    if run.status == "crashed":
+        raise ScriptFailed(f"{run.script} raised (traceback above); the partial run is in {run_dir}")
+    if run.status == "exited" and run.exit_code != 0:
+        raise ScriptFailed(f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}")
+    if run.status == "interrupted":
+        raise Interrupted(f"interrupted; the partial run is in {run_dir}")
+    if not record.steps and run.status != "loader-only":
+        raise NoStepsMeasured(
+            f"{run.script} never called optimizer.step(), so there is no training step to diagnose; "
+            f"point torchdoctor at the training entry point (data-loader and phase measurements are in {run_dir})"
+        )
+    return EXIT_OK

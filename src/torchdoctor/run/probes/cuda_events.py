@@ -1,0 +1,50 @@
+"""GPU time per step from CUDA events recorded at step boundaries: no synchronization is
+added during the run; the events are read once, after the last step."""
+
+from __future__ import annotations
+
+import torch
+
+from torchdoctor.record import ProbeNote, RunRecord, StepSample
+
+MAX_EVENTS = 10_000
+
+
+class CudaStepEvents:
+    name = "cuda-events"
+
+    def __init__(self) -> None:
+        self.events: dict[int, "torch.cuda.Event"] = {}
+
+    def install(self) -> None:
+        pass  # events are recorded from on_step once CUDA is in use
+
+    def uninstall(self) -> None:
+        pass
+
+    def contribute(self, record: RunRecord) -> None:
+        note = self.fill(record.steps)
+        if note:
+            record.probe_notes.append(ProbeNote(self.name, note))
+
+    def on_step(self, step: StepSample) -> None:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        if len(self.events) < MAX_EVENTS:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.events[step.index] = event
+
+    def fill(self, steps: list[StepSample]) -> str | None:
+        """Set `gpu_s` on steps bounded by two events; returns an error note or None."""
+        if not self.events:
+            return None
+        try:
+            torch.cuda.synchronize()
+            for step in steps:
+                before, after = self.events.get(step.index - 1), self.events.get(step.index)
+                if before is not None and after is not None:
+                    step.gpu_s = before.elapsed_time(after) / 1000.0
+        except Exception as exc:  # a failed device: keep host timings, say why
+            return f"CUDA step events unreadable: {type(exc).__name__}: {exc}"
+        return None

@@ -1,0 +1,174 @@
+"""DataLoader probe: wait per `next()`, iterator start-up per epoch, the loader's
+configuration and where it was created and iterated. Stops worker processes at the end."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
+
+from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
+from torchdoctor.run.probes.patching import PatchSet
+from torchdoctor.record import LoaderStats, RunRecord
+from torchdoctor.run.session import RunSession
+
+_BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor
+
+
+def batch_rows(batch: Any, depth: int = 0) -> int | None:
+    """Rows in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth >= _BATCH_SEARCH_DEPTH:
+        return None
+    if isinstance(batch, dict):
+        items = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        rows = batch_rows(item, depth + 1)
+        if rows is not None:
+            return rows
+    return None
+
+
+def _dataset_len(loader: DataLoader) -> int | None:
+    try:
+        return len(loader.dataset)  # type: ignore[arg-type]
+    except Exception:  # IterableDataset and friends: length unknown
+        return None
+
+
+def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderStats:
+    return LoaderStats(
+        loader_id=loader_id,
+        created_at=created_at,
+        iterated_at=None,
+        batch_size=loader.batch_size,
+        num_workers=loader.num_workers,
+        pin_memory=bool(loader.pin_memory),
+        prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+        persistent_workers=bool(loader.persistent_workers),
+        drop_last=bool(loader.drop_last),
+        dataset_len=_dataset_len(loader),
+        wait_cpu_s=0.0,
+    )
+
+
+class DataLoaderProbe:
+    name = "dataloader"
+
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        self.patches = PatchSet()
+        self.stats: list[LoaderStats] = []
+        self._by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderStats]" = (
+            weakref.WeakKeyDictionary()
+        )
+        self._by_iter: "weakref.WeakKeyDictionary[Any, LoaderStats]" = weakref.WeakKeyDictionary()
+        self._live_worker_iters: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._first_batch_pending: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def install(self) -> None:
+        self.patches.wrap(DataLoader, "__init__", self._wrap_init)
+        self.patches.wrap(DataLoader, "__iter__", self._wrap_iter)
+        self.patches.wrap(_BaseDataLoaderIter, "__next__", self._wrap_next)
+
+    def uninstall(self) -> None:
+        self.patches.restore()
+        self.shutdown_workers()
+
+    def shutdown_workers(self) -> None:
+        """End worker processes of iterators the script left open (it was stopped mid-epoch)."""
+        for it in list(self._live_worker_iters):
+            try:
+                it._shutdown_workers()
+            except Exception:  # already shut down, or interpreter state odd: nothing to do
+                pass
+
+    def contribute(self, record: RunRecord) -> None:
+        record.loaders = list(self.stats)
+
+    def _stats_for(self, loader: DataLoader, created_at=None) -> LoaderStats:
+        stats = self._by_loader.get(loader)
+        if stats is None:
+            stats = describe_loader(loader, len(self.stats), created_at)
+            self._by_loader[loader] = stats
+            self.stats.append(stats)
+        return stats
+
+    def _wrap_init(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def __init__(loader, *args, **kwargs):
+            original(loader, *args, **kwargs)
+            probe._stats_for(loader, caller_location())
+
+        return __init__
+
+    def _wrap_iter(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def __iter__(loader):
+            session = probe.session
+            started = session.clock()
+            it = original(loader)
+            seconds = session.clock() - started
+            stats = probe._stats_for(loader)
+            stats.iterator_starts_s.append(seconds)
+            stats.epoch_start_steps.append(len(session.steps))
+            if stats.iterated_at is None:
+                frame, _ = user_frame(sys._getframe(1))
+                stats.iterated_at = location_of(frame) if frame is not None else None
+            probe._by_iter[it] = stats
+            probe._first_batch_pending.add(it)
+            if isinstance(it, _MultiProcessingDataLoaderIter):
+                probe._live_worker_iters.add(it)
+            session.add_time("data_wait", seconds)
+            return it
+
+        return __iter__
+
+    def _wrap_next(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def __next__(it):
+            session = probe.session
+            session.raise_if_stopping()
+            started, cpu_started = session.clock(), session.cpu_clock()
+            session.loading_depth += 1
+            try:
+                batch = original(it)
+            finally:
+                session.loading_depth -= 1
+                seconds = session.clock() - started
+                session.add_time("data_wait", seconds)
+                stats = probe._by_iter.get(it)
+                if stats is not None:
+                    stats.wait_total_s += seconds
+                    stats.wait_cpu_s += session.cpu_clock() - cpu_started
+                    if it in probe._first_batch_pending:
+                        probe._first_batch_pending.discard(it)
+                        stats.first_batch_waits_s.append(seconds)
+            if stats is not None:
+                stats.batches += 1
+                if session.in_eval:
+                    stats.batches_in_eval += 1
+            rows = batch_rows(batch)
+            if rows is not None and not session.in_eval:
+                session.ledger.add_samples(rows)
+            session.notify("on_batch", session.in_eval)
+            session.check_time()
+            return batch
+
+        return __next__

@@ -1,0 +1,393 @@
+"""Dispatch sampler: for a few sampled step intervals, count every aten op by the user
+source line that issued it, and catch host-sync, data-dependent and transfer calls at the
+API the user wrote (`.item()`, `.cpu()`, `x[mask]`, `.to(device)`).
+
+Two PyTorch modes do the work: a TorchFunctionMode sees the user-level call, a
+TorchDispatchMode sees each aten op (≈ each kernel launch on a GPU). Both are active only
+inside sampled windows; those steps are excluded from timing statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchdoctor.run.probes.frames import display_path, user_frame
+from torchdoctor.run.probes.patching import PatchSet
+from torchdoctor.record import ApiCall, Location, OpSite, RunRecord
+
+# Tensor APIs whose result needs the device to finish first (a host sync on CUDA).
+HOST_SYNC_APIS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__",
+                  "__format__", "__repr__"}
+DEVICE_TO_HOST_APIS = {"cpu", "numpy"}
+# Ops whose output shape depends on the data: the host must wait for the device.
+DATA_DEPENDENT_APIS = {"nonzero", "argwhere", "masked_select", "unique",
+                       "unique_consecutive", "bincount"}
+TRANSFER_APIS = {"to", "cuda"}
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"}
+
+EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
+MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead
+CALIBRATION_OPS = 200
+CALIBRATION_REPEATS = 5
+_AUTOGRAD_LOCATION = ("<autograd engine>", 0, "backward")
+
+
+@dataclass
+class _SiteAcc:
+    ops: int = 0
+    internal_ops: int = 0
+    time_s: float = 0.0
+    op_counts: Counter = field(default_factory=Counter)
+    devices: set = field(default_factory=set)
+    numels: list = field(default_factory=list)
+
+
+def _first_tensor(values) -> torch.Tensor | None:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return value[0]
+    return None
+
+
+def _target_device(args, kwargs) -> torch.device | None:
+    candidates = [kwargs.get("device")] + list(args[1:])
+    for value in candidates:
+        if isinstance(value, torch.device):
+            return value
+        if isinstance(value, torch.Tensor):
+            return value.device
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            try:
+                return torch.device(value)
+            except (RuntimeError, TypeError):
+                continue
+    return None
+
+
+def _matmul_flops(name: str, args, out) -> float:
+    try:
+        if name == "aten::mm":
+            (m, k), n = args[0].shape, args[1].shape[1]
+            return 2.0 * m * k * n
+        if name == "aten::addmm":
+            (m, k), n = args[1].shape, args[2].shape[1]
+            return 2.0 * m * k * n
+        if name in ("aten::bmm", "aten::baddbmm"):
+            a, b = (args[0], args[1]) if name == "aten::bmm" else (args[1], args[2])
+            return 2.0 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+        if name == "aten::convolution":
+            weight = args[1]
+            return 2.0 * out.numel() * weight[0].numel()
+    except (AttributeError, IndexError, TypeError):
+        pass
+    return 0.0
+
+
+class _ApiWatcher(TorchFunctionMode):
+    def __init__(self, sampler: "DispatchSampler") -> None:
+        super().__init__()
+        self.sampler = sampler
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _WATCHED and args and os.getpid() == self.sampler.pid:
+            self.sampler._record_api(name, args, kwargs, sys._getframe(1))
+        return func(*args, **kwargs)
+
+
+_WATCHED = HOST_SYNC_APIS | DEVICE_TO_HOST_APIS | DATA_DEPENDENT_APIS | TRANSFER_APIS | {
+    "__getitem__", "where", "repeat_interleave"}
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self, sampler: "DispatchSampler") -> None:
+        super().__init__()
+        self.sampler = sampler
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        sampler = self.sampler
+        started = sampler.clock()
+        out = func(*args, **(kwargs or {}))
+        if os.getpid() == sampler.pid:
+            sampler._record_op(func, args, out, started, sampler.clock(), sys._getframe(1))
+        return out
+
+
+class DispatchSampler:
+    name = "dispatch"
+
+    def __init__(self, clock: Callable[[], float], on_activate: Callable[[], None] = lambda: None,
+                 outside_step: Callable[[], bool] = lambda: False):
+        self.clock = clock
+        self.on_activate = on_activate
+        self.outside_step = outside_step  # evaluation or data loading: not the step's ops
+        self.pid = os.getpid()
+        self.patches = PatchSet()
+        self.phase: str | None = None
+        self.train_windows = 0
+        self.eval_windows = 0
+        self.eval_batches = 0
+        self.last_end: float | None = None
+        self.sites: dict[tuple, _SiteAcc] = {}
+        self.api: dict[tuple, ApiCall] = {}
+        self.flops: list[float] = []
+        self.fp32_matmul_cuda = 0
+        self.autocast_seen = False
+        self.overhead_per_op_s = 0.0
+        self._modes: list[Any] = []
+        self._calibrated = False
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def install(self) -> None:
+        if hasattr(torch, "cuda"):
+            self.patches.wrap(torch.cuda, "synchronize", self._wrap_synchronize)
+
+    def uninstall(self) -> None:
+        self.deactivate()
+        self.patches.restore()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._modes)
+
+    def activate(self, phase: str) -> None:
+        """Start (or, in a run of consecutive sampled steps, continue) a sampled window."""
+        if self._modes:
+            if phase == "train" and self.phase == "train":
+                self.train_windows += 1
+            return
+        if phase == "train" and not self._calibrated:
+            self._calibrate()
+        self.phase = phase
+        self.last_end = None
+        watcher = _ApiWatcher(self)
+        watcher.__enter__()
+        self._modes.append(watcher)
+        if phase == "train":
+            self.train_windows += 1
+            counter = _OpCounter(self)
+            counter.__enter__()
+            self._modes.append(counter)
+        else:
+            self.eval_windows += 1
+        self.on_activate()
+
+    def deactivate(self) -> None:
+        while self._modes:
+            self._modes.pop().__exit__(None, None, None)
+        self.phase = None
+
+    def on_batch(self, in_eval: bool) -> None:
+        """A DataLoader batch arrived: sample the first few batches of the first eval."""
+        self.last_end = None  # data-loading time is not loop overhead of the next op
+        if in_eval and self.phase == "eval":
+            self.eval_batches += 1
+            if self.eval_batches > EVAL_BATCHES_SAMPLED:
+                self.deactivate()
+
+    def on_eval_enter(self) -> None:
+        if not self._modes and self.eval_windows == 0:
+            self.activate("eval")
+
+    def on_eval_exit(self) -> None:
+        if self.phase == "eval":
+            self.deactivate()
+
+    def _calibrate(self) -> None:
+        """Measure how much time the two modes add to a site, per op.
+
+        The calibration loop is an element-wise indexing loop (select, copy_): the
+        pattern TD301 looks for (views and copies).
+        """
+        self._calibrated = True
+        src, dst = torch.ones(CALIBRATION_OPS // 4, 2), torch.zeros(CALIBRATION_OPS // 4, 2)
+
+        def loop():
+            for i in range(src.shape[0]):
+                dst[i] = src[i]
+
+        saved = self.sites, self.api
+        plain, counted, ops = [], [], 0
+        for _ in range(CALIBRATION_REPEATS):  # minimum of repeats: robust to a busy CPU
+            started = self.clock()
+            loop()
+            plain.append(self.clock() - started)
+            self.sites, self.last_end = {}, None
+            with _ApiWatcher(self), _OpCounter(self):  # both modes, as in a sampled step
+                loop()
+            counted.append(sum(s.time_s for s in self.sites.values()))
+            ops = sum(s.ops for s in self.sites.values())
+        self.sites, self.api = saved
+        self.overhead_per_op_s = max(0.0, (min(counted) - min(plain)) / max(1, ops))
+
+    # ---- recording -----------------------------------------------------------------------
+    def _key(self, frame) -> tuple[tuple, bool]:
+        user, internal = user_frame(frame)
+        if user is None:
+            return _AUTOGRAD_LOCATION, internal
+        code = user.f_code
+        return (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name)), internal
+
+    def _record_op(self, func, args, out, started: float, ended: float, frame) -> None:
+        if self.outside_step():
+            self.last_end = None
+            return
+        key, internal = self._key(frame)
+        site = self.sites.get(key)
+        if site is None:
+            site = self.sites[key] = _SiteAcc()
+        gap = 0.0
+        if self.last_end is not None:
+            gap = min(max(started - self.last_end, 0.0), MAX_GAP_S)
+        name = func._schema.name if hasattr(func, "_schema") else str(func)
+        site.ops += 1
+        site.internal_ops += internal
+        site.time_s += (ended - started) + gap
+        site.op_counts[name] += 1
+        tensor = _first_tensor(args)
+        if tensor is not None:
+            site.devices.add(str(tensor.device))
+            if len(site.numels) < 256:
+                site.numels.append(tensor.numel())
+        if name in MATMUL_OPS:
+            self.flops.append(_matmul_flops(name, args, out))
+            if tensor is not None and tensor.is_cuda:
+                if tensor.dtype == torch.float32:
+                    self.fp32_matmul_cuda += 1
+                else:
+                    self.autocast_seen = True
+        self.last_end = self.clock()
+
+    def _record_api(self, name: str, args, kwargs, frame) -> None:
+        if self.phase == "train" and self.outside_step():
+            return  # an eval inside a sampled step is sampled as eval, separately
+        tensor = args[0] if isinstance(args[0], torch.Tensor) else _first_tensor(args)
+        if tensor is None:
+            return
+        kind, detail = self._classify(name, tensor, args, kwargs)
+        if kind is None:
+            return
+        key, internal = self._key(frame)
+        if internal and kind in ("host-sync", "transfer-d2h") and not tensor.is_cuda:
+            return  # torch's own scalar reads on CPU tensors (optimizer step counters)
+        self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail)
+
+    def _classify(self, name: str, tensor, args, kwargs) -> tuple[str | None, dict]:
+        if name in HOST_SYNC_APIS:
+            return "host-sync", {}
+        if name in DEVICE_TO_HOST_APIS:
+            return "transfer-d2h", {}
+        if name in DATA_DEPENDENT_APIS:
+            return "data-dependent", {}
+        if name == "where" and len(args) == 1 and not kwargs:
+            return "data-dependent", {}
+        if name == "repeat_interleave" and "output_size" not in kwargs and isinstance(
+            args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor
+        ):
+            return "data-dependent", {}
+        if name == "__getitem__" and len(args) > 1:
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index):
+                return "data-dependent", {"boolean_mask": True}
+            return None, {}
+        if name in TRANSFER_APIS:
+            target = torch.device("cuda") if name == "cuda" else _target_device(args, kwargs)
+            if target is None:
+                return None, {}
+            if tensor.device.type == "cpu" and target.type != "cpu":
+                return "transfer-h2d", {
+                    "pinned": bool(tensor.is_pinned()),
+                    "non_blocking": bool(kwargs.get("non_blocking", False)),
+                    "bytes": tensor.numel() * tensor.element_size(),
+                }
+            if tensor.device.type != "cpu" and target.type == "cpu":
+                return "transfer-d2h", {}
+        return None, {}
+
+    def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict) -> None:
+        phase = self.phase or "train"
+        full = (key, api, kind, phase, device)
+        call = self.api.get(full)
+        if call is None:
+            location = Location(display_path(key[0]), key[1], key[2])
+            call = self.api[full] = ApiCall(location, api, kind, phase, 0, device, {})
+        call.count += 1
+        for k, v in detail.items():  # sum bytes; count how many were pinned / non_blocking
+            call.detail[k] = call.detail.get(k, 0) + int(v)
+
+    def _wrap_synchronize(self, original):
+        sampler = self
+
+        def synchronize(*args, **kwargs):
+            if sampler.active and os.getpid() == sampler.pid:
+                key, _ = sampler._key(sys._getframe(1))
+                sampler._count(key, "torch.cuda.synchronize", "explicit-sync", "cuda", {})
+            return original(*args, **kwargs)
+
+        return synchronize
+
+    def busiest_lines(self, min_ops_per_step: int = 50, limit: int = 5) -> set[tuple[str, int]]:
+        """User lines issuing the most ops per sampled step (for the backward timer)."""
+        windows = max(1, self.train_windows)
+        ranked = sorted(((acc.ops - acc.internal_ops, key) for key, acc in self.sites.items()
+                         if key is not _AUTOGRAD_LOCATION and acc.ops / windows >= min_ops_per_step),
+                        reverse=True)
+        return {(key[0], key[1]) for _, key in ranked[:limit]}
+
+    # ---- result ----------------------------------------------------------------------------
+    def contribute(self, record: RunRecord) -> None:
+        sample = record.dispatch
+        sampled = [s for s in record.steps if s.sampled and not s.warmup]
+        clean = [s.duration_s for s in record.measured_steps]
+        sample.sampled_steps = self.train_windows
+        sample.sampled_step_s = [s.duration_s for s in sampled][: self.train_windows]
+        sample.unsampled_median_step_s = statistics.median(clean) if clean else None
+        sample.eval_batches_sampled = min(self.eval_batches, EVAL_BATCHES_SAMPLED)
+        sample.total_ops = sum(s.ops for s in self.sites.values())
+        if sample.sampled_step_s and clean and sample.total_ops:
+            extra = statistics.fmean(sample.sampled_step_s) - statistics.median(clean)
+            sample.probe_cost_per_op_s = max(0.0, extra / (sample.total_ops / len(sample.sampled_step_s)))
+        sample.sites = [self._site(key, acc) for key, acc in self.sites.items()]
+        sample.sites.sort(key=lambda s: -s.time_s)
+        _bound_by_step_time(sample)
+        sample.api_calls = sorted(self.api.values(), key=lambda c: (-c.count, c.location.line))
+        if self.flops:
+            sample.matmul_flops_per_op = statistics.fmean(self.flops)
+        sample.fp32_matmul_ops_cuda = self.fp32_matmul_cuda
+        sample.autocast_seen = self.autocast_seen
+
+    def _site(self, key: tuple, acc: _SiteAcc) -> OpSite:  # noqa: D401
+        path = key[0] if key is _AUTOGRAD_LOCATION else display_path(key[0])
+        return OpSite(
+            location=Location(path, key[1], key[2]),
+            ops=acc.ops,
+            internal_ops=acc.internal_ops,
+            time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
+            op_counts=dict(acc.op_counts.most_common(8)),
+            devices=sorted(acc.devices),
+            median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
+        )
+
+
+def _bound_by_step_time(sample) -> None:
+    """Sampled lines cannot take longer, together, than an unsampled step: if the
+    calibrated sampler cost left more, scale every line down by the same factor."""
+    if not sample.sampled_steps or not sample.unsampled_median_step_s:
+        return
+    per_step = sum(s.time_s for s in sample.sites) / sample.sampled_steps
+    if per_step > sample.unsampled_median_step_s:
+        factor = sample.unsampled_median_step_s / per_step
+        for site in sample.sites:
+            site.time_s *= factor

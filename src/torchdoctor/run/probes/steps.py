@@ -1,0 +1,150 @@
+"""Step probe: an optimizer step is one `Optimizer.step()` of the first optimizer that
+steps (the primary); micro-batches are `backward()` calls. Also times the optimizer step,
+backward and `zero_grad`, and records how each optimizer was configured."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from typing import Any
+
+import torch
+from torch.optim.optimizer import (
+    Optimizer,
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
+from torchdoctor.run.probes.patching import PatchSet
+from torchdoctor.record import OptimizerInfo, RunRecord
+from torchdoctor.run.session import RunSession
+
+
+class StepProbe:
+    name = "steps"
+
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        self.patches = PatchSet()
+        self.handles: list[Any] = []
+        self.infos: "weakref.WeakKeyDictionary[Optimizer, OptimizerInfo]" = (
+            weakref.WeakKeyDictionary()
+        )
+        self.all_infos: list[OptimizerInfo] = []
+        self.primary: "weakref.ref[Optimizer] | None" = None
+        self._step_started: dict[int, float] = {}
+
+    # ---- install / uninstall ------------------------------------------------------
+    def install(self) -> None:
+        self.handles.append(register_optimizer_step_pre_hook(self._pre_step))
+        self.handles.append(register_optimizer_step_post_hook(self._post_step))
+        self.patches.wrap(Optimizer, "__init__", self._wrap_init)
+        self.patches.wrap(Optimizer, "zero_grad", self._wrap_zero_grad)
+        self.patches.wrap(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
+        self.patches.wrap(torch.autograd, "backward", self._wrap_backward)
+
+    def uninstall(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.patches.restore()
+
+    def contribute(self, record: RunRecord) -> None:
+        record.optimizers = list(self.all_infos)
+
+    # ---- optimizer bookkeeping ----------------------------------------------------
+    def _info(self, optimizer: Optimizer) -> OptimizerInfo:
+        info = self.infos.get(optimizer)
+        if info is None:  # created before the probe was installed
+            info = _describe(optimizer, None)
+            self.infos[optimizer] = info
+            self.all_infos.append(info)
+        return info
+
+    def _wrap_init(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def __init__(opt, *args, **kwargs):
+            original(opt, *args, **kwargs)
+            if opt not in probe.infos:
+                info = _describe(opt, caller_location())
+                probe.infos[opt] = info
+                probe.all_infos.append(info)
+
+        return __init__
+
+    def _pre_step(self, optimizer: Optimizer, args, kwargs) -> None:
+        self._step_started[id(optimizer)] = self.session.clock()
+        info = self._info(optimizer)
+        if info.step_location is None:
+            frame, _ = user_frame(sys._getframe(1))
+            info.step_location = location_of(frame) if frame is not None else None
+
+    def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
+        started = self._step_started.pop(id(optimizer), None)
+        if started is not None:
+            self.session.add_time("optimizer", self.session.clock() - started)
+        info = self._info(optimizer)
+        info.step_calls += 1
+        if info.step_calls == 1 and optimizer.param_groups:
+            # What the step ran with: a param group can differ from the constructor's defaults
+            # (set by the script, or by a `--set foreach=...` knob just before this step).
+            group = optimizer.param_groups[0]
+            info.foreach, info.fused = group.get("foreach", info.foreach), group.get("fused", info.fused)
+        if self.primary is None:
+            self.primary = weakref.ref(optimizer)
+        if self.primary() is optimizer:
+            self.session.on_optimizer_step()
+
+    # ---- zero_grad and backward ---------------------------------------------------
+    def _wrap_zero_grad(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
+            started = probe.session.clock()
+            try:
+                return original(obj, set_to_none, *args, **kwargs)
+            finally:
+                seconds = probe.session.clock() - started
+                probe.session.add_time("zero_grad", seconds)
+                if isinstance(obj, Optimizer):
+                    info = probe._info(obj)
+                    info.zero_grad_calls += 1
+                    info.zero_grad_total_s += seconds
+                    info.zero_grad_set_to_none = bool(set_to_none)
+                    if info.zero_grad_location is None:
+                        info.zero_grad_location = caller_location()
+
+        return zero_grad
+
+    def _wrap_backward(self, original):
+        session = self.session
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            session.exit_eval()  # training resumed: an eval region left open ends here
+            started = session.clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                session.add_time("backward", session.clock() - started)
+                session.ledger.micro_batches += 1
+
+        return backward
+
+
+def _describe(optimizer: Optimizer, created_at) -> OptimizerInfo:
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    defaults = optimizer.defaults
+    return OptimizerInfo(
+        class_name=type(optimizer).__name__,
+        param_tensors=len(params),
+        params=sum(p.numel() for p in params),
+        foreach=defaults.get("foreach"),
+        fused=defaults.get("fused"),
+        created_at=created_at,
+    )

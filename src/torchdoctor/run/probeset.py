@@ -1,0 +1,87 @@
+"""The probes of one run, and how they are wired together.
+
+Every probe follows `Probe`: `install` its hooks and patches before the script runs,
+`uninstall` them after, then `contribute` what it measured to the record. Probes never call
+each other: they report events to the session (a step ended, a batch arrived, an evaluation
+began or ended) and the session passes each event on to every probe with a handler of that
+name (`session.EVENTS`). Costly probes are windows the session's schedule switches on for a
+few chosen steps. Adding a probe is one line in `ProbeSet.__init__`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Protocol
+
+from torchdoctor.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.run.probes.backward_attribution import BackwardTimer
+from torchdoctor.run.probes.cuda_events import CudaStepEvents
+from torchdoctor.run.probes.dataloader import DataLoaderProbe
+from torchdoctor.run.probes.dispatch import DispatchSampler
+from torchdoctor.run.probes.gpu import GpuProbe
+from torchdoctor.run.probes.line_sampler import LineSampler
+from torchdoctor.run.probes.phases import PhaseProbe
+from torchdoctor.run.probes.profiler import ProfilerWindow
+from torchdoctor.run.probes.steps import StepProbe
+from torchdoctor.run.session import RunSession
+
+TRACE_FILE = "trace.json.gz"
+
+
+class Probe(Protocol):
+    name: str
+
+    def install(self) -> None: ...
+    def uninstall(self) -> None: ...
+    def contribute(self, record: RunRecord) -> None: ...
+
+
+class ProbeSet:
+    """All probes of a run. `trace`: None captures a profiler window only once CUDA is in use."""
+
+    def __init__(self, session: RunSession, run_dir: Path, trace: bool | None,
+                 on_step: Callable[[StepSample], None] | None = None) -> None:
+        self.session = session
+        self.trace = trace
+        self.user_on_step = on_step
+        clock = session.clock
+        self.gpu = GpuProbe(clock, t0=session.t0)
+        self.sampler = DispatchSampler(clock, on_activate=session.note_heavy_probe,
+                                       outside_step=session.outside_training_step)
+        self.backward = BackwardTimer(clock, candidates=self.sampler.busiest_lines,
+                                      on_activate=session.note_heavy_probe)
+        self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
+        self.lines = LineSampler()
+        # Installed in this order, uninstalled in reverse; contributed in this order (the
+        # backward timer after the sampler: it annotates the sampler's sites).
+        self.probes: list[Probe] = [
+            StepProbe(session), DataLoaderProbe(session), PhaseProbe(session), self.sampler, self.lines,
+            self.gpu, CudaStepEvents(), self.backward, self.profiler,
+        ]
+        session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
+        for probe in [*self.probes, self]:
+            session.subscribe(probe)
+        self._installed: list[Probe] = []
+
+    def on_step(self, step: StepSample) -> None:
+        if self.session.profiler is None and (self.trace or (self.trace is None and self.gpu.cuda_in_use)):
+            self.session.profiler = self.profiler
+        if self.user_on_step is not None:
+            self.user_on_step(step)
+
+    def install(self) -> None:
+        for probe in self.probes:
+            probe.install()
+            self._installed.append(probe)
+
+    def uninstall(self) -> None:
+        while self._installed:
+            self._installed.pop().uninstall()
+
+    def contribute(self, record: RunRecord) -> None:
+        """Every probe's measurements into `record`; a probe that fails here leaves a note."""
+        for probe in self.probes:
+            try:
+                probe.contribute(record)
+            except Exception as exc:  # a probe bug must not lose the other measurements
+                record.probe_notes.append(ProbeNote(probe.name, f"failed to summarise: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,210 @@
+"""The measuring session: step accounting, the sampling schedule and the stop signal.
+
+Probes report events here (a batch arrived, backward ran, an optimizer stepped); the
+session turns them into `StepSample`s. It never judges: rules do that later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from torchdoctor.record import StepSample
+
+CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
+# Events the session passes on to every probe that defines a handler of that name:
+# on_step(StepSample), on_batch(in_eval: bool), on_eval_enter(), on_eval_exit().
+EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit")
+
+
+class StopRun(BaseException):
+    """Raised into the user's script to end it after the last measured step.
+
+    A BaseException so that a user's `except Exception:` around the loop cannot swallow it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class WindowProbe(Protocol):
+    """A costly probe that runs only in chosen step intervals (sampler, profiler)."""
+
+    def activate(self, phase: str) -> None: ...
+    def deactivate(self) -> None: ...
+    @property
+    def active(self) -> bool: ...
+
+
+@dataclass
+class SessionConfig:
+    warmup: int = 3
+    steps: int = 30
+    max_seconds: float = 600.0
+    sampled_steps: int = 3  # dispatch-sampled steps, after warmup
+    backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
+    profiled_steps: int = 2  # torch.profiler steps after those, when enabled
+
+
+class StepLedger:
+    """Time by category for the step interval that is open now.
+
+    While an evaluation region is open, time spent inside it (its data loading, its
+    printing) belongs to evaluation alone, so categories never double count.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(CATEGORIES, 0.0)
+        self.samples: int | None = None
+        self.micro_batches = 0
+        self.heavy_probe_ran = False
+
+    def add(self, category: str, seconds: float, in_eval: bool) -> None:
+        if in_eval and category != "eval":
+            return
+        self.seconds[category] += seconds
+
+    def add_samples(self, n: int) -> None:
+        self.samples = (self.samples or 0) + n
+
+
+class RunSession:
+    def __init__(self, config: SessionConfig, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time):
+        self.config = config
+        self.clock = clock
+        # CPU time of the calling (training) thread: set against the clock it tells computing
+        # from waiting. Not the process's: torch's pool threads spin between ops and would
+        # count as work while the training thread sleeps on storage.
+        self.cpu_clock = cpu_clock
+        self.t0 = clock()
+        self.ledger = StepLedger()
+        self.steps: list[StepSample] = []
+        self.interval_start = self.t0
+        self.eval_started: float | None = None
+        self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
+        self.stop_reason: str | None = None
+        self.sampler: WindowProbe | None = None
+        self.backward_timer: WindowProbe | None = None
+        self.profiler: WindowProbe | None = None
+        self._listeners: dict[str, list[Callable]] = {event: [] for event in EVENTS}
+        self.line_sampler = None  # records only while a measured, unsampled step runs
+        first = config.warmup + 2  # one clean measured step first, for the baseline
+        last = config.warmup + config.steps  # the final step is never sampled
+        self.sample_at = set(range(first, min(first + config.sampled_steps, last)))
+        after = first + config.sampled_steps
+        self.backward_at = set(range(after, min(after + config.backward_steps, last)))
+        after += config.backward_steps
+        self.profile_at: set[int] = set(range(after, min(after + config.profiled_steps, last)))
+
+    # ---- events -------------------------------------------------------------------
+    def subscribe(self, listener: object) -> None:
+        """Pass each event on to `listener`'s handler of the same name, if it has one."""
+        for event in EVENTS:
+            handler = getattr(listener, event, None)
+            if handler is not None:
+                self._listeners[event].append(handler)
+
+    def notify(self, event: str, *args) -> None:
+        for handler in self._listeners[event]:
+            handler(*args)
+
+    @property
+    def in_eval(self) -> bool:
+        return self.eval_started is not None
+
+    def outside_training_step(self) -> bool:
+        """True while evaluating or loading data: ops then are not the step's own."""
+        return self.eval_started is not None or self.loading_depth > 0
+
+    def add_time(self, category: str, seconds: float) -> None:
+        self.ledger.add(category, seconds, self.in_eval)
+
+    def enter_eval(self) -> None:
+        if self.eval_started is None:
+            self.eval_started = self.clock()
+
+    def exit_eval(self) -> float:
+        """Close the evaluation region; returns its length (0 when none was open)."""
+        if self.eval_started is None:
+            return 0.0
+        seconds = self.clock() - self.eval_started
+        self.eval_started = None
+        self.ledger.add("eval", seconds, in_eval=False)
+        return seconds
+
+    def note_heavy_probe(self) -> None:
+        self.ledger.heavy_probe_ran = True
+        if self.line_sampler is not None:
+            self.line_sampler.recording = False
+
+    def on_optimizer_step(self) -> None:
+        """The primary optimizer finished a step: close the interval, plan the next."""
+        now = self.clock()
+        if self.eval_started is not None:  # a step inside an eval region: split it here
+            self.ledger.add("eval", now - self.eval_started, in_eval=False)
+            self.eval_started = now
+        index = len(self.steps) + 1
+        sec = self.ledger.seconds
+        sample = StepSample(
+            index=index,
+            start=self.interval_start - self.t0,
+            end=now - self.t0,
+            warmup=index <= self.config.warmup,
+            sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in self._windows()),
+            micro_batches=self.ledger.micro_batches,
+            samples=self.ledger.samples,
+            data_wait_s=sec["data_wait"],
+            backward_s=sec["backward"],
+            optimizer_s=sec["optimizer"],
+            zero_grad_s=sec["zero_grad"],
+            eval_s=sec["eval"],
+            checkpoint_s=sec["checkpoint"],
+            logging_s=sec["logging"],
+        )
+        self.steps.append(sample)
+        self.ledger.reset()
+        self.interval_start = now
+        self.notify("on_step", sample)
+        self._schedule(index + 1)
+        if self.line_sampler is not None:
+            heavy = any(p.active for p, _ in self._windows())
+            self.line_sampler.recording = index >= self.config.warmup and not heavy
+        if index - self.config.warmup >= self.config.steps:
+            self.stop("step-limit")
+        self.check_time()
+
+    def _windows(self) -> list[tuple[WindowProbe, set[int]]]:
+        pairs = ((self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
+                 (self.profiler, self.profile_at))
+        return [(probe, chosen) for probe, chosen in pairs if probe is not None]
+
+    def _schedule(self, next_index: int) -> None:
+        for probe, chosen in self._windows():
+            if next_index in chosen:
+                probe.activate("train")  # counts one more window when already active
+            elif next_index not in chosen and probe.active:
+                probe.deactivate()
+
+    # ---- stopping -----------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def check_time(self) -> None:
+        if self.elapsed() > self.config.max_seconds:
+            self.stop("time-limit")
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        raise StopRun(self.stop_reason)
+
+    def raise_if_stopping(self) -> None:
+        """Probes call this at safe points so a script that swallowed StopRun still ends."""
+        if self.stop_reason is not None:
+            raise StopRun(self.stop_reason)

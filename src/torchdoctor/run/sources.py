@@ -1,0 +1,30 @@
+"""Which user source files a run executed: the script plus modules imported during the run
+that live outside Python's and the environment's own trees."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+MAX_FILES = 200  # a run importing more user files than this is linted only in part
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {sys.prefix, sys.base_prefix}
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # torchdoctor itself
+    return tuple(os.path.abspath(r) + os.sep for r in roots if r)
+
+
+def executed_user_files(script: str | None, modules_before: set[str]) -> list[str]:
+    roots = _library_roots()
+    files = [os.path.abspath(script)] if script and script.endswith(".py") and os.path.exists(script) else []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name in modules_before or not path or not path.endswith(".py"):
+            continue
+        path = os.path.abspath(path)
+        if not path.startswith(roots) and "site-packages" not in path and path not in files:
+            files.append(path)
+    return files[:MAX_FILES]

@@ -1,0 +1,63 @@
+"""Build RunRecords by hand for rule tests: each test states the measurements it needs."""
+
+import random
+
+from torchdoctor.record import (ApiCall, DispatchSample, Environment, LineHits, LineProfile, LoaderStats,
+                                Location, OpSite, OptimizerInfo, RunInfo, RunRecord, StepSample)
+
+
+def record(step_s=0.1, steps=10, warmup=2, cuda=False, **per_step) -> RunRecord:
+    info = RunInfo(script="train.py", argv=[], cwd="/w", started_at="2026-01-01T00:00:00+00:00",
+                   torchdoctor_version="0", warmup=warmup, steps_requested=steps, max_seconds=60)
+    env = Environment(python="3.11", platform="Linux", torch="2.13", cuda_available=cuda, cuda_used=cuda)
+    rec = RunRecord(run=info, environment=env)
+    for i in range(1, warmup + steps + 1):
+        rec.steps.append(StepSample(index=i, start=(i - 1) * step_s, end=i * step_s, warmup=i <= warmup,
+                                    sampled=False, samples=32, **per_step))
+    return rec
+
+
+def loader(**kw) -> LoaderStats:
+    base = dict(loader_id=0, created_at=Location("train.py", 5, "<module>"), iterated_at=None, batch_size=32,
+                num_workers=0, pin_memory=False, prefetch_factor=None, persistent_workers=False,
+                drop_last=False, dataset_len=320, batches=12)
+    base.update(kw)
+    return LoaderStats(**base)
+
+
+def sampled(rec, windows=3, sites=(), calls=(), eval_batches=0, line_hits=(), total_samples=0):
+    rec.dispatch = DispatchSample(sampled_steps=windows, sites=list(sites), api_calls=list(calls),
+                                  eval_batches_sampled=eval_batches)
+    rec.line_profile = LineProfile(total_samples=total_samples,
+                                   lines=[LineHits(Location("train.py", line, "f"), n) for line, n in line_hits])
+    return rec
+
+
+def site(line, ops, internal=0, time_s=0.0):
+    return OpSite(location=Location("train.py", line, "f"), ops=ops, internal_ops=internal, time_s=time_s,
+                  op_counts={"aten::select": ops // 2, "aten::copy_": ops - ops // 2}, median_numel=8)
+
+
+def call(line, api, kind, count, phase="train", device="cpu", **detail):
+    return ApiCall(Location("train.py", line, "f"), api, kind, phase, count, device, detail)
+
+
+def optimizer(**kw) -> OptimizerInfo:
+    base = dict(class_name="AdamW", param_tensors=100, params=10_000, foreach=None, fused=None,
+                created_at=Location("train.py", 9, "<module>"))
+    base.update(kw)
+    return OptimizerInfo(**base)
+
+
+def noisy(step_s, jitter, steps=30, samples=32, seed=0, **kw):
+    """A record whose measured steps take step_s ± jitter (uniform)."""
+    rng = random.Random(seed)
+    rec = record(step_s=step_s, steps=steps, **kw)
+    t = 0.0
+    out = []
+    for s in rec.steps:
+        d = step_s * (1 + rng.uniform(-jitter, jitter))
+        out.append(StepSample(index=s.index, start=t, end=t + d, warmup=s.warmup, sampled=False, samples=samples))
+        t += d
+    rec.steps = out
+    return rec
