@@ -93,6 +93,7 @@ def analyze(record: RunRecord) -> Report:
     report = Report(source="run", tool_version=torchdoctor.__version__)
     report.summary = summarize(record, facts)
     report.environment = environment_table(record)
+    facts.earlier = report.findings
     for rule_cls in RUNTIME_RULES:
         rule = rule_cls()
         reason = rule.not_measurable(record, facts)

@@ -152,7 +152,8 @@ class DispatchSampler:
         self.fp32_matmul_cuda = 0
         self.autocast_seen = False
         self.overhead_per_op_s = 0.0
-        self.param_ptrs: set[int] = set()  # storages of the parameters backward() reached, once
+        self.param_ptrs: set[int] = set()  # storages of the parameters backward() reached
+        self._params_learned = 0
         self._modes: list[Any] = []
         self._calibrated = False
 
@@ -205,9 +206,11 @@ class DispatchSampler:
                 self.deactivate()
 
     def note_backward(self, roots) -> None:
-        """backward(roots) is about to run in a sampled window: learn the parameters once."""
-        if self.active and self.phase == "train" and not self.param_ptrs:
+        """backward(roots) is about to run: learn which storages are parameters, at the first
+        backward of the run and again in the first sampled step (a model moved in between)."""
+        if not self._params_learned or (self.active and self.phase == "train" and self._params_learned < 2):
             self.param_ptrs = parameter_storages(roots)
+            self._params_learned += 1
 
     def on_eval_enter(self) -> None:
         if not self._modes and self.eval_windows == 0:

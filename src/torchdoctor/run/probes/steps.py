@@ -161,8 +161,9 @@ class StepProbe:
             session.note_training_activity()
             if session.loop_location is None and session.optimizers_created == 0:
                 session.loop_location = caller_location()  # the loop, should backward() define the step
-            if session.sampler is not None and session.sampler.active:
-                session.sampler.note_backward(args[0] if args else kwargs.get("tensors"))
+            note_backward = getattr(session.sampler, "note_backward", None)
+            if note_backward is not None:
+                note_backward(args[0] if args else kwargs.get("tensors"))
             started = session.clock()
             try:
                 result = original(*args, **kwargs)
