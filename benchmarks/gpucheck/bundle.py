@@ -43,7 +43,8 @@ def tag_for(machine: dict, rehearsal: bool, date: str) -> str:
     """`nvidia-h100-80gb-hbm3-2026-12-01`; a rehearsal says so in its name."""
     if rehearsal:
         return f"cpu-rehearsal-{date}"
-    return f"{slug(machine.get('device_name') or 'unknown device')}-{date}"
+    name = machine.get("device_name") or ("no cuda" if machine.get("cuda_available") is False else "unknown device")
+    return f"{slug(name)}-{date}"
 
 
 def _tar_gz(path: Path, members: list[tuple[str, bytes]]) -> None:

@@ -45,8 +45,8 @@ def main(argv: list[str]) -> int:
     result = {"date": _dt.date.today().isoformat(),
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
               "torch": torch.__version__, "reference": REFERENCE, "runs": [], "complete": False,
-              "method": f"{args.repeats} alternating `torchdoctor run` processes of each script, {args.steps} steps "
-                        f"after {args.warmup} warmup; measured steps pooled per script"}
+              "method": f"the original and the fixed script alternately, {args.repeats} `torchdoctor run` process(es) "
+                        f"each, {args.steps} steps after {args.warmup} warmup; measured steps pooled per script"}
     records: dict[str, list] = {"original": [], "fixed": []}
     args.out.write_text(json.dumps(result, indent=2) + "\n")  # stopped before the first run ends: it says so
     with tempfile.TemporaryDirectory() as tmp:

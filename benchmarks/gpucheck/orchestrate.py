@@ -179,16 +179,17 @@ class Orchestrator:
         log = self.ctx.work / f"{step.name}.log"
         outcome.status, outcome.exit_code, outcome.seconds = run_command(argv, timeout, log, self._env(step),
                                                                          self.ctx.root)
+        wrote = step.result is not None and (self.ctx.work / step.result).exists()
         if outcome.status == OVERRAN:
             outcome.reason = (f"stopped after {timeout:.0f} s (its budget)" if timeout == budget else
                               f"stopped after {timeout:.0f} s: the check's {self.total_s:.0f} s ran out")
-        elif outcome.status == FAILED and step.result and not (self.ctx.work / step.result).exists():
+        elif outcome.status == FAILED and not wrote:
             outcome.reason = f"exit code {outcome.exit_code} and no result written: it crashed (the end of its log below)"
         elif outcome.status == FAILED:
             meaning = step.exit_codes.get(outcome.exit_code, "")
             outcome.reason = f"exit code {outcome.exit_code}" + (f": {meaning}" if meaning else "")
-        if outcome.status != PASSED:
-            outcome.log_tail = _tail(log)
+        if outcome.status == OVERRAN or (outcome.status == FAILED and not wrote):
+            outcome.log_tail = _tail(log)  # a failure with a result says itself; all logs are in the logs tarball
         return outcome
 
     def _after(self, step: Step) -> None:

@@ -68,7 +68,8 @@ def _machine(work: Path) -> list[str]:
 def _accuracy(work: Path) -> list[str]:
     a = _json(work, "accuracy.json")
     rows = [[r["example"], r["status"], f"{len(r['found'])}/{len(r['expected'])}" if "found" in r else None,
-             ", ".join(r.get("false_positives", [])), "; ".join(r.get("findings", []))] for r in a["rows"]]
+             ", ".join(r.get("false_positives", [])), "; ".join(r.get("findings", [])) or r.get("error")]
+            for r in a["rows"]]
     return [f"Planted causes found at their line as high/medium: {a['found']}/{a['planted_causes']}; high/medium false "
             f"positives: {a['false_positives']}; complete: {a.get('complete', True)}.", "",
             *_table(["example", "status", "found", "false positives", "findings (code@line:severity:estimate)"], rows)]
@@ -88,9 +89,9 @@ def _tune(work: Path) -> list[str]:
             continue
         lines.append(f"- baseline findings: {', '.join(r['baseline_findings']) or 'none'}; trials the tune would plan "
                      f"itself: {', '.join(r['planned_by_findings']) or 'none'}; baseline drift: {r['baseline_drift']}")
-        lines += [""] + _table(["trial", "tests", "speedup", "noise (95 %)", "significant", "error"],
-                        [[x["trial"], ", ".join(x["tests"]), x["speedup"], x["noise"], x["significant"], x["error"]]
-                         for x in r["trials"]])
+        lines += [""] + _table(["trial", "tests", "speedup", "noise (95 %)", "significant", "seconds", "error"],
+                               [[x["trial"], ", ".join(x["tests"]), x["speedup"], x["noise"], x["significant"],
+                                 x["seconds"], x["error"]] for x in r["trials"]])
         if r["estimates"]:
             lines += ["", *_table(["finding", "where", "trial", "estimated", "measured", "agreement", "within tolerance"],
                                   [[e["finding"], e["where"], e["trial"], e["estimated"], e["measured"], e["agreement"],
@@ -101,10 +102,9 @@ def _tune(work: Path) -> list[str]:
 
 def _demo(work: Path) -> list[str]:
     d = _json(work, "demo.json")
-    lines = [f"{d['method']}; pairs compared: {d.get('pairs', 0)}; complete: {d['complete']}.", *(f"- run {r['script']}: {'ok' if r['ok'] else 'FAILED: ' + str(r['error'])} "
-                                  f"({r['seconds']} s)" for r in d["runs"])]
-    if not d["runs"]:
-        lines.append("- no run had finished")
+    lines = [f"{d['method']}; pairs compared: {d.get('pairs', 0)}; complete: {d['complete']}."]
+    lines += [f"- run {r['script']}: {'ok' if r['ok'] else 'FAILED: ' + str(r['error'])} ({r['seconds']} s)"
+              for r in d["runs"]] or ["- no run had finished"]
     if "measured" in d:
         ref = d["reference"]
         lines += [f"- the doctor's estimate for the loop (TD301): {d['loop_estimate']} (per run: "

@@ -104,4 +104,6 @@ def test_tags_are_plain_names_from_the_device():
     assert bundle.tag_for({"device_name": "NVIDIA H100 80GB HBM3"}, False, "2026-12-01") == \
         "nvidia-h100-80gb-hbm3-2026-12-01"
     assert bundle.tag_for({}, True, "2026-12-01") == "cpu-rehearsal-2026-12-01"
+    assert bundle.tag_for({"cuda_available": False}, False, "2026-12-01") == "no-cuda-2026-12-01"
+    assert bundle.tag_for({}, False, "2026-12-01") == "unknown-device-2026-12-01"  # machine.json never written
     assert bundle.SAFE_NAME.match(bundle.tag_for({"device_name": "Tesla P100/PCIe (16GB)"}, False, "2026-12-01"))

@@ -45,9 +45,14 @@ def test_outcomes_say_what_each_exit_means_and_the_rest_still_run(tmp_path):
     steps = (
         Step("slow", "sleeps past its budget", 1.5, python("import time; print('working', flush=True); time.sleep(60)")),
         Step("ok", "passes", 30, python("print('fine')")),
-        Step("missed", "fails with a known code", 30, python("raise SystemExit(1)"),
-             exit_codes={1: "a planted cause was missed"}),
-        Step("odd", "fails with an unknown code", 30, python("raise SystemExit(7)")),
+        Step("missed", "writes its result, then fails with a known code", 30,
+             lambda ctx, b: [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('{}'); sys.exit(1)",
+                             str(ctx.work / "missed.json")], "missed.json", exit_codes={1: "a planted cause was missed"}),
+        Step("odd", "fails with an unknown code, having written something", 30,
+             lambda ctx, b: [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('{}'); sys.exit(7)",
+                             str(ctx.work / "odd.json")], "odd.json"),
+        Step("crash", "dies before writing its result", 30, python("print('Traceback: boom'); raise SystemExit(1)"),
+             "crash.json", exit_codes={1: "a planted cause was missed"}),
     )
     out = tmp_path / "out"
     ctx = Context(ROOT, sys.executable, tmp_path / "work", rehearse=True)
@@ -59,7 +64,10 @@ def test_outcomes_say_what_each_exit_means_and_the_rest_still_run(tmp_path):
     assert "working" in by_name["slow"].log_tail
     assert by_name["ok"].status == PASSED and by_name["ok"].log_tail == ""
     assert (by_name["missed"].status, by_name["missed"].reason) == (FAILED, "exit code 1: a planted cause was missed")
+    assert by_name["missed"].log_tail == ""  # its result says what happened; the log is in the logs tarball
     assert by_name["odd"].reason == "exit code 7"
+    assert by_name["crash"].reason.startswith("exit code 1 and no result written: it crashed")
+    assert "Traceback: boom" in by_name["crash"].log_tail
     files = sorted(p.name for p in out.iterdir())
     assert "SUMMARY.md" in files and len(files) <= MAX_FILES and all(SAFE_NAME.match(f) for f in files)
     summary = (out / "SUMMARY.md").read_text()

@@ -38,7 +38,7 @@ def gpu_run(work: Path) -> CheckState:
         {"example": "gpu_fp32_matmul.py", "baseline_findings": ["TD402@22:high:1.83"],
          "planned_by_findings": ["amp=bf16", "tf32=true"], "baseline_drift": "no measurable change (1.01x, ±1.2%)",
          "trials": [{"trial": "amp=bf16", "tests": ["TD402"], "speedup": 2.417, "noise": 0.031, "significant": True,
-                     "error": None}],
+                     "seconds": 6.8, "error": None}],
          "estimates": [{"finding": "TD402", "where": "examples/gpu_fp32_matmul.py:22", "trial": "amp=bf16",
                         "estimated": 1.83, "measured": 2.417, "agreement": 1.321, "within_tolerance": True}],
          "skipped_trials": ["tf32=true (budget: 3 s left, a trial takes ~7 s)"]},
@@ -72,7 +72,7 @@ def test_every_number_and_every_skip_reaches_the_summary(tmp_path):
     assert "3 tests: 1 passed, 1 failed, 0 errors, 1 skipped." in text and "assert 'TD103' in set()" in text
     assert "17/21; high/medium false positives: 2; complete: False" in text and "TD201@12" in text
     assert "0.0137" in text and "0.8123" in text
-    assert "| amp=bf16 | TD402 | 2.417 | 0.031 | True |" in text and "| 1.83 | 2.417 | 1.321 | True |" in text
+    assert "| amp=bf16 | TD402 | 2.417 | 0.031 | True | 6.8 |" in text and "| 1.83 | 2.417 | 1.321 | True |" in text
     assert "1.94 (per run: [1.91, 1.97])" in text and "2.36x samples/s (±3.1%)" in text and "21.4 ms -> 9.07 ms" in text
     assert "2.2x on an RTX 4090" in text
     assert "| host_sync_item/trace.json.gz | 177.0 | window |" in text
