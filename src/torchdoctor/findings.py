@@ -83,6 +83,7 @@ class RunSummary:
     power_limit_w: float | None = None
     peak_memory_bytes: int | None = None
     gpu_metrics_missing: str | None = None  # why the GPU rows are empty, when they are
+    machine_busy: str | None = None  # set when other processes took the CPU: timings less reliable
 
 
 @dataclass

@@ -18,7 +18,8 @@ from torchdoctor.trace_summary import TraceSummary
 
 # 2: knobs, loader_only, source_files, static_findings
 # 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
-# 4: step_source, backward_calls, ended_by, startup_s; closure_calls; unfinished_step
+# 4: step_source, backward_calls, ended_by, startup_s, loop_location; closure_calls; unfinished_step;
+#    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 SCHEMA_VERSION = 4
 OLDEST_READABLE_SCHEMA = 1
 
@@ -95,6 +96,16 @@ class LoaderStats:
     wait_cpu_s: float | None = None  # None: not measured (records before schema 3)
     batches_in_eval: int = 0
     batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
+    # every 8th next() of training: its wall time, and how much of it the loading thread spent
+    # ready to run but without a CPU (other processes): tells starvation from waiting on storage
+    sampled_wait_s: float = 0.0
+    sampled_runqueue_s: float | None = None
+
+    @property
+    def runqueue_share(self) -> float | None:
+        if self.sampled_runqueue_s is None or self.sampled_wait_s <= 0:
+            return None
+        return min(1.0, self.sampled_runqueue_s / self.sampled_wait_s)
 
 
 @dataclass
@@ -268,6 +279,26 @@ class Environment:
 
 
 @dataclass
+class Contention:
+    """How busy the machine was during the measured steps (None: not measurable here)."""
+
+    window_s: float | None = None  # wall time covered by the readings
+    process_cpu_s: float | None = None  # CPU time of this process (all its threads)
+    thread_cpu_s: float | None = None  # the training thread on a CPU
+    thread_runqueue_s: float | None = None  # the training thread ready to run, waiting for a CPU
+    involuntary_switches: int | None = None  # of the training thread
+    load_start: float | None = None  # 1-minute load average
+    load_end: float | None = None
+    cpus: int | None = None  # CPUs this process may run on
+
+    @property
+    def runqueue_share(self) -> float | None:
+        if self.thread_runqueue_s is None or not self.window_s:
+            return None
+        return self.thread_runqueue_s / self.window_s
+
+
+@dataclass
 class ProbeNote:
     """What a probe could not do, and why: shown in the report, never hidden."""
 
@@ -332,6 +363,7 @@ class RunRecord:
     # "path::qualname" of the user's functions seen running (stack samples): static findings
     # elsewhere in those files are left out as code that never ran
     functions_seen: list[str] = field(default_factory=list)
+    contention: Contention | None = None
 
     @property
     def measured_steps(self) -> list[StepSample]:

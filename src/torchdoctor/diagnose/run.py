@@ -5,13 +5,16 @@ from __future__ import annotations
 import statistics
 
 import torchdoctor
+from torchdoctor.diagnose.library_calls import library_sync_note
 from torchdoctor.diagnose.lint_evidence import link_static_findings
+from torchdoctor.diagnose.reliability import apply_spread, busy_machine
 from torchdoctor.diagnose.steps import no_step_explanation, step_definition_note
-from torchdoctor.findings import Table, NotMeasured, Report, RunSummary, TimeSplit
+from torchdoctor.diagnose.trace_evidence import merge_trace_findings
+from torchdoctor.diagnose.wall_time import wall_time_table
+from torchdoctor.findings import NotMeasured, Report, RunSummary, Table, TimeSplit
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.registry import RUNTIME_RULES
-from torchdoctor.diagnose.trace_evidence import merge_trace_findings
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -104,9 +107,14 @@ def analyze(record: RunRecord) -> Report:
             report.findings.extend(rule.check(record, facts))
         except Exception as exc:  # one broken rule must not hide the others' findings
             report.notes.append(f"rule {rule.code} failed: {type(exc).__name__}: {exc}")
+    apply_spread(report.findings, facts)
+    wall = wall_time_table(record)
+    if wall is not None:
+        report.tables.append(wall)
     report.tables.extend(_knob_tables(record))
     merge_trace_findings(report, record)
     link_static_findings(report, record)
+    report.summary.machine_busy = busy_machine(record)
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
     return report.ranked()
@@ -163,6 +171,9 @@ def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
     how = step_definition_note(record)
     if how:
         notes.append(how)
+    inside_libraries = library_sync_note(record)
+    if inside_libraries:
+        notes.append(inside_libraries)
     if facts.sampled_steps:
         d = record.dispatch
         notes.append(

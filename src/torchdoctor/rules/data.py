@@ -9,7 +9,7 @@ from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import ApiCall, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import (
-    RunFacts, core_duration, loading_cpu_share, training_loader, waits_on_storage, workers_for_fix,
+    RunFacts, core_duration, loading_cpu_share, starved_of_cpu, training_loader, waits_on_storage, workers_for_fix,
 )
 
 # Exposed data wait below this share of a step is normal prefetch jitter.
@@ -80,7 +80,10 @@ class DataLoaderStall(Rule):
             else f"{workers} worker(s) cannot keep up with the model"
         )
         cpu_share = loading_cpu_share(loader)
-        if cpu_share is not None:
+        if starved_of_cpu(loader):
+            cause += (f"; the loading thread was ready to run but had no CPU {loader.runqueue_share:.0%} of that "
+                      "time: other processes were using the CPUs, so part of this wait is the busy machine's")
+        elif cpu_share is not None:
             cause += (f"; {cpu_share:.0%} of that time was CPU work" if not waits_on_storage(loader) else
                       f"; only {cpu_share:.0%} of that time was CPU work, the rest waited (storage, network)")
         speedup, basis = _parallel_loading_estimate(record, facts, loader, wait)
@@ -98,6 +101,8 @@ class DataLoaderStall(Rule):
                     "share_of_step_time": round(share, 3),
                     "num_workers": workers,
                     "loading_cpu_share": round(cpu_share, 3) if cpu_share is not None else None,
+                    "loading_runqueue_share": (round(loader.runqueue_share, 3)
+                                               if loader.runqueue_share is not None else None),
                     "workers_for_fix": workers_for_fix(record, loader),
                     "speedup_if_fully_hidden": round(amdahl(step, wait), 3),
                     "batch_size": loader.batch_size,

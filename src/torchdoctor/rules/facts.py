@@ -62,9 +62,18 @@ def loading_cpu_share(loader: LoaderStats) -> float | None:
     return min(1.0, loader.wait_cpu_s / loader.wait_total_s)
 
 
+# Loading that spent this share of its wait ready to run but without a CPU was starved by other
+# processes: its low CPU share then says nothing about storage.
+STARVED_SHARE = 0.2
+
+
+def starved_of_cpu(loader: LoaderStats) -> bool:
+    return loader.runqueue_share is not None and loader.runqueue_share >= STARVED_SHARE
+
+
 def waits_on_storage(loader: LoaderStats) -> bool:
     share = loading_cpu_share(loader)
-    return share is not None and share < CPU_BOUND_LOADING_SHARE
+    return share is not None and share < CPU_BOUND_LOADING_SHARE and not starved_of_cpu(loader)
 
 
 def workers_for_fix(record: RunRecord, loader: LoaderStats) -> int:

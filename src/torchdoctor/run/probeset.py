@@ -15,6 +15,7 @@ from typing import Protocol, Sequence
 
 from torchdoctor.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
+from torchdoctor.run.probes.contention import ContentionProbe
 from torchdoctor.run.probes.cuda_events import CudaStepEvents
 from torchdoctor.run.probes.dataloader import DataLoaderProbe
 from torchdoctor.run.probes.dispatch import DispatchSampler
@@ -54,7 +55,7 @@ class ProbeSet:
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [
             StepProbe(session), DataLoaderProbe(session), PhaseProbe(session), self.sampler, self.lines,
-            self.gpu, CudaStepEvents(), self.backward, self.profiler,
+            self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler,
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
         for listener in [*self.probes, self, *listeners]:

@@ -12,12 +12,14 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
+from torchdoctor.run.probes.contention import thread_schedstat
 from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import LoaderStats, RunRecord
 from torchdoctor.run.session import RunSession
 
 _BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor
+SCHED_EVERY = 8  # read the thread's run-queue wait around every 8th next(): ~20 µs each
 
 
 def batch_rows(batch: Any, depth: int = 0) -> int | None:
@@ -146,6 +148,8 @@ class DataLoaderProbe:
         def __next__(it):
             session = probe.session
             session.raise_if_stopping()
+            stats = probe._by_iter.get(it)
+            sched = thread_schedstat() if stats is not None and stats.batches % SCHED_EVERY == 0 else None
             started, cpu_started = session.clock(), session.cpu_clock()
             session.loading_depth += 1
             try:
@@ -154,10 +158,11 @@ class DataLoaderProbe:
                 session.loading_depth -= 1
                 seconds = session.clock() - started
                 session.add_time("data_wait", seconds)
-                stats = probe._by_iter.get(it)
                 if stats is not None:
                     stats.wait_total_s += seconds
                     stats.wait_cpu_s += session.cpu_clock() - cpu_started
+                    if sched is not None:
+                        _add_runqueue(stats, sched, seconds)
                     if it in probe._first_batch_pending:
                         probe._first_batch_pending.discard(it)
                         stats.first_batch_waits_s.append(seconds)
@@ -173,3 +178,11 @@ class DataLoaderProbe:
             return batch
 
         return __next__
+
+
+def _add_runqueue(stats: LoaderStats, before: tuple[float, float], seconds: float) -> None:
+    after = thread_schedstat()
+    if after is None:
+        return
+    stats.sampled_wait_s += seconds
+    stats.sampled_runqueue_s = (stats.sampled_runqueue_s or 0.0) + max(0.0, after[1] - before[1])
