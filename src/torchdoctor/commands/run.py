@@ -10,7 +10,7 @@ from typing import Sequence
 
 from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.errors import EXIT_OK, Interrupted, NoStepsMeasured, ScriptFailed, UsageError
-from torchdoctor.report import RENDERERS, render
+from torchdoctor.report import RENDERERS, emit
 
 HELP = "run a training script under the probes and diagnose it"
 
@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir}")
     if record.run.error:
         sys.stderr.write(record.run.error)
-    sys.stdout.write(render(report, opts.format))
+    emit(report, opts.format)
     return _outcome(record, run_dir)
 
 
