@@ -74,7 +74,8 @@ def _excerpt(shown: str, line: int, path: str, started: float | None, recorded_s
         excerpt.note = f"the file was modified after the run started ({modified}): these are its lines now"
     if line > len(lines):
         return _failed(excerpt, "changed",
-                       f"line {line} is past the end of the file ({len(lines)} lines): it changed since the run")
+                       f"line {line} is past the end of the file ({len(lines)} line{'' if len(lines) == 1 else 's'}): "
+                       "it changed since the run")
     excerpt.first_line = max(1, line - CONTEXT_LINES)
     excerpt.lines = [text[:MAX_LINE_CHARS] for text in lines[excerpt.first_line - 1:line + CONTEXT_LINES]]
     return excerpt

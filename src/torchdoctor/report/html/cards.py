@@ -9,6 +9,9 @@ from torchdoctor.report.common import DASH, fmt_speedup, fmt_value, where
 from torchdoctor.report.html.text import code, esc, esc_line, inline, prose
 
 
+STATUSES = {"ok", "changed", "missing", "unreadable", "not-run-file"}
+
+
 def overview(findings: list[Finding]) -> str:
     rows = []
     for rank, f in enumerate(findings, 1):
@@ -46,7 +49,8 @@ def card(rank: int, f: Finding, excerpt: SourceExcerpt | None) -> str:
 
 
 def source_excerpt(excerpt: SourceExcerpt) -> str:
-    note = f'<p class="source-note status-{esc_line(excerpt.status)}">{esc(excerpt.note)}</p>' if excerpt.note else ""
+    status = excerpt.status if excerpt.status in STATUSES else "other"  # a class name never comes from the data
+    note = f'<p class="source-note status-{status}">{esc(excerpt.note)}</p>' if excerpt.note else ""
     if not excerpt.lines:
         return note
     lines = []
@@ -55,5 +59,5 @@ def source_excerpt(excerpt: SourceExcerpt) -> str:
         lines.append(f'<span class="line{hit}"><span class="ln">{number}</span>{esc(text) or " "}</span>')
     last = excerpt.first_line + len(excerpt.lines) - 1
     caption = f"{esc_line(excerpt.path)}, lines {excerpt.first_line}–{last}"
-    return (f'<figure class="source status-{esc_line(excerpt.status)}"><figcaption>{caption}</figcaption>'
+    return (f'<figure class="source status-{status}"><figcaption>{caption}</figcaption>'
             f'{note}<pre><code>{"".join(lines)}</code></pre></figure>')

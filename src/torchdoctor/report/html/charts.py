@@ -30,7 +30,8 @@ def legend(items: Sequence[tuple[str, str]]) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.4g} ms"
+    """An axis tick: milliseconds, or seconds from one second up (never 1e+04 ms)."""
+    return f"{seconds:.4g} s" if seconds >= 1 else f"{seconds * 1000:.4g} ms"
 
 
 def _center(p: StepPoint) -> float:
@@ -113,18 +114,19 @@ def _markers(plot: Plot, series: StepSeries) -> list[tuple[str, str]]:
     keys = []
     for row, kind in enumerate(kinds):
         text = MARKER_TEXT.get(kind, kind)
+        style = kind if kind in MARKER_TEXT else "other"  # a class name never comes from the data
         mine = [m for m in series.markers if m.kind == kind]
         count = sum(m.count for m in mine)
         if as_lines:
             for m in mine:
                 where = f"step {m.step}" if m.count == 1 else f"{m.count} steps of the bucket from step {m.step}"
                 took = f", {fmt_ms(m.seconds)}" if m.seconds else ""
-                plot.vline(m.step, f"mk mk-{kind}", f"{text} during {where}{took}")
-            keys.append((f"k-{kind}", text))
+                plot.vline(m.step, f"mk mk-{style}", f"{text} during {where}{took}")
+            keys.append((f"k-{style}", text))
         else:
             took = f", {fmt_ms(sum(m.seconds for m in mine))} in all" if any(m.seconds for m in mine) else ""
-            plot.rug([m.step for m in mine], row, f"rug mk-{kind}", f"{text}: {count:,} times{took}")
-            keys.append((f"k-{kind}", f"{text} ({count:,}×, ticks along the top)"))
+            plot.rug([m.step for m in mine], row, f"rug mk-{style}", f"{text}: {count:,} times{took}")
+            keys.append((f"k-{style}", f"{text} ({count:,}×, ticks along the top)"))
     return keys
 
 

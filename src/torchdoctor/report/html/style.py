@@ -72,7 +72,7 @@ CSS = """
 .tdr svg .mk { stroke-width:1.5; stroke-dasharray:4 3; fill:none; }
 .tdr svg .rug { stroke-width:1.2; fill:none; }
 .tdr svg .mk-eval { stroke:var(--eval); } .tdr svg .mk-checkpoint { stroke:var(--ckpt); }
-.tdr svg .mk-epoch { stroke:var(--epoch); }
+.tdr svg .mk-epoch { stroke:var(--epoch); } .tdr svg .mk-other { stroke:var(--ref); }
 .tdr svg .ref { stroke:var(--ref); stroke-width:1; stroke-dasharray:2 3; fill:none; }
 .tdr svg .ref-limit { stroke:var(--high); stroke-dasharray:6 3; stroke-width:1.5; }
 .tdr svg .ref-reserved { stroke:var(--c-opt); stroke-dasharray:6 3; stroke-width:1.5; }
@@ -97,9 +97,9 @@ CSS = """
 .tdr .k-warmup { background:var(--warmup); border:1px solid var(--border); }
 .tdr .k-band { background:var(--band); } .tdr .k-wait { background:var(--c-data); }
 .tdr .k-sampled { background:var(--sampled); border-radius:50%%; width:10px; }
-.tdr .k-eval, .tdr .k-checkpoint, .tdr .k-epoch { width:3px; height:14px; vertical-align:middle; }
+.tdr .k-eval, .tdr .k-checkpoint, .tdr .k-epoch, .tdr .k-other { width:3px; height:14px; vertical-align:middle; }
 .tdr .k-eval { background:var(--eval); } .tdr .k-checkpoint { background:var(--ckpt); }
-.tdr .k-epoch { background:var(--epoch); }
+.tdr .k-epoch { background:var(--epoch); } .tdr .k-other { background:var(--ref); }
 .tdr .k-base { background:var(--c-log); } .tdr .k-run { background:var(--accent); }
 .tdr .k-same { background:var(--band); border:1px solid var(--accent); }
 .tdr .badge { display:inline-block; font-size:.75em; font-weight:700; text-transform:uppercase; letter-spacing:.04em;
