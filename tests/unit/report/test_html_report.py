@@ -217,3 +217,22 @@ def test_every_section_is_a_function_of_the_report_alone():
                                                                                                     0.1])])
 def test_ticks_are_round_numbers_inside_the_range(lo, hi, expected):
     assert nice_ticks(lo, hi) == pytest.approx(expected)
+
+
+def test_a_gpu_run_whose_nvml_returned_nothing_says_so():
+    rec = record(steps=6, warmup=1, cuda=True)
+    rec.nvml = NvmlRecord(available=True, device_name="A100", samples=[])
+    markup = render_html(analyze(rec))
+    for sid in ("gpu", "memory"):
+        assert "not measured: NVML returned no samples" in section(markup, sid)
+        assert "<svg" not in section(markup, sid)
+
+
+def test_a_damaged_record_never_puts_nan_into_the_svg():
+    rec = record(steps=8, warmup=1)
+    rec.steps[4].end = float("nan")
+    rec.steps[5].data_wait_s = float("inf")
+    markup = render_html(analyze(rec))
+    geometry = [v for tag, attrs in Page(markup).elements if tag in ("path", "rect", "circle", "text")
+                for k, v in attrs.items() if k in ("d", "x", "y", "width", "height", "cx", "cy")]
+    assert geometry and not [v for v in geometry if re.search(r"nan|inf", v, flags=re.I)]

@@ -46,7 +46,7 @@ class Scale:
         self.lo, self.hi, self.a, self.b = lo, hi, a, b
 
     def __call__(self, value: float) -> float:
-        if self.hi <= self.lo:
+        if not math.isfinite(value) or not self.hi > self.lo:  # a damaged record's NaN must not reach the SVG
             return (self.a + self.b) / 2
         clipped = min(max(value, self.lo), self.hi)
         return self.a + (clipped - self.lo) / (self.hi - self.lo) * (self.b - self.a)
@@ -87,7 +87,7 @@ class Plot:
         """A polyline; a missing value (None) breaks it instead of dropping to zero."""
         d, pen_down = [], False
         for x, y in zip(xs, ys):
-            if y is None:
+            if y is None or not math.isfinite(y):
                 pen_down = False
                 continue
             d.append(f"{'L' if pen_down else 'M'}{_n(self.x(x))} {_n(self.y(y))}")
