@@ -115,6 +115,8 @@ class RunBar:
     high: float | None = None
     verdict: str = ""  # against the baseline, e.g. "2.21x samples/s (±2.0%)"; "baseline" for the first
     significant: bool = False
+    ratio: float | None = None  # this run's value / the baseline's (None for the baseline)
+    noise: float | None = None  # the 95 % band on that ratio (None: too few steps to tell)
     step_time_s: float | None = None
     split: TimeSplit | None = None
 

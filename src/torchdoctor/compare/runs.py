@@ -103,6 +103,8 @@ def run_bars(runs: list[ComparedRun]) -> list[RunBar]:
             high=None if half is None else round(value + half, 3),
             verdict=verdict.describe() if verdict else "baseline",
             significant=bool(verdict and verdict.significant),
+            ratio=round(verdict.ratio, 4) if verdict else None,
+            noise=None if verdict is None or verdict.noise is None else round(verdict.noise, 4),
             step_time_s=run.report.summary.step_time_s, split=run.report.summary.split,
         ))
     return bars

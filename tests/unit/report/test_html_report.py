@@ -194,11 +194,12 @@ def test_a_failing_section_is_reported_on_the_page_not_raised(monkeypatch):
 def test_comparison_bars_show_each_runs_band_and_verdict():
     report = Report(source="compare", tool_version="0", figures=Figures(comparison=[
         RunBar("before", "samples/s", 100.0, 95.0, 105.0, "baseline"),
-        RunBar("after", "samples/s", 221.0, 216.0, 226.0, "2.21x samples/s (±2.0%)", significant=True),
-        RunBar("noise", "samples/s", 101.0, None, None, "no measurable change (1.01x, ±5.0%)")]))
+        RunBar("after", "samples/s", 221.0, 216.0, 226.0, "2.21x samples/s (±2.0%)", True, 2.21, 0.02),
+        RunBar("noise", "samples/s", 101.0, None, None, "no measurable change (1.01x, ±5.0%)", False, 1.01, 0.05)]))
     body = section(render_html(report), "comparison")
     assert body.count('class="whisker"') == 2  # the run without a noise estimate has no band to draw
-    assert "2.21x samples/s (±2.0%)" in body and "noise unknown" in body
+    assert ">2.21x (±2.0%)<title>2.21x samples/s (±2.0%)</title>" in body  # short on the chart, full on hover
+    assert ">no change (1.01x, ±5.0%)<" in body and "noise unknown (too few steps)" in body
     assert 'class="bar-run"' in body and 'class="bar-same"' in body and 'class="bar-base"' in body
 
 

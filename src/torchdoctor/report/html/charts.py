@@ -1,32 +1,23 @@
-"""The report's charts, each drawn from one part of `Report.figures` (or the summary).
+"""The report's charts over steps and time, each drawn from one part of `Report.figures`.
 
 Each function returns finished HTML (an SVG plus its legend); a section decides whether
-there is anything to draw and says "not measured" itself when there is not.
+there is anything to draw and says "not measured" itself when there is not. Bar charts
+(the split, memory peaks, before/after) are in `bars`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchdoctor.figures import (CHECKPOINT, EPOCH, EVAL, SAMPLED, WARMUP, GpuSeries, MemoryPeaks, RunBar, StepPoint,
-                                 StepSeries, TimeSplit)
-from torchdoctor.report.common import SPLIT_ROWS, fmt_bytes, fmt_ms, one_line
-from torchdoctor.report.html.svg import RUG_ROW_PX, WIDTH, Plot, upper
-from torchdoctor.report.html.text import esc_line
+from torchdoctor.figures import CHECKPOINT, EPOCH, EVAL, SAMPLED, WARMUP, GpuSeries, MemoryPeaks, StepPoint, StepSeries
+from torchdoctor.report.common import fmt_bytes, fmt_ms
+from torchdoctor.report.html import bars
+from torchdoctor.report.html.svg import RUG_ROW_PX, Plot, legend, upper
 
 DOTS_UP_TO = 150  # points drawn as hoverable dots; beyond that the line alone reads better
-SPLIT_CLASS = {"data_wait_s": "c-data", "forward_and_other_s": "c-fwd", "backward_s": "c-bwd",
-               "optimizer_s": "c-opt", "eval_s": "c-eval", "checkpoint_s": "c-ckpt", "logging_s": "c-log"}
 MARKER_TEXT = {EVAL: "evaluation", CHECKPOINT: "checkpoint saved", EPOCH: "epoch starts"}
-NAME_CHARS = 30
 MAX_OFF_TOP_LABELS = 8
-MAX_MARKER_LINES = 40  # more dashed lines than this hide the steps between them  # run names in comparison charts; the full name is in the tooltip
-
-
-def legend(items: Sequence[tuple[str, str]]) -> str:
-    """(CSS class of the key, label) pairs."""
-    keys = "".join(f'<li><span class="key {cls}"></span>{esc_line(label)}</li>' for cls, label in items)
-    return f'<ul class="legend">{keys}</ul>'
+MAX_MARKER_LINES = 40  # more dashed lines than this hide the steps between them
 
 
 def _ms(seconds: float) -> str:
@@ -44,25 +35,6 @@ def _steps_label(p: StepPoint) -> str:
 
 def _x_range(points: list[StepPoint]) -> tuple[float, float]:
     return points[0].step - 0.5, points[-1].step + points[-1].steps - 0.5
-
-
-def split_bar(split: TimeSplit, step_s: float) -> str:
-    parts = [(label, attr, getattr(split, attr)) for label, attr in SPLIT_ROWS]
-    plot = Plot((0.0, step_s), (0.0, 1.0), height=56, left=8)
-    x = 0.0
-    for label, attr, seconds in parts:
-        if seconds > 0:
-            plot.parts.append(f'<rect class="{SPLIT_CLASS[attr]}" x="{plot.x(x):.1f}" y="8" '
-                              f'width="{max(plot.x(x + seconds) - plot.x(x), 0.5):.1f}" height="40">'
-                              f'<title>{esc_line(label)}: {fmt_ms(seconds)} ({seconds / step_s:.0%})</title></rect>')
-            plot.points += 1
-            x += seconds
-    rows = "".join(f'<tr><td><span class="key {SPLIT_CLASS[attr]}"></span>{esc_line(label)}</td>'
-                   f'<td class="num">{fmt_ms(seconds)}</td><td class="num">{seconds / step_s:.0%}</td></tr>'
-                   for label, attr, seconds in parts)
-    table = f'<table class="grid split"><thead><tr><th>part</th><th class="num">per step</th>' \
-            f'<th class="num">share</th></tr></thead><tbody>{rows}</tbody></table>'
-    return plot.svg("step-time split, stacked") + table
 
 
 def step_time_chart(series: StepSeries, p50_s: float | None) -> str:
@@ -216,85 +188,7 @@ def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None
         plot.line(ts, [None if v is None else v / gib for v in used], "l-mem", "device memory used")
         return legend(keys) + plot.svg("device memory over time")
     if peaks and peaks.device_total_bytes > 0:
-        rows = [("peak allocated", peaks.peak_allocated_bytes, "c-fwd"),
-                ("peak reserved", peaks.peak_reserved_bytes, "c-opt"),
-                ("device total", peaks.device_total_bytes, "c-log")]
-        return _horizontal_bars([(label, value / gib, cls, fmt_bytes(value)) for label, value, cls in rows],
-                                "PyTorch's peak CUDA memory against the device's", "GiB")
+        return bars.memory_peaks(peaks)
     return None
 
 
-def _horizontal_bars(rows: list[tuple[str, float, str, str]], label: str, unit: str) -> str:
-    height = 20 + 28 * len(rows)
-    plot = Plot((0.0, upper([v for _, v, _, _ in rows], 1e-9)), (0.0, 1.0), height=height, left=200)
-    for i, (name, value, cls, text) in enumerate(rows):
-        y = 10 + 28 * i
-        plot.parts.append(f'<text class="row-label" x="192" y="{y + 15}" text-anchor="end">{esc_line(name)}</text>'
-                          f'<rect class="{cls}" x="200" y="{y}" width="{max(plot.x(value) - 200, 1):.1f}" height="20">'
-                          f'<title>{esc_line(name)}: {esc_line(text)}</title></rect>'
-                          f'<text class="value-label" x="{plot.x(value) + 6:.1f}" y="{y + 15}">{esc_line(text)}</text>')
-        plot.points += 1
-    return plot.svg(f"{label} ({unit})")
-
-
-def comparison_bars(bars: list[RunBar]) -> str:
-    """Each run's throughput with its 95 % noise band; the baseline's value as a dashed line."""
-    row, top_pad = 30, 10
-    plot = Plot((0.0, upper([b.high or b.value for b in bars], 1e-9)), (0.0, 1.0),
-                height=top_pad * 2 + row * len(bars) + 24, left=210)
-    value_right = WIDTH - 280
-    plot.x.b = value_right
-    base = bars[0].value
-    plot.parts.append(f'<path class="ref" d="M{plot.x(base):.1f} 4V{top_pad + row * len(bars)}"/>')
-    for i, bar in enumerate(bars):
-        y = top_pad + row * i
-        name = one_line(bar.name)
-        short = name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
-        cls = "bar-base" if i == 0 else "bar-run" if bar.significant else "bar-same"
-        band = f", 95 % band {bar.low:,.1f}–{bar.high:,.1f}" if bar.low is not None and bar.high is not None else \
-            ", noise unknown (too few steps)"
-        tip = f"{name}: {bar.value:,.1f} {bar.measure}{band}; {bar.verdict}"
-        plot.parts.append(
-            f'<text class="row-label" x="202" y="{y + 16}" text-anchor="end">{esc_line(short)}<title>{esc_line(name)}'
-            f'</title></text><rect class="{cls}" x="210" y="{y + 3}" width="{max(plot.x(bar.value) - 210, 1):.1f}" '
-            f'height="18"><title>{esc_line(tip)}</title></rect>')
-        end = plot.x(bar.value)
-        if bar.low is not None and bar.high is not None:
-            lo, hi = plot.x(bar.low), plot.x(bar.high)
-            plot.parts.append(f'<path class="whisker" d="M{lo:.1f} {y + 12}H{hi:.1f}M{lo:.1f} {y + 6}V{y + 18}'
-                              f'M{hi:.1f} {y + 6}V{y + 18}"/>')
-            end = hi
-        plot.parts.append(f'<text class="value-label" x="{end + 6:.1f}" y="{y + 16}">{bar.value:,.1f}</text>'
-                          f'<text class="verdict" x="{value_right + 70}" y="{y + 16}">{esc_line(bar.verdict)}</text>')
-        plot.points += 1
-    axis_y = top_pad + row * len(bars) + 16
-    plot.parts.append(f'<text class="axis-label" x="{(210 + value_right) / 2:.0f}" y="{axis_y}" text-anchor="middle">'
-                      f'{esc_line(bars[0].measure)}, 95 % band from each run\'s own window-to-window noise</text>')
-    keys = [("k-base", "baseline"), ("k-run", "faster or slower beyond noise"), ("k-same", "inside the noise")]
-    return legend(keys) + plot.svg(f"{bars[0].measure} per run")
-
-
-def comparison_splits(bars: list[RunBar]) -> str | None:
-    runs = [b for b in bars if b.split is not None and b.step_time_s]
-    if not runs:
-        return None
-    row = 30
-    plot = Plot((0.0, upper([b.step_time_s for b in runs], 1e-9)), (0.0, 1.0), height=20 + row * len(runs), left=210)
-    for i, bar in enumerate(runs):
-        y = 10 + row * i
-        name = one_line(bar.name)
-        short = name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
-        plot.parts.append(f'<text class="row-label" x="202" y="{y + 16}" text-anchor="end">{esc_line(short)}</text>')
-        x = 0.0
-        for label, attr in SPLIT_ROWS:
-            seconds = getattr(bar.split, attr)
-            if seconds <= 0:
-                continue
-            plot.parts.append(f'<rect class="{SPLIT_CLASS[attr]}" x="{plot.x(x):.1f}" y="{y + 3}" '
-                              f'width="{max(plot.x(x + seconds) - plot.x(x), 0.5):.1f}" height="18">'
-                              f'<title>{esc_line(name)}: {esc_line(label)} {fmt_ms(seconds)}</title></rect>')
-            x += seconds
-        plot.parts.append(f'<text class="value-label" x="{plot.x(x) + 6:.1f}" y="{y + 16}">{fmt_ms(x)}</text>')
-        plot.points += 1
-    keys = [(SPLIT_CLASS[attr], label) for label, attr in SPLIT_ROWS]
-    return legend(keys) + plot.svg("step-time split per run")

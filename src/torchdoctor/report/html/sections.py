@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torchdoctor.figures import Figures, StepSeries
 from torchdoctor.findings import Report
 from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
-from torchdoctor.report.html import cards, charts
+from torchdoctor.report.html import bars, cards, charts
 from torchdoctor.report.html.text import esc, esc_line, facts, note, prose, table
 
 
@@ -66,7 +66,7 @@ def step_split(report: Report) -> Section | None:
         return Section("split", "Where a step's time goes", not_measured("no measured steps, so there is no split"))
     caption = (f"Host-side time per measured step as a share of the mean step ({fmt_ms(s.step_time_s)}); warm-up and "
                "sampled steps excluded. Forward + other is what the other parts leave of the step.")
-    return Section("split", "Where a step's time goes", charts.split_bar(s.split, s.step_time_s) + note(caption))
+    return Section("split", "Where a step's time goes", bars.split_bar(s.split, s.step_time_s) + note(caption))
 
 
 def step_timeline(report: Report) -> Section | None:
@@ -139,11 +139,11 @@ def memory(report: Report) -> Section | None:
 
 
 def comparison(report: Report) -> Section | None:
-    bars = _figures(report).comparison
-    if not bars:
+    runs = _figures(report).comparison
+    if not runs:
         return None
-    body = charts.comparison_bars(bars)
-    splits = charts.comparison_splits(bars)
+    body = bars.comparison_bars(runs)
+    splits = bars.comparison_splits(runs)
     if splits:
         body += "<h3>Step-time split per run</h3>" + splits
     return Section("comparison", "Before / after", body)

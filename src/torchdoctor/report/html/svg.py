@@ -138,10 +138,27 @@ class Plot:
         self.parts.append(f'<rect class="{cls}" x="{_n(a)}" y="{_n(self.y.b)}" width="{_n(max(b - a, 1))}" '
                           f'height="{_n(self.y.a - self.y.b)}">{_title(title)}</rect>')
 
+    def hbar(self, x0: float, x1: float, y: float, height: float, cls: str, title: str) -> None:
+        """A horizontal bar from data x0 to x1 at pixel row y (bar charts run left to right)."""
+        a, b = self.x(x0), self.x(x1)
+        self.parts.append(f'<rect class="{cls}" x="{_n(a)}" y="{_n(y)}" width="{_n(max(b - a, 0.5))}" '
+                          f'height="{_n(height)}">{_title(title)}</rect>')
+
+    def label(self, x: float, y: float, text: str, cls: str, anchor: str = "start", title: str = "") -> None:
+        """Text at pixel coordinates (row labels, values next to bars)."""
+        self.parts.append(f'<text class="{cls}" x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}">{esc_line(text)}'
+                          f'{_title(title)}</text>')
+
     def svg(self, label: str) -> str:
         return (f'<svg class="chart" viewBox="0 0 {WIDTH} {self.height}" role="img" aria-label="{esc_line(label)}" '
                 f'data-points="{self.points}">'
                 f'{"".join(self.parts)}</svg>')
+
+
+def legend(items: Sequence[tuple[str, str]]) -> str:
+    """The key to a chart, as HTML above it: (CSS class of the swatch, label) pairs."""
+    keys = "".join(f'<li><span class="key {cls}"></span>{esc_line(label)}</li>' for cls, label in items)
+    return f'<ul class="legend">{keys}</ul>'
 
 
 def _title(text: str) -> str:
