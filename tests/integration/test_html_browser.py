@@ -38,7 +38,9 @@ CHARTS_JS = """() => [...document.querySelectorAll('svg.chart')].map(svg => {
 })"""
 
 
-def sync_playwright_or_skip():
+@pytest.fixture(scope="module")
+def sync_playwright():
+    """Playwright's entry point, or a skip saying what is missing (before the demo runs for nothing)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -58,8 +60,7 @@ def demo_run(tmp_path_factory) -> Path:
     return out
 
 
-def test_the_demo_report_in_a_real_browser(demo_run, tmp_path, update_screenshots):
-    sync_playwright = sync_playwright_or_skip()
+def test_the_demo_report_in_a_real_browser(sync_playwright, demo_run, tmp_path, update_screenshots):
     page_file = demo_run / "report.html"
     size = page_file.stat().st_size
     assert size < MAX_PAGE_BYTES

@@ -60,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
     from torchdoctor.run.progress import RunProgress
     from torchdoctor.run.runner import RunRequest
     from torchdoctor.run.target import check_target
-    from torchdoctor.rundir import create_run_dir, write_run
+    from torchdoctor.rundir import HTML_FILE, create_run_dir, write_run
 
     progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
     request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
@@ -71,7 +71,8 @@ def main(argv: Sequence[str]) -> int:
     record = measure(request, run_dir)
     report = analyze(record)
     write_run(run_dir, record, report)
-    progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir}")
+    progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
+                   f"(open {run_dir / HTML_FILE} for the charts)")
     if record.run.error:
         sys.stderr.write(record.run.error)
     emit(report, opts.format)
