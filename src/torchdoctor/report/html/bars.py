@@ -45,7 +45,8 @@ def split_bar(split: TimeSplit, step_s: float) -> str:
 
 def memory_peaks(peaks: MemoryPeaks) -> str:
     gib = 2 ** 30
-    rows = [("peak allocated", peaks.peak_allocated_bytes, "c-fwd"), ("peak reserved", peaks.peak_reserved_bytes, "c-opt"),
+    rows = [("peak allocated", peaks.peak_allocated_bytes, "c-fwd"),
+            ("peak reserved", peaks.peak_reserved_bytes, "c-opt"),
             ("device total", peaks.device_total_bytes, "c-log")]
     plot = Plot((0.0, upper([v / gib for _, v, _ in rows], 1e-9)), (0.0, 1.0), height=20 + ROW * len(rows), left=NAMES)
     plot.x.b = WIDTH - 90  # room for the value after the longest bar

@@ -67,8 +67,7 @@ def step_time_chart(series: StepSeries, p50_s: float | None) -> str:
                    for p in shown])
     off_top = [p for p in points if p.time_s > plot.y.hi]
     for p in off_top[:MAX_OFF_TOP_LABELS]:
-        plot.parts.append(f'<text class="off-top" x="{plot.x(_center(p)):.1f}" y="{plot.y.b + 10 + RUG_ROW_PX * rug_rows:.1f}" '
-                          f'text-anchor="start">↑ {fmt_ms(p.time_s)}</text>')
+        plot.label(plot.x(_center(p)), plot.y.b + 10 + RUG_ROW_PX * rug_rows, f"↑ {fmt_ms(p.time_s)}", "off-top")
     sampled = [p for p in points if p.kind == SAMPLED]
     if sampled:
         plot.dots([_center(p) for p in sampled], [p.time_s for p in sampled], "dot dot-sampled",
@@ -133,7 +132,6 @@ def _shade_warmup(plot: Plot, points: list[StepPoint]) -> bool:
 def gpu_charts(gpu: GpuSeries) -> list[tuple[str, str]]:
     """(title, chart) for utilization, power and SM clock, those this GPU reported."""
     ts = [p.t for p in gpu.points]
-    x = (min(ts), max(max(ts), min(ts) + gpu.interval_s))
     charts = []
     specs = [
         ("GPU utilization", "util", None, "%", lambda v: f"{v:.0f} %", 100.0, "l-util"),
@@ -145,23 +143,29 @@ def gpu_charts(gpu: GpuSeries) -> list[tuple[str, str]]:
         if all(v is None for v in values):
             continue
         top = 100.0 if unit == "%" else upper([*values, ceiling], floor)
-        plot = Plot(x, (0.0, top), height=150)
+        plot = Plot(_time_range(gpu), (0.0, top), height=150)
         plot.axes(lambda v: f"{v:g} s", fmt, "seconds since the run started")
-        _shade_window(plot, gpu)
-        keys = [(f"k-line {cls}", title)]
+        keys = [(f"k-line {cls}", title)] + _shade_window(plot, gpu)
         if ceiling:
             label = f"{'power limit' if unit == 'W' else 'maximum SM clock'} {fmt(ceiling)}"
             plot.hline(ceiling, "ref ref-limit", label)
             keys.append(("k-limit", label))
         plot.line(ts, values, cls, title)
-        keys.append(("k-window", "steps after warm-up"))
         charts.append((title, legend(keys) + plot.svg(f"{title} over time")))
     return charts
 
 
-def _shade_window(plot: Plot, gpu: GpuSeries) -> None:
-    if gpu.measured_from_s is not None and gpu.measured_to_s is not None:
-        plot.span(gpu.measured_from_s, gpu.measured_to_s, "window", "the steps after warm-up")
+def _time_range(gpu: GpuSeries) -> tuple[float, float]:
+    ts = [p.t for p in gpu.points]
+    return min(ts), max(max(ts), min(ts) + gpu.interval_s)
+
+
+def _shade_window(plot: Plot, gpu: GpuSeries) -> list[tuple[str, str]]:
+    """Shade the steps after warm-up; their legend key, or none when the run had none."""
+    if gpu.measured_from_s is None or gpu.measured_to_s is None:
+        return []
+    plot.span(gpu.measured_from_s, gpu.measured_to_s, "window", "the steps after warm-up")
+    return [("k-window", "steps after warm-up")]
 
 
 def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None:
@@ -170,12 +174,10 @@ def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None
     gib = 2 ** 30
     if gpu and any(v is not None for v in used):
         total = gpu.mem_total_bytes or (peaks.device_total_bytes if peaks else None)
-        ts = [p.t for p in gpu.points]
-        plot = Plot((min(ts), max(max(ts), min(ts) + gpu.interval_s)),
-                    (0.0, upper([*(v / gib for v in used if v is not None), (total or 0) / gib], 0.1)), height=170)
+        top = upper([*(v / gib for v in used if v is not None), (total or 0) / gib], 0.1)
+        plot = Plot(_time_range(gpu), (0.0, top), height=170)
         plot.axes(lambda v: f"{v:g} s", lambda v: f"{v:g} GiB", "seconds since the run started")
-        _shade_window(plot, gpu)
-        keys = [("k-line l-mem", "device memory used (NVML: every process on the GPU)")]
+        keys = [("k-line l-mem", "device memory used (NVML: every process on the GPU)")] + _shade_window(plot, gpu)
         lines = [(total, "ref ref-limit", "k-limit", "device total")]
         if peaks:
             lines += [(peaks.peak_reserved_bytes, "ref ref-reserved", "k-reserved", "PyTorch peak reserved"),
@@ -184,8 +186,7 @@ def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None
             if value:
                 plot.hline(value / gib, cls, f"{label} {fmt_bytes(value)}")
                 keys.append((key, f"{label} {fmt_bytes(value)}"))
-        keys.append(("k-window", "steps after warm-up"))
-        plot.line(ts, [None if v is None else v / gib for v in used], "l-mem", "device memory used")
+        plot.line([p.t for p in gpu.points], [None if v is None else v / gib for v in used], "l-mem", "device memory used")
         return legend(keys) + plot.svg("device memory over time")
     if peaks and peaks.device_total_bytes > 0:
         return bars.memory_peaks(peaks)

@@ -154,8 +154,9 @@ def tables(report: Report) -> Section | None:
         return None
     parts = []
     for t in report.tables:
-        numeric = [bool(t.rows) and all(isinstance(r[i], (int, float)) or r[i] is None for r in t.rows if i < len(r))
-                   for i in range(len(t.columns))]
+        # a column of numbers (or blanks) is right-aligned, as numbers are read
+        numeric = [bool(t.rows) and all(row[i] is None or isinstance(row[i], (int, float)) for row in t.rows
+                                        if i < len(row)) for i in range(len(t.columns))]
         parts.append(f"<h3>{esc_line(t.title)}</h3>{table(t.columns, t.rows, numeric=numeric)}")
         if t.caption:
             parts.append(prose(t.caption))
@@ -165,8 +166,9 @@ def tables(report: Report) -> Section | None:
 def findings(report: Report) -> Section | None:
     ranked = ranked_findings(report)
     if not ranked:
-        return None if report.source not in ("run", "lint", "trace") else Section("findings", "Causes, ranked",
-                                                                                     note("No findings."))
+        if report.source not in ("run", "lint", "trace"):
+            return None  # a comparison's content is its bars and tables
+        return Section("findings", "Causes, ranked", note("No findings."))
     body = cards.overview(ranked) + "".join(
         cards.card(rank, f, report.excerpt_for(f)) for rank, f in enumerate(ranked, 1))
     return Section("findings", "Causes, ranked", body)

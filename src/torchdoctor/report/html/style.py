@@ -80,10 +80,7 @@ CSS = """
 .tdr svg .whisker { stroke:var(--fg); stroke-width:1.5; fill:none; }
 .tdr svg .bar-base { fill:var(--c-log); } .tdr svg .bar-run { fill:var(--accent); }
 .tdr svg .bar-same { fill:var(--band); stroke:var(--accent); }
-.tdr .c-data { fill:var(--c-data); background:var(--c-data); } .tdr .c-fwd { fill:var(--c-fwd); background:var(--c-fwd); }
-.tdr .c-bwd { fill:var(--c-bwd); background:var(--c-bwd); } .tdr .c-opt { fill:var(--c-opt); background:var(--c-opt); }
-.tdr .c-eval { fill:var(--c-eval); background:var(--c-eval); }
-.tdr .c-ckpt { fill:var(--c-ckpt); background:var(--c-ckpt); } .tdr .c-log { fill:var(--c-log); background:var(--c-log); }
+%(parts)s
 .tdr .legend { list-style:none; display:flex; flex-wrap:wrap; gap:4px 16px; padding:0; margin:6px 0 0;
   font-size:.85em; color:var(--muted); }
 .tdr .key { display:inline-block; width:14px; height:10px; margin-right:6px; vertical-align:baseline;
@@ -132,4 +129,6 @@ CSS = """
   .tdr svg.chart, .tdr figure.source, .tdr table { break-inside:avoid; }
   .tdr * { -webkit-print-color-adjust:exact; print-color-adjust:exact; }
 }
-""" % {"light": LIGHT, "dark": DARK}
+""" % {"light": LIGHT, "dark": DARK, "parts": "\n".join(
+    f".tdr .c-{part} {{ fill:var(--c-{part}); background:var(--c-{part}); }}"  # a split part: SVG bar or legend key
+    for part in ("data", "fwd", "bwd", "opt", "eval", "ckpt", "log"))}
