@@ -71,9 +71,9 @@ def step_time_chart(series: StepSeries, p50_s: float | None) -> str:
     sampled = [p for p in points if p.kind == SAMPLED]
     if sampled:
         plot.dots([_center(p) for p in sampled], [p.time_s for p in sampled], "dot dot-sampled",
-                  [f"{_steps_label(p)}: {fmt_ms(p.time_s)}, ran under the op sampler (excluded from timings)"
+                  [f"{_steps_label(p)}: {fmt_ms(p.time_s)}, ran under a sampler (excluded from timings)"
                    for p in sampled])
-        keys.append(("k-sampled", "sampled step (op sampler on, not timed)"))
+        keys.append(("k-sampled", "sampled step (a sampler ran: not timed)"))
     return legend(keys) + plot.svg("step time per optimizer step")
 
 
