@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""One entry point for a fresh machine with only Python: `python3 dev.py demo|test|bench`.
+"""One entry point for a fresh machine with only Python: `python3 dev.py demo|test|bench|gpu`.
 
 Creates `.venv`, installs torch (CPU build first, so the `torch>=2.2` requirement never
 pulls a multi-GB CUDA build during setup), installs torchdoctor, then runs the command.
+`gpu` is the exception: on the GPU machine it uses that python3 and its torch as they are
+(see benchmarks/gpucheck/ and the README's "GPU check").
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ VENV = ROOT / ".venv"
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 TORCH = os.environ.get("TORCHDOCTOR_TORCH", "torch==2.13.0")
 STAMP = VENV / ".torchdoctor-installed"
-BENCH_HELPERS = {"trace_gen"}  # benchmarks/ modules that are inputs to a benchmark, not benchmarks
+BENCH_HELPERS = {"trace_gen", "overhead_workload"}  # benchmarks/ modules that are inputs to a benchmark
 
 
 def sh(*cmd: str) -> None:
@@ -42,9 +44,18 @@ def ensure_env() -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "help"
-    if command not in ("demo", "test", "bench"):
-        print("usage: python3 dev.py demo | test [pytest args] | bench [NAME...]")
+    if command not in ("demo", "test", "bench", "gpu"):
+        print("usage: python3 dev.py demo | test [pytest args] | bench [NAME...] | gpu [--prepare|--dry-run|...]")
         return 2
+    if command == "gpu":  # never builds .venv unless a form needs it (prepare without pip, dry run without torch)
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.gpucheck.cli import main as gpu_main
+
+        def venv_python() -> str:
+            ensure_env()
+            return str(PY)
+
+        return gpu_main(argv[1:], venv_python)
     ensure_env()
     if command == "demo":
         return subprocess.call([str(PY), "-m", "torchdoctor", "run", "--steps", "20",

@@ -2,12 +2,14 @@
 cause is found at its annotated line as a high or medium finding, and that clean
 scripts get no high or medium finding.
 
-Writes benchmarks/results/accuracy.json and prints a table. Examples marked
-`# torchdoctor-requires: cuda` are reported as "needs CUDA" on a machine without one.
+Writes benchmarks/results/accuracy.json (or --out FILE, rewritten after every example) and
+prints a table. Examples marked `# torchdoctor-requires: cuda` are reported as "needs CUDA" on
+a machine without one. `--only a.py,b.py` runs some; `--jobs N` runs N examples at a time.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import platform
@@ -15,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -45,45 +48,69 @@ def diagnose(path: Path, out: Path) -> list[dict]:
     return report["findings"]
 
 
-def main() -> int:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in sorted(EXAMPLES.glob("*.py")):
-            kind, needs_cuda, expected = expectations(path)
-            if kind not in ("planted", "clean"):
-                continue
-            if needs_cuda and not torch.cuda.is_available():
-                rows.append({"example": path.name, "kind": kind, "expected": sorted(f"{c}@{l}" for c, l in expected),
-                             "status": "needs CUDA: not run on this machine"})
-                continue
-            findings = diagnose(path, Path(tmp) / path.stem)
-            strong = {(f["code"], f["location"]["line"]) for f in findings
-                      if f["severity"] in ("high", "medium") and f["location"]
-                      and Path(f["location"]["path"]).name == path.name}
-            found = expected & strong
-            false_pos = sorted(f"{c}@{l}" for c, l in strong - expected)
-            rows.append({
-                "example": path.name, "kind": kind,
-                "expected": sorted(f"{c}@{l}" for c, l in expected),
-                "found": sorted(f"{c}@{l}" for c, l in found),
-                "missed": sorted(f"{c}@{l}" for c, l in expected - found),
-                "false_positives": false_pos,
-                "status": "ok" if expected <= strong and not false_pos else "FAIL",
-                "findings": [f"{f['code']}@{f['location']['line'] if f['location'] else '-'}:{f['severity']}:"
-                             f"{f['estimated_speedup']}" for f in findings],
-            })
+def judge(path: Path, tmp: Path) -> dict | None:
+    kind, needs_cuda, expected = expectations(path)
+    if kind not in ("planted", "clean"):
+        return None
+    if needs_cuda and not torch.cuda.is_available():
+        return {"example": path.name, "kind": kind, "expected": sorted(f"{c}@{l}" for c, l in expected),
+                "status": "needs CUDA: not run on this machine"}
+    try:
+        findings = diagnose(path, tmp / path.stem)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:  # the run died: a miss, said plainly
+        return {"example": path.name, "kind": kind, "expected": sorted(f"{c}@{l}" for c, l in expected), "found": [],
+                "missed": sorted(f"{c}@{l}" for c, l in expected), "false_positives": [], "status": "FAIL",
+                "error": f"the doctor's run wrote no report: {type(exc).__name__}: {exc}"}
+    strong = {(f["code"], f["location"]["line"]) for f in findings
+              if f["severity"] in ("high", "medium") and f["location"]
+              and Path(f["location"]["path"]).name == path.name}
+    found = expected & strong
+    false_pos = sorted(f"{c}@{l}" for c, l in strong - expected)
+    return {
+        "example": path.name, "kind": kind,
+        "expected": sorted(f"{c}@{l}" for c, l in expected),
+        "found": sorted(f"{c}@{l}" for c, l in found),
+        "missed": sorted(f"{c}@{l}" for c, l in expected - found),
+        "false_positives": false_pos,
+        "status": "ok" if expected <= strong and not false_pos else "FAIL",
+        "findings": [f"{f['code']}@{f['location']['line'] if f['location'] else '-'}:{f['severity']}:"
+                     f"{f['estimated_speedup']}" for f in findings],
+    }
+
+
+def summarize(rows: list[dict], complete: bool) -> dict:
     planted = [r for r in rows if r["kind"] == "planted" and "found" in r]
-    result = {
+    return {
         "date": _dt.date.today().isoformat(),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()})",
         "torch": torch.__version__,
         "planted_causes": sum(len(r["expected"]) for r in planted),
         "found": sum(len(r["found"]) for r in planted),
         "false_positives": sum(len(r.get("false_positives", [])) for r in rows),
-        "rows": rows,
+        "complete": complete,
+        "rows": sorted(rows, key=lambda r: r["example"]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--only", help="comma-separated example file names")
+    p.add_argument("--jobs", type=int, default=1)
+    opts = p.parse_args(argv)
+    paths = sorted(EXAMPLES.glob("*.py"))
+    if opts.only:
+        paths = [EXAMPLES / name for name in opts.only.split(",")]
+    rows = []
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, opts.jobs)) as pool:
+        for row in pool.map(lambda path: judge(path, Path(tmp)), paths):
+            if row is not None:
+                rows.append(row)
+                opts.out.write_text(json.dumps(summarize(rows, complete=False), indent=2) + "\n")
+    result = summarize(rows, complete=True)
+    opts.out.write_text(json.dumps(result, indent=2) + "\n")
+    rows = result["rows"]
     print(f"{'example':32} {'status':10} found / expected   false positives")
     for r in rows:
         if "found" in r:
@@ -97,4 +124,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -4,11 +4,13 @@ which would hide a 2 % effect). The workload times its own steps, so both sides 
 same clock. Writes benchmarks/results/overhead.json.
 
 Reports the overhead outside the sampled steps (DESIGN.md §5 budget: ≤ 2 %) and the cost
-of the sampled steps separately.
+of the sampled steps separately. `--device cuda` trains the same workload on the GPU (the
+doctor then also runs its CUDA probes); `--rounds N` and `--out FILE` for the GPU check.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import platform
@@ -28,13 +30,12 @@ WORKLOAD = ROOT / "benchmarks" / "overhead_workload.py"
 RESULTS = ROOT / "benchmarks" / "results" / "overhead.json"
 ROUNDS = 16
 STEPS, WARMUP = 200, 3
-SAMPLED = set(range(WARMUP + 2, WARMUP + 5))  # the session's dispatch-sampled steps (1-based)
 SKIP = WARMUP + 5  # steps before this are warm-up on both sides
 
 
-def plain_run(out: Path) -> list[float]:
+def plain_run(out: Path, device: str = "cpu") -> list[float]:
     saved = sys.argv[:]
-    sys.argv[:] = [str(WORKLOAD), str(out)]
+    sys.argv[:] = [str(WORKLOAD), str(out), device]
     try:
         runpy.run_path(str(WORKLOAD), run_name="__main__")
     finally:
@@ -42,11 +43,13 @@ def plain_run(out: Path) -> list[float]:
     return json.loads(out.read_text())
 
 
-def doctor_run(out: Path, run_dir: Path) -> list[float]:
+def doctor_run(out: Path, run_dir: Path, device: str = "cpu") -> tuple[list[float], set[int]]:
+    """The workload's own step times, and the steps (1-based) a costly probe ran in: the
+    dispatch sampler, the backward timer and, on CUDA, the profiler window."""
     run_dir.mkdir()
-    record = execute(RunRequest(target=str(WORKLOAD), args=[str(out)], steps=STEPS, warmup=WARMUP), run_dir)
+    record = execute(RunRequest(target=str(WORKLOAD), args=[str(out), device], steps=STEPS, warmup=WARMUP), run_dir)
     assert record.run.status == "step-limit", record.run.error
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()), {s.index for s in record.steps if s.sampled}
 
 
 def _bootstrap_ratio_ci(plain: list[float], doctor: list[float], n: int = 400) -> tuple[float, float]:
@@ -59,16 +62,22 @@ def _bootstrap_ratio_ci(plain: list[float], doctor: list[float], n: int = 400) -
     return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--rounds", type=int, default=ROUNDS)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    opts = p.parse_args(argv)
+    device = opts.device
     plain, doctor, sampled, ratios = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        plain_run(tmp / "first.json")  # warm the allocator and imports for both sides
-        for n in range(ROUNDS):  # alternate, so drifts in machine load hit both sides
-            plain_round = plain_run(tmp / f"plain{n}.json")[SKIP:WARMUP + STEPS]
-            times = doctor_run(tmp / f"doctor{n}.json", tmp / f"run{n}")
-            doctor_round = [t for i, t in enumerate(times, 1) if i > SKIP and i not in SAMPLED]
-            sampled += [t for i, t in enumerate(times, 1) if i in SAMPLED]
+        plain_run(tmp / "first.json", device)  # warm the allocator and imports for both sides
+        for n in range(opts.rounds):  # alternate, so drifts in machine load hit both sides
+            plain_round = plain_run(tmp / f"plain{n}.json", device)[SKIP:WARMUP + STEPS]
+            times, heavy = doctor_run(tmp / f"doctor{n}.json", tmp / f"run{n}", device)
+            doctor_round = [t for i, t in enumerate(times, 1) if i > SKIP and i not in heavy]
+            sampled += [t for i, t in enumerate(times, 1) if i in heavy]
             plain += plain_round
             doctor += doctor_round
             ratios.append(statistics.median(doctor_round) / statistics.median(plain_round))
@@ -76,9 +85,10 @@ def main() -> int:
     low, high = _bootstrap_ratio_ci(plain, doctor)
     result = {
         "date": _dt.date.today().isoformat(),
-        "device": f"CPU ({platform.machine()}, Python {platform.python_version()}, torch {torch.__version__})",
-        "workload": "MLP 256-512-512-10, batch 64, AdamW, DataLoader, 1 torch thread",
-        "method": f"{ROUNDS} rounds in one process, a plain run then a doctor run; medians over all steps",
+        "device": (torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.machine()})")
+                  + f", Python {platform.python_version()}, torch {torch.__version__}",
+        "workload": f"MLP 256-512-512-10, batch 64, AdamW, DataLoader, 1 torch thread, on {device}",
+        "method": f"{opts.rounds} rounds in one process, a plain run then a doctor run; medians over all steps",
         "median_step_ms_plain": round(p * 1e3, 4),
         "median_step_ms_with_doctor": round(d * 1e3, 4),
         # pooled over every measured step of all rounds: rounds alone vary by ±10 % here
@@ -89,11 +99,11 @@ def main() -> int:
         "sampled_step_cost_ratio": round(s / p, 2),
         "target": "overhead_outside_sampled_steps <= 0.02",
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0 if result["overhead_outside_sampled_steps"] <= 0.02 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

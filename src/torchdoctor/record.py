@@ -18,7 +18,8 @@ from torchdoctor.trace_summary import TraceSummary
 
 # 2: knobs, loader_only, source_files, static_findings
 # 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
-SCHEMA_VERSION = 3
+# 4: step_source, backward_calls, ended_by, startup_s; closure_calls; unfinished_step
+SCHEMA_VERSION = 4
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -38,6 +39,11 @@ class RunInfo:
     exit_code: int = 0
     error: str | None = None  # traceback text when the script raised
     knobs: dict[str, str] = field(default_factory=dict)
+    step_source: str | None = None  # what closed a step: "optimizer", "backward" (hand-written updates), None
+    backward_calls: int = 0  # in the whole run
+    ended_by: str | None = None  # how the run ended when torchdoctor had to enforce a stop
+    startup_s: float | None = None  # run start to the first training activity (loader, zero_grad, backward)
+    loop_location: Location | None = None  # where the first step's step() (or backward()) was called
 
 
 @dataclass
@@ -50,6 +56,7 @@ class StepSample:
     warmup: bool
     sampled: bool  # ran under the dispatch sampler: excluded from timing statistics
     micro_batches: int = 0  # backward() calls in the interval
+    closure_calls: int = 0  # closures an optimizer.step(closure) evaluated (LBFGS, Lightning)
     samples: int | None = None  # batch rows delivered by DataLoaders in the interval
     data_wait_s: float = 0.0
     backward_s: float = 0.0
@@ -103,6 +110,9 @@ class OpSite:
     median_numel: int = 0
     backward_s: float = 0.0  # backward time of this line's autograd nodes, over the backward windows
     backward_nodes: int = 0
+    param_updates: int = 0  # in-place ops on parameters (a hand-written optimizer)
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
+    text: str = ""  # the source line
 
 
 @dataclass
@@ -116,6 +126,11 @@ class ApiCall:
     count: int
     device: str  # device of the tensor involved ("cpu", "cuda:0")
     detail: dict[str, Any] = field(default_factory=dict)  # e.g. pinned, non_blocking, bytes
+    # "device": the tensor is (or in a GPU run would be) on the GPU; "host": it stays on the
+    # host even in a GPU run (an index made without device=, data after .cpu()): no sync
+    placement: str = "device"
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
+    text: str = ""  # the source line
 
 
 @dataclass
@@ -138,6 +153,8 @@ class DispatchSample:
 class LineHits:
     location: Location
     samples: int
+    text: str = ""  # the source line, read when the run ended
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
 
 
 @dataclass
@@ -156,14 +173,24 @@ class LineProfile:
 
 
 @dataclass
+class PhaseOccurrence:
+    after_step: int  # optimizer steps completed when it began
+    t: float  # when it began, seconds since the run started
+    seconds: float
+
+
+@dataclass
 class PhaseStats:
     """Time in one kind of non-training work from one call site."""
 
     kind: str  # eval | checkpoint | logging
-    location: Location | None
+    location: Location | None  # the training-loop line that entered it (falls back to inner_location)
     calls: int = 0
     total_s: float = 0.0
-    in_measured_steps_s: float = 0.0
+    in_measured_steps_s: float = 0.0  # inside measured steps that closed
+    calls_in_measured: int = 0
+    inner_location: Location | None = None  # the first user line inside it (model.eval(), print)
+    occurrences: list[PhaseOccurrence] = field(default_factory=list)  # the first 500
 
 
 @dataclass
@@ -301,6 +328,10 @@ class RunRecord:
     loader_only: LoaderOnlyStats | None = None  # set by the `data=loader-only` measurement
     source_files: list[str] = field(default_factory=list)  # user files the run executed (absolute)
     static_findings: list[StaticFinding] = field(default_factory=list)  # lint of source_files
+    unfinished_step: StepSample | None = None  # the interval open at the end, when no step completed
+    # "path::qualname" of the user's functions seen running (stack samples): static findings
+    # elsewhere in those files are left out as code that never ran
+    functions_seen: list[str] = field(default_factory=list)
 
     @property
     def measured_steps(self) -> list[StepSample]:

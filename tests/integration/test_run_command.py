@@ -100,7 +100,9 @@ def test_crashing_script_exits_1_and_keeps_the_partial_run(tmp_path, capsys, whe
 def test_script_that_never_steps_still_reports_its_loader(tmp_path, capsys):
     path = script(tmp_path, text=TRAIN.format(pre="", body="pass", loader_args="").replace("opt.step()", "pass"))
     code, out = run(tmp_path, path)
-    assert code == 2 and "never called optimizer.step()" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "640 backward() calls, no optimizer step" in err and "SGD at " in err
+    assert "point torchdoctor at" not in err  # it is the entry point: it trained here
     record = json.loads((out / "record.json").read_text())
     assert record["loaders"][0]["batches"] == 20 * 32
 

@@ -4,12 +4,17 @@ probes, diagnose the record, write the run directory, print the report."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence, TextIO
 
 from torchdoctor.commands.parser import CommandParser, non_negative
-from torchdoctor.errors import EXIT_OK, Interrupted, NoStepsMeasured, ScriptFailed, UsageError
+from torchdoctor.diagnose.steps import no_step_explanation
+from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, Interrupted,
+                                NoStepsMeasured, ScriptFailed, UsageError)
 from torchdoctor.report import RENDERERS, emit
 
 HELP = "run a training script under the probes and diagnose it"
@@ -55,28 +60,79 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("--steps must be at least 1")
     knobs = parse_settings(opts.knobs)
     # Parsed and checked: now load the pipeline (torch with it), which --help never needs.
-    from torchdoctor.diagnose.run import analyze
-    from torchdoctor.run import measure
     from torchdoctor.run.progress import RunProgress
-    from torchdoctor.run.runner import RunRequest
+    from torchdoctor.run.runner import RunRequest, execute
     from torchdoctor.run.target import check_target
-    from torchdoctor.rundir import HTML_FILE, create_run_dir, write_run
+    from torchdoctor.rundir import create_run_dir
 
-    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
-    request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
-                         steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
-                         on_step=lambda s: progress.update(s.index, s.duration_s))
-    check_target(request.target, request.module)
+    check_target(target, module)
     run_dir = create_run_dir(opts.out, target)
-    record = measure(request, run_dir)
+    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
+    with _script_output_kept_off_stdout(opts.format == "json") as report_stream:
+        def finish(record) -> int:
+            return _finish(record, run_dir, opts.format, progress, report_stream)
+
+        request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
+                             steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
+                             listeners=[progress], on_abandon=finish)
+        record = execute(request, run_dir)
+        code = finish(record)
+    if code != EXIT_OK:
+        raise _OUTCOME_ERRORS[code](_outcome_message(record, run_dir))
+    return EXIT_OK
+
+
+def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
+    """Everything after the script: evidence, diagnosis, the run directory, the printed
+    report. Also called from the watchdog's thread when it must end a script that would not
+    stop, so it never raises: it returns the exit code."""
+    from torchdoctor.diagnose.run import analyze
+    from torchdoctor.run.afterwards import add_evidence
+    from torchdoctor.rundir import HTML_FILE, write_run
+
+    add_evidence(record, run_dir)
     report = analyze(record)
     write_run(run_dir, record, report)
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
                    f"(open {run_dir / HTML_FILE} for the charts)")
     if record.run.error:
         sys.stderr.write(record.run.error)
-    emit(report, opts.format)
-    return _outcome(record, run_dir)
+    emit(report, fmt, stream)
+    stream.flush()
+    code = _outcome_code(record)
+    if code != EXIT_OK and threading.current_thread() is not threading.main_thread():
+        sys.stderr.write(f"torchdoctor: error: {_outcome_message(record, run_dir)}\n")
+    return code
+
+
+@contextlib.contextmanager
+def _script_output_kept_off_stdout(redirect: bool) -> Iterator[TextIO]:
+    """With `--format json` stdout carries the report alone: the script's own output (Python
+    prints and anything C code writes to file descriptor 1) goes to stderr while it runs.
+    Yields the stream the report is written to."""
+    if not redirect:
+        yield sys.stdout
+        return
+    try:
+        on_fd1 = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a replaced sys.stdout (a notebook, a test)
+        on_fd1 = False
+    if not on_fd1:
+        report = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            yield report
+        return
+    sys.stdout.flush()
+    saved_fd = os.dup(1)
+    report = os.fdopen(os.dup(saved_fd), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    try:
+        yield report
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        report.close()
 
 
 _VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set"}
@@ -92,17 +148,26 @@ def _module_split(argv: list[str]) -> int | None:
     return None
 
 
-def _outcome(record, run_dir: Path) -> int:
+def _outcome_code(record) -> int:
+    run = record.run
+    if run.status == "crashed" or (run.status == "exited" and run.exit_code != 0):
+        return EXIT_SCRIPT_FAILED
+    if run.status == "interrupted":
+        return EXIT_INTERRUPTED
+    if not record.steps and run.status != "loader-only":
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _outcome_message(record, run_dir: Path) -> str:
     run = record.run
     if run.status == "crashed":
-        raise ScriptFailed(f"{run.script} raised (traceback above); the partial run is in {run_dir}")
-    if run.status == "exited" and run.exit_code != 0:
-        raise ScriptFailed(f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}")
+        return f"{run.script} raised (traceback above); the partial run is in {run_dir}"
+    if run.status == "exited":
+        return f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}"
     if run.status == "interrupted":
-        raise Interrupted(f"interrupted; the partial run is in {run_dir}")
-    if not record.steps and run.status != "loader-only":
-        raise NoStepsMeasured(
-            f"{run.script} never called optimizer.step(), so there is no training step to diagnose; "
-            f"point torchdoctor at the training entry point (data-loader and phase measurements are in {run_dir})"
-        )
-    return EXIT_OK
+        return f"interrupted; the partial run is in {run_dir}"
+    return f"{no_step_explanation(record)} (what was measured is in {run_dir})"
+
+
+_OUTCOME_ERRORS = {EXIT_SCRIPT_FAILED: ScriptFailed, EXIT_INTERRUPTED: Interrupted, EXIT_USAGE: NoStepsMeasured}

@@ -10,6 +10,7 @@ import torchdoctor
 from torchdoctor.diagnose.figures import run_figures
 from torchdoctor.diagnose.lint_evidence import link_static_findings
 from torchdoctor.diagnose.sources import source_excerpts
+from torchdoctor.diagnose.steps import no_step_explanation, step_definition_note
 from torchdoctor.findings import Table, NotMeasured, Report, RunSummary, TimeSplit
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
@@ -98,6 +99,7 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     report = Report(source="run", tool_version=torchdoctor.__version__)
     report.summary = summarize(record, facts)
     report.environment = environment_table(record)
+    facts.earlier = report.findings
     for rule_cls in RUNTIME_RULES:
         rule = rule_cls()
         reason = rule.not_measurable(record, facts)
@@ -152,7 +154,7 @@ def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
         notes.append("data=loader-only: the training DataLoader was iterated alone and the script stopped "
                      "before any training step; see the loader-only table.")
     elif not record.steps:
-        notes.append("No optimizer.step() was observed: there is no training step to time. "
+        notes.append(f"No training step to time: {no_step_explanation(record)}. "
                      "Data-loading and phase measurements are still shown.")
     elif not facts.measured:
         notes.append(f"Only {len(record.steps)} optimizer steps ran (warmup {run.warmup}); "
@@ -165,6 +167,11 @@ def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
         notes.append(f"The run reached --max-seconds {run.max_seconds:g} and was stopped.")
     elif run.status == "exited":
         notes.append(f"The script called sys.exit({run.exit_code}) after {len(record.steps)} steps.")
+    if run.ended_by:
+        notes.append(f"How the run ended: {run.ended_by}.")
+    how = step_definition_note(record)
+    if how:
+        notes.append(how)
     if facts.sampled_steps:
         d = record.dispatch
         notes.append(

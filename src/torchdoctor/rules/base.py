@@ -84,9 +84,11 @@ def make_finding(
     speedup: float | None,
     basis: str,
     severity: Severity | None = None,
+    fix: str | None = None,
 ) -> Finding:
     """The one place a Finding is built, for every engine: code, slug and fix come from the
-    catalogue entry `info`; severity, when not given, from the estimate."""
+    catalogue entry `info` (a finding may carry a more specific fix); severity, when not
+    given, from the estimate."""
     if severity is None:
         severity = severity_for(speedup) if speedup is not None else Severity.MEDIUM
     return Finding(
@@ -97,7 +99,7 @@ def make_finding(
         message=message,
         location=location,
         evidence=evidence,
-        fix=info.fix,
+        fix=fix if fix is not None else info.fix,
         estimated_speedup=round(speedup, 3) if speedup is not None else None,
         estimate_basis=basis,
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from torchdoctor.findings import Finding
 from torchdoctor.record import LoaderStats, RunRecord, StepSample
 
 
@@ -15,6 +16,9 @@ class RunFacts:
     step_s: float | None  # mean measured step time
     cuda_used: bool
     sampled_steps: int
+    # findings of the rules that ran before this one (the registry's order): a rule about what
+    # no other rule explained reads them
+    earlier: list[Finding] = field(default_factory=list)
 
     def mean(self, attr: str, steps: list[StepSample] | None = None) -> float:
         chosen = self.measured if steps is None else steps

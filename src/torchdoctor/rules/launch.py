@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
@@ -16,6 +18,8 @@ LOOP_DIRECT_OPS_PER_STEP = 20
 # An optimizer over this many tensors pays per-tensor overhead on the single-tensor path.
 FOREACH_MIN_TENSORS = 20
 OPTIMIZER_MEDIUM_SHARE = 0.05
+# Two or more parameter tensors updated in place from one line per step: a hand-written optimizer.
+PER_PARAMETER_MIN_UPDATES = 2
 # On CPU a loop line under 3 % of the step is not worth a finding (stack-sample noise).
 LOOP_MIN_SHARE = 0.03
 MIN_LINE_SAMPLES = 20  # fewer stack samples than this: fall back to the dispatch timing
@@ -55,56 +59,77 @@ class PythonLoopOps(Rule):
             direct = (site.ops - site.internal_ops) / windows
             if per_step < LOOP_OPS_PER_STEP or direct < LOOP_DIRECT_OPS_PER_STEP:
                 continue
-            share = record.line_profile.share(site.location.path, site.location.line)
-            if share is not None and record.line_profile.total_samples >= MIN_LINE_SAMPLES:
-                line_s, timing = share * facts.step_s, LINE_SAMPLER_BASIS
-            else:
-                line_s, timing = site.time_s / windows, DISPATCH_BASIS
-            per_op = line_s / per_step
-            d = record.dispatch
-            backward_s = site.backward_s / d.backward_windows if d.backward_windows else 0.0
-            # the vectorized version: one op per op kind, forward and backward
-            after = per_op * max(1, len(site.op_counts)) * (2 if backward_s else 1)
-            saved = max(0.0, line_s + backward_s - after)
-            speedup = amdahl(facts.step_s, saved)
-            if speedup < MIN_REPORTED_SPEEDUP and not facts.cuda_used:
+            cost = LoopCost.of(record, facts, site, per_step)
+            if cost.speedup < MIN_REPORTED_SPEEDUP and not facts.cuda_used:
                 continue
-            share = min(1.0, (line_s + backward_s) / facts.step_s)
-            if share < LOOP_MIN_SHARE and not facts.cuda_used:
+            if cost.share < LOOP_MIN_SHARE and not facts.cuda_used:
                 continue
+            inside = f"Inside {site.library} (not your code): " if site.library else ""
             findings.append(
                 self.finding(
-                    title=f"{per_step:.0f} tiny ops per step from one line ({share:.0%} of step time)",
+                    title=f"{inside}{per_step:.0f} tiny ops per step from one line ({cost.share:.0%} of step time)",
                     message=(
-                        f"This line issued {per_step:.0f} aten ops per step (median {site.median_numel} "
+                        f"{inside}This line issued {per_step:.0f} aten ops per step (median {site.median_numel} "
                         f"elements each; {', '.join(list(site.op_counts)[:3])}), taking "
-                        f"{ms(line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
-                        + (f", and their backward {ms(backward_s):.1f} ms more." if backward_s else ".")
+                        f"{ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
+                        + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
                     ),
                     location=site.location,
                     evidence={
                         "ops_per_step": round(per_step, 1),
-                        "line_ms_per_step": ms(line_s),
-                        "backward_ms_per_step": ms(backward_s) if d.backward_windows else None,
-                        "share_of_step_time": round(share, 3),
+                        "line_ms_per_step": ms(cost.line_s),
+                        "backward_ms_per_step": ms(cost.backward_s) if record.dispatch.backward_windows else None,
+                        "share_of_step_time": round(cost.share, 3),
                         "median_numel": site.median_numel,
                         "top_ops": site.op_counts,
                         "sampled_steps": windows,
                         "line_samples": record.line_profile.total_samples,
+                        "library": site.library,
                     },
-                    speedup=speedup,
-                    basis=(
-                        f"Amdahl: the line's forward time per step ({timing})"
-                        + (" plus the backward time of the autograd nodes it created (node hooks, "
-                           f"{d.backward_windows} step)" if backward_s else "; its backward was not timed, "
-                           "so this is a lower bound")
-                        + ", replaced by one op per op kind at the line's mean time per op"
-                    ),
-                    severity=severity_for(speedup) if speedup >= MIN_REPORTED_SPEEDUP else Severity.MEDIUM,
+                    speedup=cost.speedup,
+                    basis=cost.basis(record, "replaced by one op per op kind at the line's mean time per op"),
+                    severity=(Severity.LOW if site.library else
+                              severity_for(cost.speedup) if cost.speedup >= MIN_REPORTED_SPEEDUP else Severity.MEDIUM),
                 )
             )
         return findings
+
+
+@dataclass
+class LoopCost:
+    """What one line's per-element ops cost per step, and what one op per op kind would save."""
+
+    line_s: float  # forward time per step
+    backward_s: float  # backward time per step of the autograd nodes it created
+    timing: str  # how line_s was measured
+    speedup: float
+    share: float
+
+    @classmethod
+    def of(cls, record: RunRecord, facts: RunFacts, site, ops_per_step: float) -> "LoopCost":
+        windows = record.dispatch.sampled_steps
+        share = record.line_profile.share(site.location.path, site.location.line)
+        if share is not None and record.line_profile.total_samples >= MIN_LINE_SAMPLES:
+            line_s, timing = share * facts.step_s, LINE_SAMPLER_BASIS
+        else:
+            line_s, timing = site.time_s / windows, DISPATCH_BASIS
+        d = record.dispatch
+        backward_s = site.backward_s / d.backward_windows if d.backward_windows else 0.0
+        per_op = line_s / ops_per_step
+        # the vectorized version: one op per op kind, forward and backward
+        after = per_op * max(1, len(site.op_counts)) * (2 if backward_s else 1)
+        saved = max(0.0, line_s + backward_s - after)
+        return cls(line_s, backward_s, timing, amdahl(facts.step_s, saved),
+                   min(1.0, (line_s + backward_s) / facts.step_s))
+
+    def basis(self, record: RunRecord, replacement: str) -> str:
+        d = record.dispatch
+        return (f"Amdahl: the line's forward time per step ({self.timing})"
+                + (" plus the backward time of the autograd nodes it created (node hooks, "
+                   f"{d.backward_windows} step)" if self.backward_s else "; its backward was not timed, "
+                   "so this is a lower bound")
+                + f", {replacement}")
 
 
 class OptimizerForeachOff(Rule):
@@ -194,3 +219,55 @@ class GradZeroNotNone(Rule):
         return findings
 
 
+
+
+class PerParameterUpdate(Rule):
+    code = "TD305"
+    slug = "per-parameter-update"
+    example = (
+        "loss.backward()\n"
+        "for p in model.parameters():\n"
+        "    p.data.add_(p.grad, alpha=-lr)  # one op (a kernel launch on a GPU) per tensor"
+    )
+    title = "Parameters updated one tensor at a time by a hand-written loop"
+    rationale = (
+        "A hand-written update loop issues its ops once per parameter tensor: a model with 200 "
+        "tensors launches 200 tiny kernels per step for what torch.optim's foreach or fused path "
+        "does in a handful."
+    )
+    fix = (
+        "Let torch.optim do the update (its multi-tensor path), or update every tensor at once:\n```python\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=lr, foreach=True)   # fused=True on CUDA\n"
+        "# or, by hand:\nwith torch.no_grad():\n    params = [p for p in model.parameters() if p.grad is not None]\n"
+        "    torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)\n```"
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        windows = record.dispatch.sampled_steps
+        if not windows or not facts.step_s:
+            return []
+        findings = []
+        for site in record.dispatch.sites:
+            updates = site.param_updates / windows
+            if updates < PER_PARAMETER_MIN_UPDATES or site.library:
+                continue
+            cost = LoopCost.of(record, facts, site, max(1.0, site.ops / windows))
+            measurable = cost.speedup >= MIN_REPORTED_SPEEDUP
+            findings.append(self.finding(
+                title=f"{updates:.0f} parameter tensors updated one at a time ({cost.share:.1%} of step time)",
+                message=(f"This line updated {updates:.0f} parameter tensors per step with in-place ops "
+                         f"({', '.join(list(site.op_counts)[:3])}), {site.ops / windows:.0f} ops in all, taking "
+                         f"{ms(cost.line_s):.2f} ms of a {ms(facts.step_s):.1f} ms step."
+                         + ("" if facts.cuda_used else " On a GPU each op is also a kernel launch.")),
+                location=site.location,
+                evidence={"parameter_updates_per_step": round(updates, 1), "ops_per_step": round(site.ops / windows, 1),
+                          "line_ms_per_step": ms(cost.line_s), "share_of_step_time": round(cost.share, 4),
+                          "step_source": record.run.step_source},
+                speedup=cost.speedup if measurable else None,
+                basis=(cost.basis(record, "replaced by one foreach op per op kind") if measurable else
+                       f"below this run's noise: the loop took {ms(cost.line_s):.2f} ms per step here; "
+                       "on a GPU its cost is one kernel launch per tensor"),
+                severity=max(Severity.MEDIUM, severity_for(cost.speedup), key=lambda s: -s.rank)
+                if measurable else Severity.MEDIUM,
+            ))
+        return findings

@@ -1,66 +1,132 @@
-"""Rules for time outside the training step proper: evaluation, checkpoints, logging."""
+"""Rules for time outside the training step proper: evaluation, checkpoints, logging.
+
+Evaluation and checkpoints are sized per training interval from every occurrence the run
+saw, wherever it fell (start-up, warm-up, measured steps): an evaluation every K steps that
+takes E seconds costs E / (K·t + E) of the wall time, t being the training step alone.
+Logging is judged only inside the measured steps, from calls that repeat there.
+"""
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from torchdoctor.findings import Finding
-from torchdoctor.record import RunRecord
+from torchdoctor.record import PhaseStats, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
-from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.facts import RunFacts, core_duration, training_loader
 
 MIN_LINE_SAMPLES = 10  # fewer stack samples than this are too noisy to use
+MIN_REPEATS_IN_WINDOW = 2  # one print in the measured steps is never per-step overhead
 
 
-class _PhaseShareRule(Rule):
-    """A phase (eval, checkpoint, logging) taking a share of the post-warmup wall time.
+@dataclass
+class PhaseCost:
+    """What one kind of phase costs per training interval."""
 
-    The estimate assumes the fix makes the phase `reduction_factor` times less frequent,
-    which is what the fix text suggests; the measured share is in the evidence.
-    """
+    seconds_each: float  # mean length of one occurrence
+    period_steps: float  # training steps between occurrences
+    period_basis: str  # how the period was found
+    share: float  # of the wall time of a training interval with its phase
+    occurrences: int
+    site: PhaseStats  # the costliest call site
+
+
+def phase_cost(record: RunRecord, facts: RunFacts, kind: str) -> PhaseCost | None:
+    step_s = statistics.fmean(core_duration(s) for s in facts.measured) if facts.measured else None
+    if not step_s:
+        return None
+    sites = [p for p in record.phases if p.kind == kind and p.occurrences]
+    if not sites:
+        return _cost_from_window(record, facts, kind, step_s)
+    by_position: dict[int, float] = {}
+    for site in sites:
+        for occ in site.occurrences:
+            by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + occ.seconds
+    positions = sorted(by_position)
+    seconds_each = statistics.fmean(by_position.values())
+    period, basis = _period(record, positions)
+    share = seconds_each / (period * step_s + seconds_each)
+    return PhaseCost(seconds_each, period, basis, share, len(positions), max(sites, key=lambda p: p.total_s))
+
+
+def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: float) -> PhaseCost | None:
+    """Records written before occurrences were kept (schema < 4): the phase's share of the
+    post-warmup steps, as those versions measured it."""
+    sites = [p for p in record.phases if p.kind == kind and p.calls]
+    share = facts.window_share(f"{kind}_s")
+    if not sites or share <= 0:
+        return None
+    site = max(sites, key=lambda p: p.total_s)
+    each = site.total_s / site.calls
+    period = each * (1 - share) / (share * step_s) if share < 1 else 0.0
+    return PhaseCost(each, period, "from its share of the measured steps", share, site.calls, site)
+
+
+def _period(record: RunRecord, positions: list[int]) -> tuple[float, str]:
+    if len(positions) >= 2:
+        gaps = [b - a for a, b in zip(positions, positions[1:])]
+        return max(1.0, statistics.median(gaps)), f"every {statistics.median(gaps):g} steps, as measured"
+    loader = training_loader(record)
+    per_epoch = _steps_per_epoch(loader) if loader else None
+    if per_epoch and positions[0] in (loader.epoch_start_steps or [0]):
+        return float(per_epoch), f"seen once, at an epoch boundary: taken as once per epoch of {per_epoch} steps"
+    seen = max(1, len(record.steps))
+    return float(seen), f"seen once in the {seen} steps run: at most this often"
+
+
+def _steps_per_epoch(loader) -> int | None:
+    if not loader.dataset_len or not loader.batch_size:
+        return None
+    full, rest = divmod(loader.dataset_len, loader.batch_size)
+    return full + (1 if rest and not loader.drop_last else 0)
+
+
+class _IntervalPhaseRule(Rule):
+    """Evaluation or checkpoints: the fix makes the phase `reduction_factor` times rarer."""
 
     kind = ""
-    step_attr = ""
     min_share = 0.05
     reduction_factor = 5
     what = ""
 
-    def share(self, record: RunRecord, facts: RunFacts) -> float:
-        return facts.window_share(self.step_attr)
-
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        share = self.share(record, facts)
-        if share < self.min_share:
+        cost = phase_cost(record, facts, self.kind)
+        if cost is None or cost.share < self.min_share:
             return []
-        sites = sorted((p for p in record.phases if p.kind == self.kind), key=lambda p: -p.total_s)
-        site = sites[0] if sites else None
-        wall = sum(s.duration_s for s in facts.window)
-        saved_share = share * (1 - 1 / self.reduction_factor)
+        saved_share = cost.share * (1 - 1 / self.reduction_factor)
         speedup = amdahl(1.0, saved_share)
         if speedup < MIN_REPORTED_SPEEDUP:
             return []
-        calls = site.calls if site else 0
+        site = cost.site
         return [
             self.finding(
-                title=f"{self.what} takes {share:.0%} of training wall time",
+                title=f"{self.what} takes {cost.share:.0%} of training wall time",
                 message=(
-                    f"After warmup, {ms(share * wall):.0f} ms of {ms(wall):.0f} ms went to "
-                    f"{self.what.lower()}" + (f" ({calls} calls at this line in the whole run)." if site else ".")
+                    f"Each {self.what.lower()} took {ms(cost.seconds_each):.0f} ms ({cost.occurrences} seen, "
+                    f"{cost.period_basis}), against {ms(cost.seconds_each / cost.share - cost.seconds_each):.0f} ms of "
+                    f"training in between."
                 ),
-                location=site.location if site else None,
+                location=site.location,
                 evidence={
-                    "share_of_wall_time": round(share, 3),
-                    "seconds_in_window": round(share * wall, 4),
-                    "window_seconds": round(wall, 4),
-                    "calls_at_line": calls,
+                    "share_of_wall_time": round(cost.share, 3),
+                    "seconds_each": round(cost.seconds_each, 4),
+                    "period_steps": round(cost.period_steps, 1),
+                    "occurrences": cost.occurrences,
+                    "calls_at_line": site.calls,
+                    "inner_location": (f"{site.inner_location.path}:{site.inner_location.line}"
+                                       if site.inner_location else None),
                     # what `--set eval=off` / `checkpoint=off` measure: the phase gone entirely
-                    "speedup_if_removed": round(amdahl(1.0, share), 3),
+                    "speedup_if_removed": round(amdahl(1.0, cost.share), 3),
                 },
                 speedup=speedup,
-                basis=f"Amdahl: the measured {self.kind} share made {self.reduction_factor}x less frequent",
+                basis=(f"Amdahl: {self.kind} {ms(cost.seconds_each):.0f} ms per {cost.period_steps:g} training "
+                       f"steps ({cost.period_basis}), made {self.reduction_factor}x less frequent"),
             )
         ]
 
 
-class FrequentEval(_PhaseShareRule):
+class FrequentEval(_IntervalPhaseRule):
     code = "TD701"
     slug = "frequent-eval"
     example = (
@@ -69,7 +135,7 @@ class FrequentEval(_PhaseShareRule):
         "    val_acc = evaluate(model, val_loader)  # a full validation pass every step"
     )
     title = "Evaluation takes a large share of wall time"
-    kind, step_attr, what = "eval", "eval_s", "Evaluation"
+    kind, what = "eval", "Evaluation"
     min_share = 0.10
     rationale = "Every evaluation pass stops training; evaluating often on a large set dominates."
     fix = (
@@ -79,7 +145,7 @@ class FrequentEval(_PhaseShareRule):
     )
 
 
-class FrequentCheckpoint(_PhaseShareRule):
+class FrequentCheckpoint(_IntervalPhaseRule):
     code = "TD702"
     slug = "frequent-checkpoint"
     example = (
@@ -88,7 +154,7 @@ class FrequentCheckpoint(_PhaseShareRule):
         "    torch.save(model.state_dict(), \"ckpt.pt\")  # every step"
     )
     title = "Checkpoint saving takes a large share of wall time"
-    kind, step_attr, what = "checkpoint", "checkpoint_s", "Checkpoint saving"
+    kind, what = "checkpoint", "Checkpoint saving"
     rationale = "`torch.save` serializes and writes the whole state synchronously; training waits."
     fix = (
         "Save less often (by time or every N steps), and only what you need to resume:\n```python\n"
@@ -97,14 +163,11 @@ class FrequentCheckpoint(_PhaseShareRule):
     )
 
 
-class LoggingOverhead(_PhaseShareRule):
+class LoggingOverhead(Rule):
     code = "TD703"
     slug = "logging-overhead"
     example = "print(f\"step {step} loss {loss} grad {model.fc.weight.grad}\")  # every step"
     title = "Per-step logging costs measurable time"
-    kind, step_attr, what = "logging", "logging_s", "Printing and logging"
-    min_share = 0.03
-    reduction_factor = 10
     rationale = (
         "Formatting tensors for print/logging every step is slow (and on a GPU it syncs); "
         "the console write itself can block."
@@ -113,15 +176,41 @@ class LoggingOverhead(_PhaseShareRule):
         "Log every N steps, and log Python floats, not tensors:\n```python\nif step % 50 == 0:\n"
         "    print(f\"step {step} loss {loss.item():.4f}\")\n```"
     )
+    min_share = 0.03
+    reduction_factor = 10
 
-    def share(self, record: RunRecord, facts: RunFacts) -> float:
-        """The timed print/log calls miss the formatting of their arguments (an f-string
-        with tensors is evaluated before print runs); the stack samples of the calling
-        lines include it, so the larger of the two measurements is used."""
-        timed = facts.window_share(self.step_attr)
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        sites = [p for p in record.phases if p.kind == "logging" and p.calls_in_measured >= MIN_REPEATS_IN_WINDOW]
+        wall = sum(s.duration_s for s in facts.window)
+        if not sites or wall <= 0:
+            return []
+        share = self._share(record, sites, wall)
+        saved = share * (1 - 1 / self.reduction_factor)
+        speedup = amdahl(1.0, saved)
+        if share < self.min_share or speedup < MIN_REPORTED_SPEEDUP:
+            return []
+        site = max(sites, key=lambda p: p.in_measured_steps_s)
+        calls = sum(p.calls_in_measured for p in sites)
+        return [self.finding(
+            title=f"Printing and logging take {share:.0%} of the measured steps",
+            message=(f"{calls} print/log calls ran inside the {len(facts.window)} measured steps and took "
+                     f"{ms(share * wall):.0f} ms of {ms(wall):.0f} ms, formatting included."),
+            location=site.location,
+            evidence={"share_of_wall_time": round(share, 3), "calls_in_measured_steps": calls,
+                      "measured_steps": len(facts.window), "seconds_in_window": round(share * wall, 4)},
+            speedup=speedup,
+            basis=f"Amdahl: the measured logging share made {self.reduction_factor}x less frequent",
+        )]
+
+    @staticmethod
+    def _share(record: RunRecord, sites: list[PhaseStats], wall: float) -> float:
+        """The timed calls miss the formatting of their arguments (an f-string with tensors is
+        evaluated before print runs); the stack samples of the calling lines include it, so
+        the larger of the two measurements is used."""
+        timed = sum(p.in_measured_steps_s for p in sites) / wall
         profile = record.line_profile
         if profile.total_samples < MIN_LINE_SAMPLES:
             return timed
-        lines = {(p.location.path, p.location.line) for p in record.phases if p.kind == self.kind and p.location}
+        lines = {(loc.path, loc.line) for p in sites for loc in (p.inner_location, p.location) if loc}
         sampled = sum(profile.share(path, line) or 0.0 for path, line in lines)
         return max(timed, sampled)

@@ -24,7 +24,8 @@ from torchdoctor.rules.catalogue import CATALOGUE_ONLY
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
-from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PythonLoopOps
+from torchdoctor.rules.hot_lines import HotLine
+from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
 from torchdoctor.rules.memory import MemoryHeadroom, MemoryPressure
 from torchdoctor.rules.phases import FrequentCheckpoint, FrequentEval, LoggingOverhead
 from torchdoctor.rules.sync import DataDependentSync, EvalTransfer, ExplicitSync, HostSync
@@ -47,11 +48,12 @@ class Detector:
 RUNTIME_RULES: tuple[type[Rule], ...] = (
     DataLoaderStall, WorkerRespawn, PageableTransfer, BlockingTransfer,
     HostSync, DataDependentSync, EvalTransfer, ExplicitSync,
-    PythonLoopOps, OptimizerForeachOff, GradZeroNotNone,
+    PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate,
     SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate,
     MemoryHeadroom, MemoryPressure,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
+    HotLine,  # last: it reports only what no rule above explained
 )
 
 

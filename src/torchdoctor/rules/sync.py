@@ -8,6 +8,7 @@ from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import ApiCall, RunRecord
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
 from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
 SYNC_BASIS_GPU = (
     "the stall length is on the GPU timeline, not the host clock: `torchdoctor trace` on this "
@@ -17,6 +18,22 @@ SYNC_BASIS_GPU = (
 
 def _basis(facts: RunFacts) -> str:
     return SYNC_BASIS_GPU if facts.cuda_used else HAZARD_BASIS_CPU
+
+
+REQUIRED_SYNC_FIX = (
+    "The host needs this value, so the sync itself stays: make it rarer. Act on a batch at a time "
+    "(vectorized environments; `torch.stack` the values and read them with one `.tolist()`), or keep "
+    "the decision on the device (`torch.where`, a mask) instead of branching in Python:\n```python\n"
+    "actions = policy(obs_batch).argmax(-1).tolist()   # one sync for the whole batch\n"
+    "for env, a in zip(envs, actions):\n    env.step(a)\n```"
+)
+
+
+def syncing_calls(record: RunRecord, kinds: tuple[str, ...], phase: str) -> list[ApiCall]:
+    """Calls that sync the device (or would in a GPU run) from the user's own code: host-only
+    tensors and calls made inside installed libraries are not the user's syncs."""
+    return [c for c in record.dispatch.api_calls if c.kind in kinds and c.phase == phase
+            and c.placement == "device" and c.library is None]
 
 
 def _by_line(calls: list[ApiCall]) -> dict[tuple, list[ApiCall]]:
@@ -37,13 +54,14 @@ class _PerLineSyncRule(Rule):
     kinds: tuple[str, ...] = ()
     phase = "train"
     noun = ""
+    cpu_noun = ""  # the same words for a CPU run, where the sync is a GPU hazard
     unit, units, unit_key = "step", "steps", "step"  # words for one sampled window
 
     def windows(self, record: RunRecord) -> int:
         return record.dispatch.sampled_steps
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        calls = [c for c in record.dispatch.api_calls if c.kind in self.kinds and c.phase == self.phase]
+        calls = syncing_calls(record, self.kinds, self.phase)
         findings = []
         windows = self.windows(record)
         for (_, line), group in sorted(_by_line(calls).items()):
@@ -52,23 +70,32 @@ class _PerLineSyncRule(Rule):
             total = sum(c.count for c in group)
             apis = sorted({c.api for c in group})
             per = total / windows
+            on_gpu = facts.cuda_used
+            noun = self.noun if on_gpu else self.cpu_noun
+            tensors = (f"{group[0].device} tensors" if on_gpu else
+                       "tensors that would be on the GPU in a GPU run (from the model or moved with .to(device))")
+            required = self.code == "TD201" and value_use(group[0].text) in (CONTROL, EXTERNAL)
+            why = (" The value is needed on the host right away (it decides control flow or feeds a non-torch "
+                   "call), so the sync is required: batching it, or deciding on the device, is the fix."
+                   if required else f" {self.rationale}")
             findings.append(
                 self.finding(
-                    title=f"{', '.join(apis)} {self.noun} {per:.0f}x per {self.unit}",
-                    message=(
-                        f"{', '.join(apis)} at this line ran {total} times in {windows} sampled "
-                        f"{self.units} on {group[0].device} tensors. {self.rationale}"
-                    ),
+                    title=f"{', '.join(apis)} {noun} {per:.0f}x per {self.unit}"
+                    + (" (the host needs the value)" if required else ""),
+                    message=f"{', '.join(apis)} at this line ran {total} times in {windows} sampled {self.units} "
+                            f"on {tensors}.{why}",
                     location=group[0].location,
                     evidence={
                         f"calls_per_{self.unit_key}": round(per, 2),
                         "apis": apis,
                         "device": group[0].device,
                         f"sampled_{self.unit_key}s": windows,
+                        "value_needed_on_host": required,
                     },
                     speedup=None,
                     basis=_basis(facts),
                     severity=Severity.MEDIUM,
+                    fix=REQUIRED_SYNC_FIX if required else None,
                 )
             )
         return findings
@@ -81,6 +108,7 @@ class HostSync(_PerLineSyncRule):
     title = "Host reads a device tensor every step"
     kinds = ("host-sync", "transfer-d2h")
     noun = "syncs the device"
+    cpu_noun = "would sync the GPU"
     rationale = (
         "`.item()`, `float()`, `bool()`, `.tolist()`, `.cpu()`, printing a tensor: the host must "
         "wait until the GPU has finished everything queued, so the GPU then idles while Python "
@@ -100,6 +128,7 @@ class DataDependentSync(_PerLineSyncRule):
     title = "Op whose output shape depends on the data, every step"
     kinds = ("data-dependent",)
     noun = "needs the data's shape"
+    cpu_noun = "would make the host wait for the GPU's data"
     rationale = (
         "`nonzero`, boolean-mask indexing, `masked_select`, `unique` produce a tensor whose size "
         "depends on values on the device, so the host waits for the device to know it."
@@ -122,6 +151,7 @@ class EvalTransfer(_PerLineSyncRule):
     kinds = ("host-sync", "transfer-d2h")
     phase = "eval"
     noun = "moves results to the host"
+    cpu_noun = "would move results from the GPU to the host"
     unit, units, unit_key = "eval batch", "eval batches", "eval_batch"
     rationale = (
         "Copying every batch's outputs to the host (`.cpu().numpy()`) and doing metric math "
@@ -170,7 +200,7 @@ class ExplicitSync(Rule):
                     severity=Severity.HIGH if facts.cuda_used else Severity.LOW,
                 )
             )
-        calls = [c for c in record.dispatch.api_calls if c.kind == "explicit-sync" and c.phase == "train"]
+        calls = syncing_calls(record, ("explicit-sync",), "train")
         windows = record.dispatch.sampled_steps
         for (_, line), group in sorted(_by_line(calls).items()):
             if _every_window(group, windows):

@@ -11,7 +11,7 @@ few chosen steps. Adding a probe is one line in `ProbeSet.__init__`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol, Sequence
 
 from torchdoctor.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
@@ -39,11 +39,9 @@ class Probe(Protocol):
 class ProbeSet:
     """All probes of a run. `trace`: None captures a profiler window only once CUDA is in use."""
 
-    def __init__(self, session: RunSession, run_dir: Path, trace: bool | None,
-                 on_step: Callable[[StepSample], None] | None = None) -> None:
+    def __init__(self, session: RunSession, run_dir: Path, trace: bool | None, listeners: Sequence[object] = ()) -> None:
         self.session = session
         self.trace = trace
-        self.user_on_step = on_step
         clock = session.clock
         self.gpu = GpuProbe(clock, t0=session.t0)
         self.sampler = DispatchSampler(clock, on_activate=session.note_heavy_probe,
@@ -59,15 +57,13 @@ class ProbeSet:
             self.gpu, CudaStepEvents(), self.backward, self.profiler,
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
-        for probe in [*self.probes, self]:
-            session.subscribe(probe)
+        for listener in [*self.probes, self, *listeners]:
+            session.subscribe(listener)
         self._installed: list[Probe] = []
 
     def on_step(self, step: StepSample) -> None:
         if self.session.profiler is None and (self.trace or (self.trace is None and self.gpu.cuda_in_use)):
             self.session.profiler = self.profiler
-        if self.user_on_step is not None:
-            self.user_on_step(step)
 
     def install(self) -> None:
         for probe in self.probes:
@@ -77,6 +73,12 @@ class ProbeSet:
     def uninstall(self) -> None:
         while self._installed:
             self._installed.pop().uninstall()
+
+    def stop_background(self) -> None:
+        """Stop the probes' own threads (samplers) without touching the script's thread:
+        for a run the watchdog ends while the script is still running."""
+        self.lines.uninstall()
+        self.gpu.uninstall()
 
     def contribute(self, record: RunRecord) -> None:
         """Every probe's measurements into `record`; a probe that fails here leaves a note."""

@@ -54,6 +54,19 @@ class RunProgress:
             self._write(CLEAR_LINE + self.line(step, step_time_s))
             self._drawn = True
 
+    # ---- session events (RunRequest.listeners) -------------------------------------------
+    def on_step(self, step) -> None:
+        self.update(step.index, step.duration_s)
+
+    def on_output(self) -> None:
+        """The script is about to print: take the live line away first, so its output does
+        not start in the middle of ours (it is redrawn at the next step)."""
+        if not self.enabled or self._closed or not self._drawn:
+            return
+        with self._lock:
+            self._write(CLEAR_LINE)
+            self._drawn = False
+
     def close(self, message: str) -> None:
         """Replace the live line with `message` (printed once, TTY or not)."""
         with self._lock:

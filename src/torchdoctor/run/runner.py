@@ -7,12 +7,10 @@ raises, exits, is interrupted, or is stopped by us), the measurements come back.
 
 from __future__ import annotations
 
-import _thread
 import datetime as _dt
 import os
 import runpy
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torchdoctor
-from torchdoctor.record import ProbeNote, RunInfo, RunRecord, StepSample
+from torchdoctor.record import ProbeNote, RunInfo, RunRecord
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
 from torchdoctor.run.probes.env import read_environment
@@ -28,8 +26,9 @@ from torchdoctor.run.probeset import ProbeSet
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
 from torchdoctor.run.sources import executed_user_files
 from torchdoctor.run.target import check_target
+from torchdoctor.run.watchdog import Watchdog
 
-WATCHDOG_GRACE_S = 2.0  # the hooks stop a stepping script first; the timer is a backstop
+RECORD_FILE = "record.json"
 
 
 @dataclass
@@ -42,29 +41,11 @@ class RunRequest:
     max_seconds: float = 300.0
     trace: bool | None = None  # None: capture a profiler window only when CUDA is in use
     knobs: dict[str, Any] = field(default_factory=dict)  # parsed `--set` knobs, for this run only
-    on_step: Callable[[StepSample], None] | None = None
-
-
-class _Watchdog:
-    """Interrupts a script that neither steps nor loads data once time is up."""
-
-    def __init__(self, seconds: float) -> None:
-        self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.name = "torchdoctor-watchdog"
-
-    def _fire(self) -> None:
-        self.fired = True
-        _thread.interrupt_main()
-
-    def __enter__(self) -> "_Watchdog":
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._timer.cancel()
-        self._timer.join()
+    listeners: list[Any] = field(default_factory=list)  # get the session's events (on_step, on_output, ...)
+    # Called with the record when the watchdog must end a script that does not stop: it
+    # writes the run directory and returns the exit code; then the process exits. None: the
+    # record alone is saved in the run directory.
+    on_abandon: Callable[[RunRecord], int] | None = None
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -89,7 +70,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         # trace, break on and recompile around: a compiled trial measures steps, not ops.
         config.sampled_steps = config.backward_steps = 0
     session = RunSession(config, clock)
-    probes = ProbeSet(session, run_dir, trace=request.trace, on_step=request.on_step)
+    probes = ProbeSet(session, run_dir, trace=request.trace, listeners=request.listeners)
     info = RunInfo(
         script=script,
         argv=list(request.args),
@@ -103,31 +84,77 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     knobs = KnobSet(request.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=request.warmup))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     modules_before = set(sys.modules)
+
+    def collect() -> RunRecord:
+        info.wall_s = session.elapsed()
+        info.step_source, info.backward_calls = session.step_source, session.backward_calls
+        info.loop_location = session.loop_location if session.step_source else None
+        if session.training_started is not None:
+            info.startup_s = session.training_started - session.t0
+        record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))
+        if not record.steps:
+            record.unfinished_step = session.unfinished_step()
+        knobs.contribute(record)
+        record.source_files = executed_user_files(None if request.module else request.target, modules_before)
+        probes.contribute(record)
+        if request.knobs.get("compile"):
+            record.probe_notes.append(
+                ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
+        return record
+
+    def abandon(why: str) -> None:
+        """From the watchdog's thread: the script would not stop. Save it all, then exit."""
+        info.status, info.ended_by = session.stop_reason or "time-limit", why
+        probes.stop_background()
+        record = collect()
+        try:
+            code = request.on_abandon(record) if request.on_abandon else _save(record, run_dir)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    watchdog = Watchdog(session, request.max_seconds, abandon)
+    session.subscribe(watchdog)
     try:
         # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
         knobs.install("inner")
         probes.install()
         knobs.install("outer")
-        with _Watchdog(request.max_seconds + WATCHDOG_GRACE_S) as watchdog:
-            info.status, info.exit_code, info.error = _run_target(request, watchdog)
+        try:
+            with watchdog:
+                info.status, info.exit_code, info.error = _run_target(request, session, watchdog)
+        except StopRun:  # raised by the watchdog into our code just after the script returned
+            watchdog.disarm()
+        _settle_after_stop(info, session)
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
         knobs.uninstall("outer")
         probes.uninstall()
         knobs.uninstall("inner")
-        info.wall_s = session.elapsed()
-    record = RunRecord(run=info, environment=read_environment(), steps=session.steps)
-    knobs.contribute(record)
-    record.source_files = executed_user_files(None if request.module else request.target, modules_before)
-    probes.contribute(record)
-    if request.knobs.get("compile"):
-        record.probe_notes.append(
-            ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
-    return record
+    return collect()
 
 
-def _run_target(request: RunRequest, watchdog: _Watchdog) -> tuple[str, int, str | None]:
+def _settle_after_stop(info: RunInfo, session: RunSession) -> None:
+    """A script that caught our StopRun and then ended its own way still ended because we
+    stopped it: the status is the stop's reason, and what the script did is noted."""
+    reason = session.stop_reason
+    if reason is None or info.status == reason or info.status == "interrupted":
+        return
+    if session.stop_raises > 1 or info.status != "completed":
+        info.ended_by = (f"the script caught the {reason} stop ({session.stop_raises} times) and then "
+                         + ("returned" if info.status == "completed" else f"ended as '{info.status}'"))
+    info.status, info.exit_code, info.error = reason, 0, None
+
+
+def _save(record: RunRecord, run_dir: Path) -> int:
+    record.save(run_dir / RECORD_FILE)
+    return 0
+
+
+def _run_target(request: RunRequest, session: RunSession, watchdog: Watchdog) -> tuple[str, int, str | None]:
     """Returns (status, exit_code, traceback text)."""
+    watchdog.enter_script()
     try:
         if request.module:
             sys.argv[:] = [request.target, *request.args]
@@ -139,14 +166,16 @@ def _run_target(request: RunRequest, watchdog: _Watchdog) -> tuple[str, int, str
             sys.path[0] = os.path.dirname(path)
             runpy.run_path(path, run_name="__main__")
     except StopRun as stop:
-        return stop.reason, 0, None
+        return session.stop_reason or stop.reason, 0, None
     except SystemExit as exc:
         code = exc.code
         if code is None or code == 0:
             return "exited", 0, None
         return "exited", code if isinstance(code, int) else 1, None if isinstance(code, int) else str(code)
     except KeyboardInterrupt:
-        return ("time-limit", 0, None) if watchdog.fired else ("interrupted", 130, None)
+        return "interrupted", 130, None
     except BaseException as exc:  # the user's script raised: keep what was measured
         return "crashed", 1, _user_traceback(exc)
+    finally:
+        watchdog.disarm()
     return "completed", 0, None

@@ -2,6 +2,10 @@
 
 Probes report events here (a batch arrived, backward ran, an optimizer stepped); the
 session turns them into `StepSample`s. It never judges: rules do that later.
+
+What a step is: one `step()` of the first `torch.optim` optimizer that steps. A script that
+updates its parameters by hand (no optimizer was ever created when its first `backward()`
+ends) steps once per `backward()` instead: the backward-to-backward interval.
 """
 
 from __future__ import annotations
@@ -14,17 +18,21 @@ from torchdoctor.record import StepSample
 
 CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
 # Events the session passes on to every probe that defines a handler of that name:
-# on_step(StepSample), on_batch(in_eval: bool), on_eval_enter(), on_eval_exit().
-EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit")
+# on_step(StepSample), on_batch(in_eval: bool), on_eval_enter(), on_eval_exit(),
+# on_stop(reason: str): a stop was requested (the watchdog enforces it);
+# on_output(): the script is about to print or log (a live progress line clears itself).
+EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit", "on_stop", "on_output")
+OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 
 
 class StopRun(BaseException):
     """Raised into the user's script to end it after the last measured step.
 
     A BaseException so that a user's `except Exception:` around the loop cannot swallow it.
+    (A bare `except:` can: the watchdog then ends the run, see run/watchdog.py.)
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str = "stopped") -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -62,6 +70,7 @@ class StepLedger:
         self.seconds = dict.fromkeys(CATEGORIES, 0.0)
         self.samples: int | None = None
         self.micro_batches = 0
+        self.closure_calls = 0
         self.heavy_probe_ran = False
 
     def add(self, category: str, seconds: float, in_eval: bool) -> None:
@@ -89,6 +98,13 @@ class RunSession:
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
         self.stop_reason: str | None = None
+        self.stop_requested_at: float | None = None
+        self.stop_raises = 0  # StopRuns raised into the script: more than one means it caught them
+        self.step_source: str | None = None  # OPTIMIZER or BACKWARD, fixed by the first step
+        self.optimizers_created = 0
+        self.backward_calls = 0
+        self.training_started: float | None = None  # end of start-up: first loader, zero_grad or backward
+        self.loop_location = None  # Location of the step()/backward() call of the first step
         self.sampler: WindowProbe | None = None
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None
@@ -143,8 +159,33 @@ class RunSession:
         if self.line_sampler is not None:
             self.line_sampler.recording = False
 
+    def note_training_activity(self) -> None:
+        """Training began (a loader iterated, gradients zeroed or backward started): the
+        time before the first one is start-up, not part of the first step."""
+        if self.training_started is None:
+            self.training_started = self.clock()
+            if not self.steps:
+                self.interval_start = self.training_started
+
     def on_optimizer_step(self) -> None:
-        """The primary optimizer finished a step: close the interval, plan the next."""
+        """The primary optimizer finished a step."""
+        if self.step_source is None:
+            self.step_source = OPTIMIZER
+        if self.step_source == OPTIMIZER:
+            self._close_step()
+
+    def on_backward_done(self) -> None:
+        """A `backward()` returned: a step when no optimizer exists to define one."""
+        self.backward_calls += 1
+        self.ledger.micro_batches += 1
+        if self.step_source is None and self.optimizers_created == 0:
+            self.step_source = BACKWARD
+        if self.step_source == BACKWARD:
+            self._close_step()
+
+    def _close_step(self) -> None:
+        """Close the open interval as one step and plan the next."""
+        self.raise_if_stopping()  # a script that swallowed the stop records no more steps
         now = self.clock()
         if self.eval_started is not None:  # a step inside an eval region: split it here
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
@@ -158,6 +199,7 @@ class RunSession:
             warmup=index <= self.config.warmup,
             sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in self._windows()),
             micro_batches=self.ledger.micro_batches,
+            closure_calls=self.ledger.closure_calls,
             samples=self.ledger.samples,
             data_wait_s=sec["data_wait"],
             backward_s=sec["backward"],
@@ -173,6 +215,9 @@ class RunSession:
         self.notify("on_step", sample)
         self._schedule(index + 1)
         if self.line_sampler is not None:
+            # Samples count only for whole measured steps: what the interval just closed
+            # recorded is kept, and nothing after the last step ever is.
+            self.line_sampler.commit()
             heavy = any(p.active for p, _ in self._windows())
             self.line_sampler.recording = index >= self.config.warmup and not heavy
         if index - self.config.warmup >= self.config.steps:
@@ -200,11 +245,34 @@ class RunSession:
             self.stop("time-limit")
 
     def stop(self, reason: str) -> None:
+        self.request_stop(reason)
+        self.stop_raises += 1
+        raise StopRun(self.stop_reason)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the script to end (the first reason wins); the watchdog enforces it."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        raise StopRun(self.stop_reason)
+            self.stop_requested_at = self.clock()
+            self.notify("on_stop", reason)
+
+    def unfinished_step(self) -> StepSample | None:
+        """The interval open when the run ended, when training work happened in it (a
+        closure optimizer's step that outlasted the time limit, say)."""
+        ledger = self.ledger
+        if not (ledger.micro_batches or ledger.closure_calls or self.training_started):
+            return None
+        end = self.clock()
+        sec = ledger.seconds
+        return StepSample(index=len(self.steps) + 1, start=self.interval_start - self.t0, end=end - self.t0,
+                          warmup=False, sampled=ledger.heavy_probe_ran, micro_batches=ledger.micro_batches,
+                          closure_calls=ledger.closure_calls, samples=ledger.samples,
+                          data_wait_s=sec["data_wait"], backward_s=sec["backward"], optimizer_s=sec["optimizer"],
+                          zero_grad_s=sec["zero_grad"], eval_s=sec["eval"], checkpoint_s=sec["checkpoint"],
+                          logging_s=sec["logging"])
 
     def raise_if_stopping(self) -> None:
         """Probes call this at safe points so a script that swallowed StopRun still ends."""
         if self.stop_reason is not None:
+            self.stop_raises += 1
             raise StopRun(self.stop_reason)

@@ -46,7 +46,7 @@ min-severity = "medium"
 
 @pytest.mark.parametrize("body, message", [
     ('[tool.torchdoctor.lint]\nselct = ["TD2"]\n', "unknown key"),
-    ('[tool.torchdoctor.lint]\nselect = ["TD9"]\n', "TD9"),
+    ('[tool.torchdoctor.lint]\nselect = ["TD0"]\n', "TD0"),
     ('[tool.torchdoctor.lint]\nmin-severity = "loud"\n', "min-severity"),
     ('[tool.torchdoctor.lint]\nmax-file-bytes = -1\n', "max-file-bytes"),
     ("[tool.torchdoctor.lint\n", "not valid TOML"),
@@ -55,4 +55,4 @@ def test_a_bad_config_is_an_input_error_naming_the_file(tmp_path, body, message)
     path = write(tmp_path, body, "pyproject.toml")
     with pytest.raises(Exception, match=message) as info:
         load_config(path)
-    assert isinstance(info.value, InputError) or "TD9" in str(info.value)
+    assert isinstance(info.value, InputError) or "TD0" in str(info.value)

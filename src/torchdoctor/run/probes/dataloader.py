@@ -120,6 +120,7 @@ class DataLoaderProbe:
         @functools.wraps(original)
         def __iter__(loader):
             session = probe.session
+            session.note_training_activity()
             started = session.clock()
             it = original(loader)
             seconds = session.clock() - started

@@ -9,6 +9,7 @@ inside sampled windows; those steps are excluded from timing statistics.
 
 from __future__ import annotations
 
+import linecache
 import os
 import statistics
 import sys
@@ -20,7 +21,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchdoctor.run.probes.frames import display_path, user_frame
+from torchdoctor.run.probes.frames import display_path, library_of, user_frame
+from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import ApiCall, Location, OpSite, RunRecord
 
@@ -39,12 +41,14 @@ MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's lo
 CALIBRATION_OPS = 200
 CALIBRATION_REPEATS = 5
 _AUTOGRAD_LOCATION = ("<autograd engine>", 0, "backward")
+MAX_SOURCE_TEXT = 160
 
 
 @dataclass
 class _SiteAcc:
     ops: int = 0
     internal_ops: int = 0
+    param_updates: int = 0  # in-place ops on a parameter (a hand-written optimizer)
     time_s: float = 0.0
     op_counts: Counter = field(default_factory=Counter)
     devices: set = field(default_factory=set)
@@ -104,7 +108,9 @@ class _ApiWatcher(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in _WATCHED and args and os.getpid() == self.sampler.pid:
             self.sampler._record_api(name, args, kwargs, sys._getframe(1))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        propagate(name, args, kwargs, out)
+        return out
 
 
 _WATCHED = HOST_SYNC_APIS | DEVICE_TO_HOST_APIS | DATA_DEPENDENT_APIS | TRANSFER_APIS | {
@@ -146,6 +152,8 @@ class DispatchSampler:
         self.fp32_matmul_cuda = 0
         self.autocast_seen = False
         self.overhead_per_op_s = 0.0
+        self.param_ptrs: set[int] = set()  # storages of the parameters backward() reached
+        self._params_learned = 0
         self._modes: list[Any] = []
         self._calibrated = False
 
@@ -196,6 +204,13 @@ class DispatchSampler:
             self.eval_batches += 1
             if self.eval_batches > EVAL_BATCHES_SAMPLED:
                 self.deactivate()
+
+    def note_backward(self, roots) -> None:
+        """backward(roots) is about to run: learn which storages are parameters, at the first
+        backward of the run and again in the first sampled step (a model moved in between)."""
+        if not self._params_learned or (self.active and self.phase == "train" and self._params_learned < 2):
+            self.param_ptrs = parameter_storages(roots)
+            self._params_learned += 1
 
     def on_eval_enter(self) -> None:
         if not self._modes and self.eval_windows == 0:
@@ -254,6 +269,10 @@ class DispatchSampler:
         name = func._schema.name if hasattr(func, "_schema") else str(func)
         site.ops += 1
         site.internal_ops += internal
+        if name.endswith("_") and self.param_ptrs:
+            target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if target is not None and target.data_ptr() in self.param_ptrs:
+                site.param_updates += 1
         site.time_s += (ended - started) + gap
         site.op_counts[name] += 1
         tensor = _first_tensor(args)
@@ -282,7 +301,9 @@ class DispatchSampler:
         key, internal = self._key(frame)
         if internal and kind in ("host-sync", "transfer-d2h") and not tensor.is_cuda:
             return  # torch's own scalar reads on CPU tensors (optimizer step counters)
-        self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail)
+        placement = "device" if kind.startswith("transfer-h2d") or on_device(tensor) else "host"
+        self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
+                    placement)
 
     def _classify(self, name: str, tensor, args, kwargs) -> tuple[str | None, dict]:
         if name in HOST_SYNC_APIS:
@@ -316,13 +337,14 @@ class DispatchSampler:
                 return "transfer-d2h", {}
         return None, {}
 
-    def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict) -> None:
+    def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict, placement: str = "device") -> None:
         phase = self.phase or "train"
-        full = (key, api, kind, phase, device)
+        full = (key, api, kind, phase, device, placement)
         call = self.api.get(full)
         if call is None:
             location = Location(display_path(key[0]), key[1], key[2])
-            call = self.api[full] = ApiCall(location, api, kind, phase, 0, device, {})
+            call = self.api[full] = ApiCall(location, api, kind, phase, 0, device, {}, placement=placement,
+                                            library=library_of(key[0]), text=_source(key[0], key[1]))
         call.count += 1
         for k, v in detail.items():  # sum bytes; count how many were pinned / non_blocking
             call.detail[k] = call.detail.get(k, 0) + int(v)
@@ -374,11 +396,18 @@ class DispatchSampler:
             location=Location(path, key[1], key[2]),
             ops=acc.ops,
             internal_ops=acc.internal_ops,
+            param_updates=acc.param_updates,
+            library=None if key is _AUTOGRAD_LOCATION else library_of(key[0]),
+            text="" if key is _AUTOGRAD_LOCATION else _source(key[0], key[1]),
             time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
             op_counts=dict(acc.op_counts.most_common(8)),
             devices=sorted(acc.devices),
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
         )
+
+
+def _source(filename: str, line: int) -> str:
+    return linecache.getline(filename, line).strip()[:MAX_SOURCE_TEXT]
 
 
 def _bound_by_step_time(sample) -> None:

@@ -1,8 +1,10 @@
 """Find the user's source line behind a call: the innermost frame outside torch,
 torchdoctor and the standard library.
 
-Third-party packages (transformers, timm, ...) count as user code, as DESIGN.md §5 says:
-their lines are what the user can see and act on, directly or through a config.
+Third-party packages (transformers, timm, lightning, ...) count as code the user runs, as
+DESIGN.md §5 says, but they are labelled: `library_of` names the installed package a frame
+belongs to, so a finding inside a framework's own loop says "inside lightning, not your
+code" instead of being blamed on the user's `trainer.fit(...)`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ _DOCTOR_DIR = os.path.dirname(torchdoctor.__file__) + os.sep
 _STDLIB_DIRS = tuple(
     {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
 )
+_INSTALLED_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 # torch files that only forward a call (operator overloads, __torch_function__ plumbing,
 # tensor printing). A call that passes only through these is still the user's own call.
@@ -54,6 +57,23 @@ def classify_file(filename: str) -> int:
         # <frozen importlib>, <string>: not editable by the user
         return STDLIB
     return USER
+
+
+@lru_cache(maxsize=4096)
+def library_of(filename: str) -> str | None:
+    """The installed package a file belongs to (`lightning`, `transformers`), or None for the
+    user's own files. Installed means under a site-packages or dist-packages folder."""
+    for marker in _INSTALLED_MARKERS:
+        at = filename.rfind(marker)
+        if at >= 0:
+            rest = filename[at + len(marker):]
+            top = rest.split(os.sep, 1)[0]
+            return top[:-3] if top.endswith(".py") else top
+    return None
+
+
+def is_library_frame(frame: FrameType) -> bool:
+    return library_of(frame.f_code.co_filename) is not None
 
 
 @lru_cache(maxsize=4096)
@@ -91,6 +111,17 @@ def location_of(frame: FrameType) -> Location:
         line=frame.f_lineno,
         function=getattr(code, "co_qualname", code.co_name),
     )
+
+
+def project_frames(frame: FrameType | None, limit: int = 32) -> list[FrameType]:
+    """The user's own frames (not torch, not torchdoctor, not the standard library, not an
+    installed library) from `frame` outwards, innermost first."""
+    out = []
+    while frame is not None and len(out) < limit:
+        if classify_file(frame.f_code.co_filename) == USER and not is_library_frame(frame):
+            out.append(frame)
+        frame = frame.f_back
+    return out
 
 
 def caller_location(depth: int = 1) -> Location | None:

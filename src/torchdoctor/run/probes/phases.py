@@ -1,6 +1,14 @@
 """Phase probe: time spent outside the training step proper — evaluation regions
 (`model.eval()` until training resumes), `torch.save`, and printing/logging — with
-their call sites."""
+their call sites.
+
+A phase is blamed on the line of the training loop that enters it (the `evaluate(...)` or
+`save_checkpoint(...)` call), not on the first line inside it: the call is what the user
+would change. Each site keeps its occurrences (when, after which step, how long) so rules
+can size a phase per training interval wherever it fell: in start-up, warm-up, the measured
+steps or after them. Time counts as "in the measured steps" only for steps that closed:
+a `print` after the last step is never per-step overhead.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +19,20 @@ import sys
 
 import torch
 
-from torchdoctor.run.probes.frames import location_of, user_frame
+from torchdoctor.record import Location, PhaseOccurrence, PhaseStats, RunRecord, StepSample
+from torchdoctor.run.probes.frames import location_of, project_frames, user_frame
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.record import PhaseStats, RunRecord
 from torchdoctor.run.session import RunSession
+
+MAX_OCCURRENCES = 500  # per site; totals keep counting past it
+
+
+class _Site:
+    def __init__(self, stats: PhaseStats, stack: list[Location]) -> None:
+        self.stats = stats
+        self.stack = stack  # the user's own frames at the first call, innermost first
+        self.pending_s = 0.0  # in the step in progress: counted when the step closes
+        self.pending_calls = 0
 
 
 class PhaseProbe:
@@ -23,10 +41,15 @@ class PhaseProbe:
     def __init__(self, session: RunSession) -> None:
         self.session = session
         self.patches = PatchSet()
-        self.stats: dict[tuple, PhaseStats] = {}
+        self.sites: dict[tuple, _Site] = {}
         self._train_depth = 0  # Module.train recurses into children: act on the outer call
-        self._eval_site: PhaseStats | None = None
+        self._eval_site: _Site | None = None
+        self._eval_began: tuple[int, float] | None = None
         self._busy = False  # a print inside logging (or the reverse) is timed once
+
+    @property
+    def stats(self) -> dict[tuple, PhaseStats]:
+        return {key: site.stats for key, site in self.sites.items()}
 
     def install(self) -> None:
         self.patches.wrap(torch.nn.Module, "train", self._wrap_train)
@@ -37,31 +60,55 @@ class PhaseProbe:
     def uninstall(self) -> None:
         self.patches.restore()
 
+    def on_step(self, step: StepSample) -> None:
+        """A step closed: its phase time counts as in the measured steps if it was one."""
+        measured = not step.warmup
+        for site in self.sites.values():
+            if site.pending_calls:
+                if measured:
+                    site.stats.in_measured_steps_s += site.pending_s
+                    site.stats.calls_in_measured += site.pending_calls
+                site.pending_s, site.pending_calls = 0.0, 0
+
     def contribute(self, record: RunRecord) -> None:
         self.close_eval()
-        record.phases = sorted(self.stats.values(), key=lambda p: -p.total_s)
+        loop = _loop_function(record)
+        for site in self.sites.values():
+            site.stats.location = _blame(site.stack, loop) or site.stats.inner_location
+        record.phases = sorted((s.stats for s in self.sites.values()), key=lambda p: -p.total_s)
 
-    def _site(self, kind: str, frame) -> PhaseStats:
+    def _site(self, kind: str, frame) -> _Site:
         user, _ = user_frame(frame)
-        location = location_of(user) if user is not None else None
-        key = (kind, location.path, location.line) if location else (kind,)
-        stats = self.stats.get(key)
-        if stats is None:
-            stats = self.stats[key] = PhaseStats(kind=kind, location=location)
-        return stats
+        inner = location_of(user) if user is not None else None
+        key = (kind, inner.path, inner.line) if inner else (kind,)
+        site = self.sites.get(key)
+        if site is None:
+            stack = [location_of(f) for f in project_frames(frame)]
+            site = self.sites[key] = _Site(PhaseStats(kind=kind, location=inner, inner_location=inner), stack)
+        return site
 
-    def _in_measured_window(self) -> bool:
-        return len(self.session.steps) >= self.session.config.warmup
+    def _record(self, site: _Site, began: tuple[int, float], seconds: float) -> None:
+        stats = site.stats
+        stats.calls += 1
+        stats.total_s += seconds
+        site.pending_s += seconds
+        site.pending_calls += 1
+        if len(stats.occurrences) < MAX_OCCURRENCES:
+            after_step, at = began
+            stats.occurrences.append(PhaseOccurrence(after_step=after_step, t=round(at, 6),
+                                                     seconds=round(seconds, 6)))
+
+    def _now(self) -> tuple[int, float]:
+        session = self.session
+        return len(session.steps), session.clock() - session.t0
 
     # ---- evaluation regions ----------------------------------------------------------
     def close_eval(self) -> None:
         if self._eval_site is None:
             return
         seconds = self.session.exit_eval()
-        self._eval_site.total_s += seconds
-        if self._in_measured_window():
-            self._eval_site.in_measured_steps_s += seconds
-        self._eval_site = None
+        self._record(self._eval_site, self._eval_began, seconds)
+        self._eval_site = self._eval_began = None
         self.session.notify("on_eval_exit")
 
     def _wrap_train(self, original):
@@ -73,9 +120,8 @@ class PhaseProbe:
             probe._train_depth += 1
             try:
                 if outer and not mode and probe._eval_site is None:
-                    site = probe._site("eval", sys._getframe(1))
-                    site.calls += 1
-                    probe._eval_site = site
+                    probe._eval_site = probe._site("eval", sys._getframe(1))
+                    probe._eval_began = probe._now()
                     probe.session.enter_eval()
                     probe.session.notify("on_eval_enter")
                 elif outer and mode:
@@ -96,6 +142,9 @@ class PhaseProbe:
                 if probe._busy:
                     return original(*args, **kwargs)
                 probe._busy = True
+                if category == "logging":
+                    probe.session.notify("on_output")  # e.g. the progress line clears itself first
+                began = probe._now()
                 started = probe.session.clock()
                 try:
                     return original(*args, **kwargs)
@@ -103,12 +152,27 @@ class PhaseProbe:
                     seconds = probe.session.clock() - started
                     probe._busy = False
                     site = probe._site(kind, sys._getframe(1))
-                    site.calls += 1
-                    site.total_s += seconds
-                    if probe._in_measured_window() and not probe.session.in_eval:
-                        site.in_measured_steps_s += seconds
+                    if probe.session.in_eval:  # inside an evaluation: evaluation's time, not its own
+                        site.stats.calls += 1
+                        site.stats.total_s += seconds
+                    else:
+                        probe._record(site, began, seconds)
                     probe.session.add_time(category, seconds)
 
             return timed
 
         return make
+
+
+def _loop_function(record: RunRecord) -> tuple[str, str] | None:
+    """(path, function) of the training loop: where the step's `step()` (or, with no
+    optimizer, `backward()`) was called from."""
+    where = record.run.loop_location
+    return (where.path, where.function) if where is not None else None
+
+
+def _blame(stack: list[Location], loop: tuple[str, str] | None) -> Location | None:
+    """The frame of the training loop on the phase's stack: the line that entered it."""
+    if loop is None:
+        return None
+    return next((loc for loc in stack if (loc.path, loc.function) == loop), None)

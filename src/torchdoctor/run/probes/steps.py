@@ -1,6 +1,10 @@
 """Step probe: an optimizer step is one `Optimizer.step()` of the first optimizer that
-steps (the primary); micro-batches are `backward()` calls. Also times the optimizer step,
-backward and `zero_grad`, and records how each optimizer was configured."""
+steps (the primary); micro-batches are `backward()` calls (with no optimizer at all, each
+`backward()` is a step: see session.py). Also times the optimizer step, backward and
+`zero_grad`, and records how each optimizer was configured.
+
+`optimizer.step(closure)` (LBFGS, Lightning's automatic optimization) runs forward and
+backward inside the step: the closure is timed, and its time is not the optimizer's."""
 
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ class StepProbe:
         self.all_infos: list[OptimizerInfo] = []
         self.primary: "weakref.ref[Optimizer] | None" = None
         self._step_started: dict[int, float] = {}
+        self._closure_s: dict[int, float] = {}  # closure time inside the running step, by optimizer
 
     # ---- install / uninstall ------------------------------------------------------
     def install(self) -> None:
@@ -69,6 +74,7 @@ class StepProbe:
         @functools.wraps(original)
         def __init__(opt, *args, **kwargs):
             original(opt, *args, **kwargs)
+            probe.session.optimizers_created += 1
             if opt not in probe.infos:
                 info = _describe(opt, caller_location())
                 probe.infos[opt] = info
@@ -76,17 +82,39 @@ class StepProbe:
 
         return __init__
 
-    def _pre_step(self, optimizer: Optimizer, args, kwargs) -> None:
+    def _pre_step(self, optimizer: Optimizer, args, kwargs):
         self._step_started[id(optimizer)] = self.session.clock()
+        self._closure_s[id(optimizer)] = 0.0
         info = self._info(optimizer)
         if info.step_location is None:
             frame, _ = user_frame(sys._getframe(1))
             info.step_location = location_of(frame) if frame is not None else None
+        closure = args[0] if args else kwargs.get("closure")
+        if not callable(closure):
+            return None
+        timed = self._timed_closure(closure, id(optimizer))
+        # The hook may hand the step new arguments: the same closure, timed.
+        return ((timed, *args[1:]), kwargs) if args else (args, {**kwargs, "closure": timed})
+
+    def _timed_closure(self, closure, key: int):
+        session, spent = self.session, self._closure_s
+
+        @functools.wraps(closure)
+        def timed(*args, **kwargs):
+            started = session.clock()
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                spent[key] = spent.get(key, 0.0) + session.clock() - started
+                session.ledger.closure_calls += 1
+
+        return timed
 
     def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
         started = self._step_started.pop(id(optimizer), None)
+        inside_closure = self._closure_s.pop(id(optimizer), 0.0)
         if started is not None:
-            self.session.add_time("optimizer", self.session.clock() - started)
+            self.session.add_time("optimizer", max(0.0, self.session.clock() - started - inside_closure))
         info = self._info(optimizer)
         info.step_calls += 1
         if info.step_calls == 1 and optimizer.param_groups:
@@ -97,6 +125,8 @@ class StepProbe:
         if self.primary is None:
             self.primary = weakref.ref(optimizer)
         if self.primary() is optimizer:
+            if self.session.loop_location is None:
+                self.session.loop_location = info.step_location
             self.session.on_optimizer_step()
 
     # ---- zero_grad and backward ---------------------------------------------------
@@ -105,6 +135,7 @@ class StepProbe:
 
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
+            probe.session.note_training_activity()
             started = probe.session.clock()
             try:
                 return original(obj, set_to_none, *args, **kwargs)
@@ -127,12 +158,19 @@ class StepProbe:
         @functools.wraps(original)
         def backward(*args, **kwargs):
             session.exit_eval()  # training resumed: an eval region left open ends here
+            session.note_training_activity()
+            if session.loop_location is None and session.optimizers_created == 0:
+                session.loop_location = caller_location()  # the loop, should backward() define the step
+            note_backward = getattr(session.sampler, "note_backward", None)
+            if note_backward is not None:
+                note_backward(args[0] if args else kwargs.get("tensors"))
             started = session.clock()
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
                 session.add_time("backward", session.clock() - started)
-                session.ledger.micro_batches += 1
+            session.on_backward_done()  # after the call: a failed backward is no step
+            return result
 
         return backward
 

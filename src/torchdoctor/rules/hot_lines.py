@@ -1,0 +1,88 @@
+"""Where the step time goes when no known habit explains it.
+
+The line sampler sees every line that takes time, whatever it does: a `time.sleep`, a slow
+pure-Python metric, file I/O, a custom op. When one line holds a large share of the step and
+no other rule has a finding there, the user still learns where the time went.
+"""
+
+from __future__ import annotations
+
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import LineHits, RunRecord
+from torchdoctor.rules.base import Rule, ms
+from torchdoctor.rules.facts import RunFacts
+
+# A line holding this share of the step's stack samples is worth a look whatever it does; a
+# model's forward spreads over many lines, each well under it.
+HOT_LINE_SHARE = 0.25
+MIN_SAMPLES = 20  # fewer stack samples than this are too noisy for a share
+MAX_LINES = 3
+# Calls whose time the step split already shows (backward, the optimizer's step).
+EXPLAINED_CALLS = (".backward(", "backward(", ".step(")
+
+
+class HotLine(Rule):
+    code = "TD901"
+    slug = "hot-line"
+    example = "metric = sum(abs(a - b) for a, b in zip(pred.tolist(), target.tolist()))  # pure Python, every step"
+    title = "One line takes much of the step, and no known habit explains it"
+    rationale = (
+        "The line sampler saw this line on top of the user's stack for a large share of the "
+        "measured steps, but it matches none of the known habits: it is plain Python, I/O, a "
+        "sleep, or a slow op. Knowing where the time goes is where the fix starts."
+    )
+    fix = (
+        "Look at what the line does and move it off the step: precompute it, vectorize it with "
+        "tensor ops, do it in a DataLoader worker, or do it every N steps. To see inside it, "
+        "profile the step (`torchdoctor run --trace`, py-spy, cProfile)."
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        profile = record.line_profile
+        if profile.total_samples < MIN_SAMPLES or not facts.step_s:
+            return []
+        taken = {(f.location.path, f.location.line) for f in facts.earlier if f.location is not None}
+        step_lines = {(o.step_location.path, o.step_location.line) for o in record.optimizers if o.step_location}
+        findings = []
+        for hits in profile.lines:
+            share = hits.samples / profile.total_samples
+            if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
+                break
+            where = (hits.location.path, hits.location.line)
+            if where in taken or where in step_lines or hits.library or _explained(hits):
+                continue
+            findings.append(self._finding(record, facts, hits, share))
+        return findings
+
+    def _finding(self, record: RunRecord, facts: RunFacts, hits: LineHits, share: float) -> Finding:
+        ops_s = _op_time_per_step(record, hits)
+        what = ("it issued no torch ops in the sampled steps: the time is Python, I/O or waiting"
+                if ops_s == 0.0 else
+                f"its torch ops took {ms(ops_s):.2f} ms per step" if ops_s is not None else
+                "its torch ops were not sampled")
+        return self.finding(
+            title=f"{share:.0%} of the step on one line, no known habit" + (f": `{hits.text}`" if hits.text else ""),
+            message=(f"The line sampler found this line on top of the stack in {hits.samples} of "
+                     f"{record.line_profile.total_samples} samples of the measured steps: about "
+                     f"{ms(share * facts.step_s):.1f} ms of each {ms(facts.step_s):.1f} ms step; {what}."),
+            location=hits.location,
+            evidence={"share_of_step_time": round(share, 3), "samples": hits.samples,
+                      "total_samples": record.line_profile.total_samples, "source": hits.text,
+                      "op_ms_per_step": None if ops_s is None else ms(ops_s)},
+            speedup=None,
+            basis="not estimated: no known fix applies; the share is what removing the line's work entirely "
+                  "would save at most",
+            severity=Severity.LOW,
+        )
+
+
+def _explained(hits: LineHits) -> bool:
+    return any(call in hits.text for call in EXPLAINED_CALLS)
+
+
+def _op_time_per_step(record: RunRecord, hits: LineHits) -> float | None:
+    d = record.dispatch
+    if not d.sampled_steps:
+        return None
+    sites = [s for s in d.sites if (s.location.path, s.location.line) == (hits.location.path, hits.location.line)]
+    return sum(s.time_s for s in sites) / d.sampled_steps
