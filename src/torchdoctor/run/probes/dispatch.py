@@ -269,7 +269,7 @@ class DispatchSampler:
         name = func._schema.name if hasattr(func, "_schema") else str(func)
         site.ops += 1
         site.internal_ops += internal
-        if name.endswith("_") and self.param_ptrs:
+        if name.endswith("_") and self.param_ptrs and not internal:  # not torch.optim's own updates
             target = args[0] if args and isinstance(args[0], torch.Tensor) else None
             if target is not None and target.data_ptr() in self.param_ptrs:
                 site.param_updates += 1

@@ -9,8 +9,8 @@ stay on the host in a GPU run too, and reading them is no device sync.
 Inside the op sampler's windows every torch call passes through `propagate`, which marks
 its tensor outputs as would-be-device when an input is (or when the call moves data to a
 device), and as host after `.cpu()`/`.numpy()`. A tensor made before the window, never
-moved and not a parameter is taken to be a host tensor: a missed hazard on a CPU run is
-better than a false alarm.
+moved, not a parameter and not part of an autograd graph is taken to be a host tensor: a
+missed hazard on a CPU run is better than a false alarm.
 """
 
 from __future__ import annotations
@@ -24,10 +24,14 @@ _SEARCH_DEPTH = 2  # how deep into list/tuple/dict arguments inputs are looked f
 
 
 def on_device(tensor: torch.Tensor) -> bool:
-    """True when the tensor is, or in a GPU run would be, on the device."""
+    """True when the tensor is, or in a GPU run would be, on the device: a parameter, part of
+    an autograd graph (computed from parameters: a loss made just before the window too), or
+    marked by `propagate`."""
     if tensor.device.type != "cpu":
         return True
-    return isinstance(tensor, torch.nn.Parameter) or bool(getattr(tensor, MARK, False))
+    if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad:
+        return True
+    return bool(getattr(tensor, MARK, False))
 
 
 def _tensors(value, depth: int = 0):
