@@ -1,4 +1,4 @@
-"""Test-wide fixtures: the leak guard, the gpu marker and the golden-file flag."""
+"""Test-wide fixtures: the leak guard, the gpu marker, the golden-file and screenshot flags."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ PATCHABLE = [
 
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", help="rewrite golden expected files")
+    parser.addoption("--update-screenshots", action="store_true",
+                     help="save the browser test's screenshots and page facts into benchmarks/results/")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -66,3 +68,8 @@ def no_probe_outlives_the_test():
 @pytest.fixture
 def update_goldens(request) -> bool:
     return bool(request.config.getoption("--update-goldens"))
+
+
+@pytest.fixture
+def update_screenshots(request) -> bool:
+    return bool(request.config.getoption("--update-screenshots"))

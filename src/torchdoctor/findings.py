@@ -1,4 +1,6 @@
-"""Findings and the Report that rules produce and renderers print (DESIGN.md §3)."""
+"""Findings and the Report that rules produce and renderers print (DESIGN.md §3).
+
+The series the report draws and the source excerpts live in `figures`."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.figures import Figures, SourceExcerpt, TimeSplit
 from torchdoctor.location import Location
 from torchdoctor.serialize import read_json, write_json
 
-SCHEMA_VERSION = 1
+# 2: figures (the series the HTML report draws) and sources (lines around each finding)
+SCHEMA_VERSION = 2
+OLDEST_READABLE_SCHEMA = 1  # version 2 only added fields with defaults
 
 
 class Severity(str, Enum):
@@ -49,19 +54,6 @@ class NotMeasured:
     code: str
     slug: str
     reason: str
-
-
-@dataclass
-class TimeSplit:
-    """Mean seconds per measured step, by where the host spent them (means add up to the mean step)."""
-
-    data_wait_s: float = 0.0
-    forward_and_other_s: float = 0.0
-    backward_s: float = 0.0
-    optimizer_s: float = 0.0
-    eval_s: float = 0.0
-    checkpoint_s: float = 0.0
-    logging_s: float = 0.0
 
 
 @dataclass
@@ -111,6 +103,15 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)  # shown after the summary, before the causes
+    figures: Figures | None = None  # series to draw: steps, GPU samples, before/after bars
+    sources: list[SourceExcerpt] = field(default_factory=list)  # lines around findings' locations
+
+    def excerpt_for(self, finding: Finding) -> SourceExcerpt | None:
+        """The excerpt around `finding`'s location, when the report has one."""
+        loc = finding.location
+        if loc is None:
+            return None
+        return next((s for s in self.sources if (s.path, s.line) == (loc.path, loc.line)), None)
 
     def ranked(self) -> "Report":
         self.findings.sort(key=Finding.sort_key)
@@ -121,4 +122,6 @@ class Report:
 
     @classmethod
     def load(cls, path: Path) -> "Report":
-        return read_json(path, cls, SCHEMA_VERSION)
+        report = read_json(path, cls, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA)
+        report.schema_version = SCHEMA_VERSION  # upgraded in memory: older shapes only lack fields
+        return report

@@ -1,8 +1,9 @@
-"""The run directory (DESIGN.md §3): record.json, report.json, report.md."""
+"""The run directory (DESIGN.md §3): record.json, report.json, report.md, report.html."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from pathlib import Path
 
 from torchdoctor.errors import InputError, UsageError
@@ -14,6 +15,7 @@ from torchdoctor.serialize import SchemaError
 RECORD_FILE = "record.json"
 REPORT_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
+HTML_FILE = "report.html"
 DEFAULT_PARENT = Path("torchdoctor-runs")
 
 
@@ -49,6 +51,30 @@ def write_run(run_dir: Path, record: RunRecord, report: Report) -> None:
     record.save(run_dir / RECORD_FILE)
     report.save(run_dir / REPORT_FILE)
     (run_dir / MARKDOWN_FILE).write_text(render(report, "md"), encoding="utf-8")
+    (run_dir / HTML_FILE).write_text(render(report, "html"), encoding="utf-8")
+
+
+def diagnose_run_dir(run_dir: Path) -> Report:
+    """The report of a run directory, re-made from its record; the source excerpts compare
+    today's files with the hashes the run's own report.json recorded."""
+    from torchdoctor.diagnose.run import analyze
+
+    return analyze(load_record(run_dir), recorded_source_hashes(run_dir))
+
+
+def recorded_source_hashes(run_dir: Path) -> dict[str, str]:
+    """path → sha256 of the source excerpts in RUN_DIR/report.json; empty when there are none.
+
+    Read leniently (only the strings it needs): a report.json from an older torchdoctor, or a
+    damaged one, only means the excerpts fall back to comparing file times.
+    """
+    try:
+        doc = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    sources = doc.get("sources") if isinstance(doc, dict) else None
+    return {s["path"]: s["sha256"] for s in (sources if isinstance(sources, list) else []) if isinstance(s, dict)
+            and isinstance(s.get("path"), str) and isinstance(s.get("sha256"), str)}
 
 
 def load_record(run_dir: Path) -> RunRecord:

@@ -1,11 +1,15 @@
 """Reports built by hand for renderer tests: each one a shape a renderer must handle."""
 
-from torchdoctor.findings import Finding, NotMeasured, Report, RunSummary, Severity, TimeSplit
+from torchdoctor.figures import (Figures, GpuPoint, GpuSeries, RunBar, SourceExcerpt, StepMarker, StepPoint,
+                                 StepSeries)
+from torchdoctor.findings import Finding, NotMeasured, Report, RunSummary, Severity, Table, TimeSplit
 from torchdoctor.record import Location
 
 # Everything a Report carries may come from user code: pipes and newlines break Markdown
 # tables, brackets are rich markup, angle brackets are HTML.
 HOSTILE = "a|b\n[red]x[/red] <script>"
+# What a source line, a run name or a device name could hold to break out of HTML markup.
+HOSTILE_HTML = "\"'><script>alert(1)</script><img src=x onerror=alert(2)></code></pre>`x`"
 
 FIX_WITH_CODE = (
     "Move the copy out of the loop:\n"
@@ -56,6 +60,8 @@ def empty_report() -> Report:
 def hostile_report() -> Report:
     """Every user-controllable string set to something that breaks naive rendering."""
     loc = Location(f"[bold]{HOSTILE}.py", 9, HOSTILE)
+    point = StepPoint(step=1, steps=1, kind=HOSTILE, time_s=0.1, time_min_s=0.1, time_max_s=0.1, data_wait_s=0.01,
+                      data_wait_max_s=0.01)
     return Report(
         source="run", tool_version="0.1",
         summary=summary(script=f"{HOSTILE}.py", device=HOSTILE),
@@ -64,4 +70,15 @@ def hostile_report() -> Report:
         not_measured=[NotMeasured("TD402", HOSTILE, HOSTILE)],
         environment={HOSTILE: HOSTILE},
         notes=[HOSTILE],
+        tables=[Table(title=HOSTILE_HTML, columns=[HOSTILE_HTML], rows=[[HOSTILE_HTML]], caption=HOSTILE_HTML)],
+        figures=Figures(
+            steps=StepSeries(points=[point], markers=[StepMarker(1, HOSTILE_HTML)], steps_total=1),
+            gpu=GpuSeries(device=HOSTILE_HTML, points=[GpuPoint(0.0, 50.0, 120.0, 1500.0, 2**30),
+                                                        GpuPoint(1.0, 60.0, 130.0, 1600.0, 2**30)],
+                          power_limit_w=300.0, mem_total_bytes=2**32),
+            comparison=[RunBar(HOSTILE_HTML, HOSTILE_HTML, 10.0, verdict=HOSTILE_HTML),
+                        RunBar(HOSTILE, HOSTILE, 12.0, 11.0, 13.0, verdict=HOSTILE, significant=True)],
+        ),
+        sources=[SourceExcerpt(loc.path, 9, first_line=8, lines=[HOSTILE_HTML, HOSTILE], status=HOSTILE_HTML,
+                               note=HOSTILE_HTML, sha256=HOSTILE)],
     )

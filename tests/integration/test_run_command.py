@@ -45,7 +45,7 @@ def test_step_limit_writes_the_run_directory(tmp_path, capsys):
     assert code == 0
     record = json.loads((out / "record.json").read_text())
     assert record["run"]["status"] == "step-limit" and len(record["steps"]) == 8
-    assert {"report.json", "report.md"} <= {p.name for p in out.iterdir()}
+    assert {"report.json", "report.md", "report.html"} <= {p.name for p in out.iterdir()}
     capsys.readouterr()
     assert main(["report", str(out), "--format", "json"]) == 0
     rerendered = json.loads(capsys.readouterr().out)

@@ -41,6 +41,9 @@ def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tmp_path, 
     dirs = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only", "05-baseline_repeat"]
     assert json.loads((out / "tune.json").read_text())["source"] == "tune"
+    page = (out / "tune.html").read_text()  # the before/after bars, one per timed run, with their verdicts
+    assert page.count('class="row-label"') >= 3 and "baseline (both runs pooled)" in page
+    assert all((out / d / "report.html").exists() for d in ("01-baseline", "02-zero_grad=none"))
 
 
 def test_bad_knob_in_trials_fails_before_anything_runs(tmp_path, capsys):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.commands.parser import CommandParser
 from torchdoctor.compare.runs import compare_runs, load_runs
 from torchdoctor.errors import EXIT_OK, UsageError
-from torchdoctor.report import RENDERERS, render
+from torchdoctor.report import RENDERERS, emit
 
 HELP = "compare run directories: before/after table, noise-aware ratios, findings gone and new"
 
@@ -21,5 +20,5 @@ def main(argv: Sequence[str]) -> int:
     opts = p.parse_args(argv)
     if len(opts.runs) < 2:
         raise UsageError("compare needs at least two run directories: torchdoctor compare BEFORE AFTER")
-    sys.stdout.write(render(compare_runs(load_runs(opts.runs)), opts.format))
+    emit(compare_runs(load_runs(opts.runs)), opts.format)
     return EXIT_OK

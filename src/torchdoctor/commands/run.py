@@ -15,7 +15,7 @@ from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.diagnose.steps import no_step_explanation
 from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, Interrupted,
                                 NoStepsMeasured, ScriptFailed, UsageError)
-from torchdoctor.report import RENDERERS, render
+from torchdoctor.report import RENDERERS, emit
 
 HELP = "run a training script under the probes and diagnose it"
 
@@ -88,15 +88,16 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     stop, so it never raises: it returns the exit code."""
     from torchdoctor.diagnose.run import analyze
     from torchdoctor.run.afterwards import add_evidence
-    from torchdoctor.rundir import write_run
+    from torchdoctor.rundir import HTML_FILE, write_run
 
     add_evidence(record, run_dir)
     report = analyze(record)
     write_run(run_dir, record, report)
-    progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir}")
+    progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
+                   f"(open {run_dir / HTML_FILE} for the charts)")
     if record.run.error:
         sys.stderr.write(record.run.error)
-    stream.write(render(report, fmt))
+    emit(report, fmt, stream)
     stream.flush()
     code = _outcome_code(record)
     if code != EXIT_OK and threading.current_thread() is not threading.main_thread():

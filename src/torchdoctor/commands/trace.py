@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.commands.parser import CommandParser
 from torchdoctor.errors import EXIT_OK
-from torchdoctor.report import RENDERERS, render
+from torchdoctor.report import RENDERERS, emit
 
 HELP = "explain torch.profiler (Kineto) traces: GPU idle time by cause, syncs, copies, kernels"
 
@@ -22,5 +21,5 @@ def main(argv: Sequence[str]) -> int:
                    help="Kineto trace files (.json or .json.gz), one per rank")
     p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
     opts = p.parse_args(list(argv))
-    sys.stdout.write(render(trace_report(analyze_trace_files(opts.traces)), opts.format))
+    emit(trace_report(analyze_trace_files(opts.traces)), opts.format)
     return EXIT_OK

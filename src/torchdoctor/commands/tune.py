@@ -10,7 +10,7 @@ from typing import Sequence
 from torchdoctor.commands.parser import CommandParser
 from torchdoctor.diagnose.tune import estimate_checks, tune_report
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, ScriptFailed, UsageError
-from torchdoctor.report import RENDERERS, render
+from torchdoctor.report import RENDERERS, emit, render
 from torchdoctor.run.knobs.spec import parse_settings
 from torchdoctor.run.target import check_target
 from torchdoctor.rundir import create_run_dir
@@ -72,9 +72,10 @@ def main(argv: Sequence[str]) -> int:
     report = tune_report(outcome)
     report.save(tune_dir / "tune.json")
     (tune_dir / "tune.md").write_text(render(report, "md"), encoding="utf-8")
+    (tune_dir / "tune.html").write_text(render(report, "html"), encoding="utf-8")
     (tune_dir / "estimates.json").write_text(json.dumps(to_plain(estimate_checks(outcome)) if outcome.baseline.ok
                                                         else [], indent=2) + "\n")
-    sys.stdout.write(render(report, opts.format))
+    emit(report, opts.format)
     sys.stderr.write(f"torchdoctor tune: {len(outcome.trials)} trials; tune directory: {tune_dir}\n")
     if not outcome.baseline.ok:
         raise ScriptFailed(f"the baseline run failed (exit {outcome.baseline.result.exit_code}); "

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torchdoctor
 from torchdoctor.diagnose.run import analyze
-from torchdoctor.compare.noise import Throughput, change, throughput
+from torchdoctor.compare.noise import Z_95, Throughput, change, throughput
+from torchdoctor.figures import Figures, RunBar
 from torchdoctor.findings import Finding, Report, Table
 from torchdoctor.record import RunRecord
 from torchdoctor.report.common import fmt_bytes
@@ -79,7 +80,34 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
     )))
     report.tables.extend(_findings_delta(first, runs[1:]))
     report.notes.extend(_warnings(runs))
+    report.figures = Figures(comparison=run_bars(runs))
     return report
+
+
+def run_bars(runs: list[ComparedRun]) -> list[RunBar]:
+    """Each run's throughput with its own 95 % band, for the before/after chart. samples/s
+    when every run counted samples (a batch-size change makes steps incomparable)."""
+    measured = [r for r in runs if r.speed is not None]
+    if not measured or runs[0].speed is None:
+        return []
+    by_samples = all(r.speed.samples_per_s for r in measured)
+    bars = []
+    for run in measured:
+        speed = run.speed
+        value = speed.samples_per_s if by_samples else speed.steps_per_s
+        half = Z_95 * speed.relative_sem * value if speed.relative_sem is not None else None
+        verdict = change(runs[0].speed, speed) if run is not runs[0] else None
+        bars.append(RunBar(
+            name=run.name, measure="samples/s" if by_samples else "steps/s", value=round(value, 3),
+            low=None if half is None else round(max(0.0, value - half), 3),
+            high=None if half is None else round(value + half, 3),
+            verdict=verdict.describe() if verdict else "baseline",
+            significant=bool(verdict and verdict.significant),
+            ratio=round(verdict.ratio, 4) if verdict else None,
+            noise=None if verdict is None or verdict.noise is None else round(verdict.noise, 4),
+            step_time_s=run.report.summary.step_time_s, split=run.report.summary.split,
+        ))
+    return bars
 
 
 def _without_empty_columns(table: Table) -> Table:

@@ -1,13 +1,17 @@
-"""RunRecord → Report: the run summary and every rule's findings, ranked."""
+"""RunRecord → Report: the run summary, every rule's findings ranked, the series to draw
+and the source lines around each finding."""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 
 import torchdoctor
+from torchdoctor.diagnose.figures import run_figures
 from torchdoctor.diagnose.library_calls import library_sync_note
 from torchdoctor.diagnose.lint_evidence import link_static_findings
 from torchdoctor.diagnose.reliability import apply_spread, busy_machine
+from torchdoctor.diagnose.sources import source_excerpts
 from torchdoctor.diagnose.steps import no_step_explanation, step_definition_note
 from torchdoctor.diagnose.trace_evidence import merge_trace_findings
 from torchdoctor.diagnose.wall_time import wall_time_table
@@ -91,7 +95,9 @@ def environment_table(record: RunRecord) -> dict:
     return table
 
 
-def analyze(record: RunRecord) -> Report:
+def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None) -> Report:
+    """The run's Report. `recorded_sources` (path → sha256, from the report the run itself
+    wrote) lets a re-render tell a source file that changed since the run."""
     facts = RunFacts.of(record)
     report = Report(source="run", tool_version=torchdoctor.__version__)
     report.summary = summarize(record, facts)
@@ -117,7 +123,10 @@ def analyze(record: RunRecord) -> Report:
     report.summary.machine_busy = busy_machine(record)
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
-    return report.ranked()
+    report.ranked()
+    report.figures = run_figures(record, report.summary.gpu_metrics_missing)
+    report.sources = source_excerpts(report.findings, record, recorded_sources)
+    return report
 
 
 def _knob_tables(record: RunRecord) -> list[Table]:

@@ -3,12 +3,18 @@
 
 A renderer's module is imported when its format is first used: the terminal renderer pulls
 in rich, which `--format json` and `lint`'s own formats never need.
+
+`emit` is what commands print with: the same renderers, and severity in colour when the
+text goes to a terminal (never into a pipe or a file, never with NO_COLOR set).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
+from typing import TextIO
 
 from torchdoctor.findings import Report
 
@@ -17,6 +23,7 @@ _WHERE = {
     "text": ("torchdoctor.report.terminal", "render_text"),
     "md": ("torchdoctor.report.markdown", "render_markdown"),
     "json": ("torchdoctor.report.json_", "render_json"),
+    "html": ("torchdoctor.report.html", "render_html"),
 }
 
 
@@ -44,4 +51,26 @@ def render(report: Report, fmt: str) -> str:
     return renderer(report)
 
 
-__all__ = ["RENDERERS", "render"]
+def wants_color(stream: TextIO) -> bool:
+    """Colour only for a terminal: not in a pipe or file, not with NO_COLOR (no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def emit(report: Report, fmt: str, stream: TextIO | None = None) -> None:
+    """Print `report` in format `fmt` to `stream` (stdout), coloured where `wants_color`."""
+    stream = stream or sys.stdout
+    if fmt == "text" and wants_color(stream):
+        from torchdoctor.report.terminal import render_text
+
+        stream.write(render_text(report, color=True))
+    else:
+        stream.write(render(report, fmt))
+
+
+__all__ = ["RENDERERS", "emit", "render", "wants_color"]

@@ -107,7 +107,8 @@ def _ranked_table(findings: list[Finding]) -> Table:
 def _print_finding(console: Console, rank: int, f: Finding) -> None:
     console.print()
     name = f"{rank}. {one_line(f.code)} {one_line(f.slug)}"
-    console.print(Text.assemble((name, BOLD), " · ", one_line(f.title)))
+    severity = SEVERITY_STYLE.get(f.severity.value, "")
+    console.print(Text.assemble((name, f"{BOLD} {severity}".strip()), " · ", one_line(f.title)))
     if f.location:
         function = f" in {one_line(f.location.function)}" if f.location.function else ""
         _print_indented(console, Text.assemble("where: ", one_line(where(f.location)), function))

@@ -70,3 +70,26 @@ def test_cli_compare_renders_json(tmp_path, capsys):
     assert main(["compare", *dirs, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["source"] == "compare" and data["tables"][0]["rows"][1][-1].startswith("no measurable change")
+
+
+def test_the_before_after_bars_carry_each_runs_band_and_the_tables_verdicts():
+    runs = [ComparedRun.of("before", noisy(0.10, 0.05)), ComparedRun.of("after", noisy(0.05, 0.05, seed=1)),
+            ComparedRun.of("same", noisy(0.10, 0.30, seed=3)), ComparedRun.of("short", noisy(0.1, 0.0, steps=4))]
+    report = compare_runs(runs)
+    bars = {b.name: b for b in report.figures.comparison}
+    verdicts = {row[0]: row[-1] for row in report.tables[0].rows}
+    assert {name: b.verdict for name, b in bars.items()} == verdicts  # the chart says what the table says
+    before, after = bars["before"], bars["after"]
+    assert before.measure == "samples/s" and before.value == pytest.approx(runs[0].speed.samples_per_s, rel=1e-3)
+    assert before.low < before.value < before.high and before.ratio is None
+    assert after.significant and after.ratio == pytest.approx(after.value / before.value, rel=1e-3)
+    assert after.noise is not None and after.high - after.value == pytest.approx(after.value - after.low, rel=1e-3)
+    assert not bars["same"].significant and bars["same"].high - bars["same"].low > after.high - after.low
+    assert bars["short"].low is None and bars["short"].noise is None  # too few steps: no band drawn, none invented
+
+
+def test_runs_without_measured_steps_get_no_bar():
+    empty = noisy(0.1, 0.0, steps=0)
+    report = compare_runs([ComparedRun.of("before", noisy(0.1, 0.05)), ComparedRun.of("empty", empty)])
+    assert [b.name for b in report.figures.comparison] == ["before"]
+    assert compare_runs([ComparedRun.of("empty", empty), ComparedRun.of("b", noisy(0.1, 0.05))]).figures.comparison == []

@@ -16,7 +16,7 @@ def test_exactly_msgspec_and_libcst_travel_the_rest_is_on_the_gpu_machine():
     """If this fails, a requirement was added: carry it (take it out of GPU_MACHINE_HAS) or
     confirm the GPU machine's image has it."""
     reqs = wheels.project_requirements()
-    assert {"torch", "rich", "msgspec", "libcst", "nvidia-ml-py", "pytest", "numpy"} <= {
+    assert {"torch", "rich", "msgspec", "libcst", "nvidia-ml-py", "pytest", "numpy", "playwright"} <= {
         wheels.requirement_name(r) for r in reqs}
     assert {wheels.requirement_name(r) for r in wheels.missing_on_gpu(reqs)} == {"msgspec", "libcst"}
 

@@ -10,8 +10,8 @@ from helpers.reports import empty_report, full_report, hostile_report
 from torchdoctor.report import RENDERERS, render
 
 
-def test_the_three_contract_formats_are_registered():
-    assert set(RENDERERS) == {"text", "md", "json"}
+def test_the_four_contract_formats_are_registered():
+    assert set(RENDERERS) == {"text", "md", "json", "html"}
 
 
 def test_unknown_format_names_every_valid_one():

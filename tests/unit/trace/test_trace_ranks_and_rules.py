@@ -96,12 +96,15 @@ def test_cli_trace_prints_each_format_and_exits_0(tmp_path, capsys):
     assert "GPU time per step" in capsys.readouterr().out
     assert cli.main(["trace", str(path)]) == 0
     assert "Causes, ranked" in capsys.readouterr().out
+    assert cli.main(["trace", str(path), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("<!DOCTYPE html>") and "GPU time per step" in page and 'id="findings"' in page
 
 
 @pytest.mark.parametrize("argv,message", [
     (["trace"], "the following arguments are required"),
     (["trace", "missing.json"], "does not exist"),
-    (["trace", "x.json", "--format", "html"], "invalid choice"),
+    (["trace", "x.json", "--format", "pdf"], "invalid choice"),
 ])
 def test_cli_trace_errors_exit_2_with_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

@@ -1,0 +1,206 @@
+"""The page's sections. Each is one small function `(report) -> Section | None`: None when
+the section does not apply to this kind of report (a comparison has no step timeline), a
+Section that says "not measured" when it applies but the run has no data for it. A new
+section is a new function here plus its place in SECTIONS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torchdoctor.figures import Figures, StepSeries
+from torchdoctor.findings import Report
+from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
+from torchdoctor.report.html import bars, cards, charts
+from torchdoctor.report.html.text import esc, esc_line, facts, note, prose, table
+
+
+@dataclass
+class Section:
+    id: str  # the anchor; also a stable hook for tests and styles
+    title: str
+    body: str  # finished HTML
+
+
+def not_measured(why: str) -> str:
+    return note(f"{NOT_MEASURED}: {why}", "not-measured")
+
+
+def _figures(report: Report) -> Figures:
+    return report.figures or Figures()
+
+
+OLD_REPORT = "this report has no per-step series (made by an older torchdoctor); re-render it with " \
+             "`torchdoctor report RUN_DIR`"
+
+
+def _steps(report: Report) -> tuple[StepSeries | None, str]:
+    """The step series, or why there is none."""
+    if report.figures is None:
+        return None, OLD_REPORT
+    series = report.figures.steps
+    if series is None or not series.points:
+        return None, "no optimizer step was observed in this run"
+    return series, ""
+
+
+def _downsampled(series: StepSeries, how: str) -> str:
+    if series.bucket == 1:
+        return ""
+    return note(f"{series.steps_total:,} steps are drawn as {len(series.points):,} points of up to "
+                f"{series.bucket} consecutive steps each (downsampled to keep this page small): {how}", "downsampled")
+
+
+def run_summary(report: Report) -> Section | None:
+    if report.summary is None:
+        return None
+    return Section("summary", "Run summary", facts(summary_rows(report.summary)))
+
+
+def step_split(report: Report) -> Section | None:
+    s = report.summary
+    if s is None:
+        return None
+    if not s.steps_measured or not s.step_time_s:
+        return Section("split", "Where a step's time goes", not_measured("no measured steps, so there is no split"))
+    caption = (f"Host-side time per measured step as a share of the mean step ({fmt_ms(s.step_time_s)}); warm-up and "
+               "sampled steps excluded. Forward + other is what the other parts leave of the step.")
+    return Section("split", "Where a step's time goes", bars.split_bar(s.split, s.step_time_s) + note(caption))
+
+
+def step_timeline(report: Report) -> Section | None:
+    if report.summary is None:
+        return None
+    series, missing = _steps(report)
+    title = "Step time per step"
+    if series is None:
+        return Section("steps", title, not_measured(missing))
+    caption = ("Wall time of each optimizer step (from the previous step's end to this one's). Vertical lines mark "
+               "evaluations, checkpoints and epoch starts inside a step; hover a point or line for its numbers.")
+    p50 = report.summary.step_time_p50_s
+    return Section("steps", title, charts.step_time_chart(series, p50)
+                   + _downsampled(series, "the line is each bucket's mean, the band its fastest and slowest step.")
+                   + note(caption))
+
+
+def data_wait(report: Report) -> Section | None:
+    if report.summary is None:
+        return None
+    series, missing = _steps(report)
+    title = "Data wait per step"
+    if series is None or series.data_wait_missing:
+        return Section("data-wait", title, not_measured(missing or series.data_wait_missing))
+    s = report.summary
+    share = fmt_share(s.split.data_wait_s / s.step_time_s) if s.step_time_s else "—"
+    caption = (f"Time each step waited on the next batch from its DataLoaders: {fmt_ms(s.split.data_wait_s)} per "
+               f"measured step on average, {share} of the mean step.")
+    return Section("data-wait", title, charts.data_wait_chart(series)
+                   + _downsampled(series, "each bar is a bucket's mean wait per step.") + note(caption))
+
+
+def gpu(report: Report) -> Section | None:
+    if report.summary is None:
+        return None
+    title = "GPU utilization, power and clock"
+    series = _figures(report).gpu
+    if series is None:
+        why = _figures(report).gpu_missing or report.summary.gpu_metrics_missing or "no NVML samples"
+        return Section("gpu", title, not_measured(why if report.figures else OLD_REPORT))
+    s = report.summary
+    headline = []
+    if s.power_mean_w is not None:
+        limit = f" of its {s.power_limit_w:.0f} W limit ({s.power_mean_w / s.power_limit_w:.0%})" \
+            if s.power_limit_w else ""
+        headline.append(f"mean power {s.power_mean_w:.0f} W{limit}")
+    if s.gpu_util_mean is not None:
+        headline.append(f"mean utilization {s.gpu_util_mean:.0f} %")
+    parts = [note(f"{series.device}: " + ", ".join(headline) + ".", "headline")] if headline else []
+    shown = charts.gpu_charts(series)
+    parts += [f"<h3>{esc_line(name)}</h3>{chart}" for name, chart in shown]
+    if not shown:
+        parts.append(not_measured("this GPU's NVML reported no utilization, power or clock"))
+    if series.bucket > 1:
+        parts.append(note(f"{series.samples_total:,} NVML samples drawn as {len(series.points):,} means of up to "
+                          f"{series.bucket} samples (downsampled to keep this page small).", "downsampled"))
+    parts.append(note(f"NVML sampled every {series.interval_s:g} s; the shaded span is the steps after warm-up."))
+    return Section("gpu", title, "".join(parts))
+
+
+def memory(report: Report) -> Section | None:
+    if report.summary is None:
+        return None
+    figures = _figures(report)
+    chart = charts.memory_chart(figures.gpu, figures.memory_peaks)
+    if chart is None:
+        why = figures.gpu_missing or report.summary.gpu_metrics_missing or "no CUDA memory statistics"
+        return Section("memory", "GPU memory", not_measured(why if report.figures else OLD_REPORT))
+    return Section("memory", "GPU memory", chart)
+
+
+def comparison(report: Report) -> Section | None:
+    runs = _figures(report).comparison
+    if not runs:
+        return None
+    body = bars.comparison_bars(runs)
+    splits = bars.comparison_splits(runs)
+    if splits:
+        body += "<h3>Step-time split per run</h3>" + splits
+    return Section("comparison", "Before / after", body)
+
+
+def tables(report: Report) -> Section | None:
+    if not report.tables:
+        return None
+    parts = []
+    for t in report.tables:
+        # a column of numbers (or blanks) is right-aligned, as numbers are read
+        numeric = [bool(t.rows) and all(row[i] is None or isinstance(row[i], (int, float)) for row in t.rows
+                                        if i < len(row)) for i in range(len(t.columns))]
+        parts.append(f"<h3>{esc_line(t.title)}</h3>{table(t.columns, t.rows, numeric=numeric)}")
+        if t.caption:
+            parts.append(prose(t.caption))
+    return Section("tables", "Measurements" if report.source == "run" else "Tables", "".join(parts))
+
+
+def findings(report: Report) -> Section | None:
+    ranked = ranked_findings(report)
+    if not ranked:
+        if report.source not in ("run", "lint", "trace"):
+            return None  # a comparison's content is its bars and tables
+        return Section("findings", "Causes, ranked", note("No findings."))
+    body = cards.overview(ranked) + "".join(
+        cards.card(rank, f, report.excerpt_for(f)) for rank, f in enumerate(ranked, 1))
+    return Section("findings", "Causes, ranked", body)
+
+
+def unmeasured(report: Report) -> Section | None:
+    if not report.not_measured:
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for n in report.not_measured:
+        by_reason.setdefault(n.reason, []).append(f"{n.code} {n.slug}")
+    items = "".join(f"<li><strong>{esc_line(', '.join(rules))}</strong>: {esc(reason)}</li>"
+                    for reason, rules in by_reason.items())
+    return Section("not-measured", "Not measured in this run",
+                   note("Rules that could not judge this run, and why: absent here means unknown, not fine.")
+                   + f'<ul class="unmeasured">{items}</ul>')
+
+
+def environment(report: Report) -> Section | None:
+    if not report.environment:
+        return None
+    return Section("environment", "Environment", facts((str(k), fmt_value(v)) for k, v in report.environment.items()))
+
+
+def notes(report: Report) -> Section | None:
+    if not report.notes:
+        return None
+    return Section("notes", "Notes", '<ul class="notes">' + "".join(f"<li>{prose(n)}</li>" for n in report.notes)
+                   + "</ul>")
+
+
+SECTIONS: tuple[Callable[[Report], Section | None], ...] = (
+    run_summary, step_split, step_timeline, data_wait, gpu, memory, comparison, tables, findings, unmeasured,
+    environment, notes,
+)
