@@ -30,7 +30,8 @@ def build(args, device):
     x = torch.randn(4096, 32, generator=gen)
     y = torch.sin(x[:, :4].sum(dim=1, keepdim=True)) + 0.1 * torch.randn(4096, 1, generator=gen)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True, drop_last=True)
-    model = nn.Sequential(nn.Linear(32, 1024), nn.SiLU(), nn.Linear(1024, 1024), nn.SiLU(), nn.Linear(1024, 1)).to(device)
+    model = nn.Sequential(nn.Linear(32, 1024), nn.SiLU(), nn.Linear(1024, 1024), nn.SiLU(), nn.Linear(1024, 1))
+    model = model.to(device)
     return loader, model
 
 

@@ -10,8 +10,8 @@ step, so the host waits for the device each step (TD201).
 Traps: `trainer.fit(...)` is the user's call into Lightning; anything Lightning does
 inside it (sanity-check validation, progress-bar refreshes, its own syncs and prints) is
 the library's, not a habit on that line; `self.log(...)` of a tensor stores it without
-reading it; the validation runs once per 40-step epoch on 2 batches (~3 %); the print
-after `fit()` runs once.
+reading it; the validation runs once per 40-step epoch on 2 batches (1-2 % of the
+epoch, measured); the print after `fit()` runs once.
 """
 # torchdoctor-example: planted
 # torchdoctor-requires: lightning

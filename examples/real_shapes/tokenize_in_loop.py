@@ -38,7 +38,7 @@ def make_reviews(n: int, seed: int) -> tuple[list[str], list[int]]:
         label = rng.randint(0, 1)
         cue = GOOD if label else BAD
         words = [rng.choice(cue) if rng.random() < 0.08 else rng.choice(FILLER) for _ in range(rng.randint(150, 250))]
-        sentences = [" ".join(words[i:i + 12]).capitalize() + rng.choice([".", "!", "?"]) for i in range(0, len(words), 12)]
+        sentences = [" ".join(words[i:i + 12]).capitalize() + rng.choice(".!?") for i in range(0, len(words), 12)]
         texts.append(" ".join(sentences))
         labels.append(label)
     return texts, labels
