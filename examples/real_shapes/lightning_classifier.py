@@ -48,7 +48,7 @@ class BlobsDataModule(L.LightningDataModule):
 
 
 class LitClassifier(L.LightningModule):
-    def __init__(self, hidden: int = 1024, lr: float = 1e-3):
+    def __init__(self, hidden: int = 2048, lr: float = 1e-3):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -83,7 +83,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=2048)
     args = parser.parse_args()
     L.seed_everything(0)
     with tempfile.TemporaryDirectory(prefix="lightning-") as root:
