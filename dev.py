@@ -20,7 +20,7 @@ VENV = ROOT / ".venv"
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 TORCH = os.environ.get("TORCHDOCTOR_TORCH", "torch==2.13.0")
 STAMP = VENV / ".torchdoctor-installed"
-BENCH_HELPERS = {"trace_gen", "overhead_workload"}  # benchmarks/ modules that are inputs to a benchmark
+BENCH_HELPERS = {"trace_gen"}  # benchmarks/ modules that are inputs to a benchmark
 
 
 def sh(*cmd: str) -> None:

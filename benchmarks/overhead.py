@@ -1,109 +1,265 @@
-"""Overhead benchmark: steady-state step time of a CPU workload with and without the
-doctor, alternating in one process (separate processes differ by ±10 % on this machine,
-which would hide a 2 % effect). The workload times its own steps, so both sides use the
-same clock. Writes benchmarks/results/overhead.json.
+"""Overhead benchmark: steady-state step time of real-shaped CPU workloads with and without
+the doctor. Targets (issue 12): per workload, the median per-round ratio doctor/plain
+outside the sampled steps <= 1.02 and the worst round <= 1.04.
 
-Reports the overhead outside the sampled steps (DESIGN.md §5 budget: ≤ 2 %) and the cost
-of the sampled steps separately. `--device cuda` trains the same workload on the GPU (the
-doctor then also runs its CUDA probes); `--rounds N` and `--out FILE` for the GPU check.
+Each workload (benchmarks/overhead_workloads/*.py) times its own steps and writes them to
+the JSON file named on its command line, so both sides use the same clock. Each workload
+runs in a process of its own (so one workload's imports and allocator state do not touch
+another's), and inside it alternates plain and doctor runs for `--rounds` rounds (plain,
+doctor, plain, doctor, ...): separate processes differ by ~10 % on this machine, which
+would hide a 2 % effect. The doctor side is the public run stage:
+`torchdoctor.run.measure(RunRequest(...), run_dir)`.
+
+A round's ratio compares the same step indices on both sides: the measured steps that the
+doctor did not sample (its record flags warm-up and sampled steps). The targets apply to
+wall time. The machine's load average, CPU count and each run's CPU share (process CPU
+time over wall time) are written next to the ratios, since other processes on a shared
+machine move them far more than 2 %; the same ratios on process CPU time per step are
+written too, as a contention-robust view of what the doctor's own code costs.
+
+Writes benchmarks/results/overhead.json; exits 1 when a workload misses a target.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
+import os
 import platform
 import random
 import runpy
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from torchdoctor.run.runner import RunRequest, execute
-
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOAD = ROOT / "benchmarks" / "overhead_workload.py"
+WORKLOAD_DIR = ROOT / "benchmarks" / "overhead_workloads"
 RESULTS = ROOT / "benchmarks" / "results" / "overhead.json"
-ROUNDS = 16
-STEPS, WARMUP = 200, 3
-SKIP = WARMUP + 5  # steps before this are warm-up on both sides
+WARMUP = 3
+MEDIAN_TARGET, WORST_TARGET = 1.02, 1.04
 
 
-def plain_run(out: Path, device: str = "cpu") -> list[float]:
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    steps: int  # measured steps per run (after WARMUP)
+    describe: str
+    needs: str | None = None  # an importable module the workload requires
+    cuda: bool = False  # takes the device as its third argument
+
+    @property
+    def path(self) -> Path:
+        return WORKLOAD_DIR / f"{self.name}.py"
+
+
+WORKLOADS = (
+    Workload("synthetic_mlp", 200, "MLP 256-512-512-10, batch 64, AdamW, DataLoader over tensors, 1 torch thread",
+             cuda=True),
+    Workload("small_gpt", 100, "GPT, 4 blocks, width 64, context 64, batch 8, AdamW, grad clipping, 1 torch thread"),
+    Workload("cnn_dataloader", 150, "CNN conv-BN-ReLU x3, batch 32, SGD momentum, DataLoader(num_workers=0) over a "
+             "map-style Dataset with per-sample normalise/flip, 1 torch thread"),
+    Workload("lightning_loop", 200, "Lightning Trainer, MLP 128-512-512-10, batch 64, Adam in automatic optimization "
+             "(closure), step times from a callback, 1 torch thread", needs="lightning"),
+)
+
+
+# ---- one workload, in its own process ---------------------------------------------------
+def _args(workload: Workload, out: Path, n_steps: int, device: str) -> list[str]:
+    return [str(out), str(n_steps), *([device] if workload.cuda else [])]
+
+
+def _run_plain(workload: Workload, out: Path, n_steps: int, device: str) -> dict:
     saved = sys.argv[:]
-    sys.argv[:] = [str(WORKLOAD), str(out), device]
+    sys.argv[:] = [str(workload.path), *_args(workload, out, n_steps, device)]
     try:
-        runpy.run_path(str(WORKLOAD), run_name="__main__")
+        runpy.run_path(str(workload.path), run_name="__main__")
     finally:
         sys.argv[:] = saved
     return json.loads(out.read_text())
 
 
-def doctor_run(out: Path, run_dir: Path, device: str = "cpu") -> tuple[list[float], set[int]]:
-    """The workload's own step times, and the steps (1-based) a costly probe ran in: the
-    dispatch sampler, the backward timer and, on CUDA, the profiler window."""
+def _run_doctor(workload: Workload, out: Path, run_dir: Path, n_steps: int, device: str) -> tuple[dict, set, set]:
+    from torchdoctor.run import measure
+    from torchdoctor.run.runner import RunRequest
+
     run_dir.mkdir()
-    record = execute(RunRequest(target=str(WORKLOAD), args=[str(out), device], steps=STEPS, warmup=WARMUP), run_dir)
-    assert record.run.status == "step-limit", record.run.error
-    return json.loads(out.read_text()), {s.index for s in record.steps if s.sampled}
+    request = RunRequest(target=str(workload.path), args=_args(workload, out, n_steps, device), steps=workload.steps,
+                         warmup=WARMUP)
+    record = measure(request, run_dir)
+    if record.run.status != "step-limit":
+        raise RuntimeError(f"{workload.name}: doctor run ended {record.run.status!r}: {record.run.error}")
+    counted = {s.index for s in record.steps if not s.warmup and not s.sampled}
+    sampled = {s.index for s in record.steps if s.sampled}
+    return json.loads(out.read_text()), counted, sampled
 
 
-def _bootstrap_ratio_ci(plain: list[float], doctor: list[float], n: int = 400) -> tuple[float, float]:
-    """95 % interval of median(doctor)/median(plain), resampling steps with replacement."""
-    rng = random.Random(0)
-    ratios = sorted(
-        statistics.median(rng.choices(doctor, k=len(doctor))) / statistics.median(rng.choices(plain, k=len(plain)))
-        for _ in range(n)
-    )
-    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
+def _at(times: list[float], indices: set[int]) -> list[float]:
+    """Step times at 1-based step indices (times[i] is step i + 1)."""
+    return [times[i - 1] for i in sorted(indices) if i <= len(times)]
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--rounds", type=int, default=ROUNDS)
-    p.add_argument("--out", type=Path, default=RESULTS)
-    opts = p.parse_args(argv)
-    device = opts.device
-    plain, doctor, sampled, ratios = [], [], [], []
-    with tempfile.TemporaryDirectory() as tmp:
+def measure_workload(workload: Workload, rounds: int, device: str = "cpu") -> list[dict]:
+    """Per round, the plain and doctor step times (wall and process CPU) at the same indices."""
+    sys.path.insert(0, str(WORKLOAD_DIR))  # the workloads' shared step clock, for both sides alike
+    n_steps = WARMUP + workload.steps + 5  # more than the doctor's limit: it stops the run itself
+    per_round = []
+    with tempfile.TemporaryDirectory(prefix=f"overhead-{workload.name}-") as tmp:
         tmp = Path(tmp)
-        plain_run(tmp / "first.json", device)  # warm the allocator and imports for both sides
-        for n in range(opts.rounds):  # alternate, so drifts in machine load hit both sides
-            plain_round = plain_run(tmp / f"plain{n}.json", device)[SKIP:WARMUP + STEPS]
-            times, heavy = doctor_run(tmp / f"doctor{n}.json", tmp / f"run{n}", device)
-            doctor_round = [t for i, t in enumerate(times, 1) if i > SKIP and i not in heavy]
-            sampled += [t for i, t in enumerate(times, 1) if i in heavy]
-            plain += plain_round
-            doctor += doctor_round
-            ratios.append(statistics.median(doctor_round) / statistics.median(plain_round))
-    p, d, s = statistics.median(plain), statistics.median(doctor), statistics.median(sampled)
-    low, high = _bootstrap_ratio_ci(plain, doctor)
+        # A discarded round first: imports, the allocator and the doctor's own modules warm up
+        # (the synthetic workload's first round came out 7-16 % in the doctor's favour in 4 runs of 4).
+        _run_plain(workload, tmp / "warm.json", n_steps, device)
+        _run_doctor(workload, tmp / "warm-doctor.json", tmp / "warm-run", n_steps, device)
+        for n in range(rounds):
+            load = os.getloadavg()[0]
+            plain = _run_plain(workload, tmp / f"plain{n}.json", n_steps, device)
+            doctor, counted, sampled = _run_doctor(workload, tmp / f"doctor{n}.json", tmp / f"run{n}", n_steps, device)
+            counted = {i for i in counted if i <= min(len(plain["wall"]), len(doctor["wall"]))}
+            sides = (("plain", plain), ("doctor", doctor))
+            per_round.append({
+                "load1_before": round(load, 2),
+                **{f"{side}_{clock}": _at(times[clock], counted) for side, times in sides for clock in ("wall", "cpu")},
+                **{f"sampled_{side}": _at(times["wall"], sampled) for side, times in sides},
+            })
+    return per_round
+
+
+# ---- statistics ---------------------------------------------------------------------------
+def _ratio(doctor: list[float], plain: list[float]) -> float:
+    return statistics.median(doctor) / statistics.median(plain)
+
+
+def bootstrap_median_ratio(rounds: list[dict], clock: str, n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of the median per-round ratio: resample rounds, and steps inside each
+    chosen round, with replacement (so both the round-to-round drift and the step noise count)."""
+    rng = random.Random(seed)
+    medians = []
+    for _ in range(n):
+        ratios = []
+        for r in rng.choices(rounds, k=len(rounds)):
+            doctor, plain = r[f"doctor_{clock}"], r[f"plain_{clock}"]
+            ratios.append(_ratio(rng.choices(doctor, k=len(doctor)), rng.choices(plain, k=len(plain))))
+        medians.append(statistics.median(ratios))
+    medians.sort()
+    return medians[int(0.025 * n)], medians[int(0.975 * n) - 1]
+
+
+def _clock_summary(rounds: list[dict], clock: str) -> dict:
+    ratios = [_ratio(r[f"doctor_{clock}"], r[f"plain_{clock}"]) for r in rounds]
+    low, high = bootstrap_median_ratio(rounds, clock)
+    pooled_plain = [t for r in rounds for t in r[f"plain_{clock}"]]
+    pooled_doctor = [t for r in rounds for t in r[f"doctor_{clock}"]]
+    return {
+        "per_round_ratio": [round(x, 4) for x in ratios],
+        "median_ratio": round(statistics.median(ratios), 4),
+        "worst_ratio": round(max(ratios), 4),
+        "median_ratio_95ci": [round(low, 4), round(high, 4)],
+        "pooled_ratio": round(_ratio(pooled_doctor, pooled_plain), 4),
+        "median_step_ms_plain": round(statistics.median(pooled_plain) * 1e3, 3),
+        "median_step_ms_doctor": round(statistics.median(pooled_doctor) * 1e3, 3),
+    }
+
+
+def summarize(workload: Workload, rounds: list[dict]) -> dict:
+    wall = _clock_summary(rounds, "wall")
+    sampled_doctor = [t for r in rounds for t in r["sampled_doctor"]]
+    sampled_plain = [t for r in rounds for t in r["sampled_plain"]]
+    # Process CPU time over wall time for each side's counted steps: 1.0 is a core of its own
+    # (one torch thread), much less means other processes took the core.
+    cpu_share = {side: [round(sum(r[f"{side}_cpu"]) / sum(r[f"{side}_wall"]), 3) for r in rounds]
+                 for side in ("plain", "doctor")}
+    return {
+        "workload": workload.describe,
+        "rounds": len(rounds),
+        "steps_compared_per_round": [len(r["plain_wall"]) for r in rounds],
+        **wall,
+        "meets_median_target": wall["median_ratio"] <= MEDIAN_TARGET,
+        "meets_worst_target": wall["worst_ratio"] <= WORST_TARGET,
+        "sampled_step_cost_ratio": round(_ratio(sampled_doctor, sampled_plain), 2) if sampled_doctor else None,
+        "load1_before_each_round": [r["load1_before"] for r in rounds],
+        "cpu_share_per_round": cpu_share,
+        # The same comparison on process CPU time per step: it leaves out the time other
+        # processes took the core (and any wait of ours for the GIL), so it shows what the
+        # doctor's own code costs when the wall-time ratio is drowned by contention.
+        "process_cpu_time": _clock_summary(rounds, "cpu"),
+    }
+
+
+# ---- driver -------------------------------------------------------------------------------
+def _child(name: str, rounds: int, out: Path, device: str) -> int:
+    workload = next(w for w in WORKLOADS if w.name == name)
+    out.write_text(json.dumps(summarize(workload, measure_workload(workload, rounds, device))))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="alternating plain/doctor rounds per workload (5 or more for the worst-round target)")
+    parser.add_argument("--only", action="append", choices=[w.name for w in WORKLOADS], help="run these workloads only")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda runs the workloads that take a device (the GPU check)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the result file")
+    parser.add_argument("--note", default="", help="what else was running on the machine, stored with the results")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args.child, args.rounds, args.child_out, args.device)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    import torch  # only for the device line
+
+    results, skipped = {}, {}
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+        for workload in WORKLOADS:
+            if args.only and workload.name not in args.only:
+                continue
+            if args.device == "cuda" and not workload.cuda:
+                skipped[workload.name] = "runs on the CPU only"
+                continue
+            if workload.needs and importlib.util.find_spec(workload.needs) is None:
+                skipped[workload.name] = f"needs {workload.needs} (pip install {workload.needs})"
+                continue
+            out = Path(tmp) / f"{workload.name}.json"
+            started = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--child", workload.name, "--rounds", str(args.rounds),
+                            "--child-out", str(out), "--device", args.device], check=True, cwd=ROOT)
+            results[workload.name] = json.loads(out.read_text())
+            results[workload.name]["wall_s"] = round(time.perf_counter() - started, 1)
+            print(f"{workload.name}: median {results[workload.name]['median_ratio']:.4f}, "
+                  f"worst {results[workload.name]['worst_ratio']:.4f}", flush=True)
+    load_end = os.getloadavg()
     result = {
         "date": _dt.date.today().isoformat(),
-        "device": (torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.machine()})")
-                  + f", Python {platform.python_version()}, torch {torch.__version__}",
-        "workload": f"MLP 256-512-512-10, batch 64, AdamW, DataLoader, 1 torch thread, on {device}",
-        "method": f"{opts.rounds} rounds in one process, a plain run then a doctor run; medians over all steps",
-        "median_step_ms_plain": round(p * 1e3, 4),
-        "median_step_ms_with_doctor": round(d * 1e3, 4),
-        # pooled over every measured step of all rounds: rounds alone vary by ±10 % here
-        "overhead_outside_sampled_steps": round(d / p - 1, 4),
-        "overhead_95ci": [round(low - 1, 4), round(high - 1, 4)],
-        "per_round_ratios": [round(r, 4) for r in ratios],
-        "median_sampled_step_ms": round(s * 1e3, 4),
-        "sampled_step_cost_ratio": round(s / p, 2),
-        "target": "overhead_outside_sampled_steps <= 0.02",
+        "device": (torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({platform.machine()})")
+        + f", Python {platform.python_version()}, torch {torch.__version__}",
+        "cpu_count": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in load_start],
+        "load_average_at_end": [round(x, 2) for x in load_end],
+        "note": args.note,
+        "method": (f"per workload one process; {args.rounds} rounds of a plain run then a doctor run "
+                   f"(torchdoctor.run.measure, warmup {WARMUP}); a round's ratio is median(doctor)/median(plain) "
+                   "over the same step indices, the measured steps the doctor did not sample"),
+        "targets": {"median_ratio": MEDIAN_TARGET, "worst_ratio": WORST_TARGET},
+        "workloads": results,
+        "skipped": skipped,
+        "all_meet_targets": all(r["meets_median_target"] and r["meets_worst_target"] for r in results.values()),
+        "worst_target_judged": args.rounds >= 5,  # fewer rounds say little about the worst one
     }
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return 0 if result["overhead_outside_sampled_steps"] <= 0.02 else 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "workloads"}, indent=2))
+    missing = {k for k in skipped if args.device == "cpu"}
+    return 0 if result["all_meet_targets"] and not missing else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -20,9 +20,14 @@ def import_script(rel: str) -> None:
     if rel.startswith("benchmarks/gpucheck/"):
         importlib.import_module(rel.removesuffix(".py").replace("/", "."))
         return
-    spec = importlib.util.spec_from_file_location(f"_gpucheck_{path.stem}", path)
+    name = f"_gpucheck_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module  # as an import would: dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
 
 
 def resolve_imports(rel: str) -> None:

@@ -142,7 +142,7 @@ STEPS: tuple[Step, ...] = (
          "accuracy.json", ("benchmarks/accuracy.py",), ("examples",),
          exit_codes={1: "a planted cause was missed or a false positive found (table below)"}),
     Step("overhead", "step time with vs without the doctor, alternating in one process", 30, _overhead,
-         "overhead.json", ("benchmarks/overhead.py",), ("benchmarks/overhead_workload.py",),
+         "overhead.json", ("benchmarks/overhead.py",), ("benchmarks/overhead_workloads/synthetic_mlp.py",),
          exit_codes={1: "the overhead outside sampled steps is over the 2 % target (numbers below)"}),
     Step("demo", "the demo's nested-loop encoder: the doctor's estimate vs the fixed script's measured gain", 40,
          _demo, "demo.json", (_module("demo_cuda"),), _examples(DEMO), exit_codes={1: "a demo run failed (below)"}),

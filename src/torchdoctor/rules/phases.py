@@ -45,7 +45,10 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str) -> PhaseCost | Non
             by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + occ.seconds
     positions = sorted(by_position)
     seconds_each = statistics.fmean(by_position.values())
-    period, basis = _period(record, positions)
+    recurs = _period(record, positions)
+    if recurs is None:
+        return None  # the wall-time table still shows it
+    period, basis = recurs
     share = seconds_each / (period * step_s + seconds_each)
     return PhaseCost(seconds_each, period, basis, share, len(positions), max(sites, key=lambda p: p.total_s))
 
@@ -63,7 +66,9 @@ def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: flo
     return PhaseCost(each, period, "from its share of the measured steps", share, site.calls, site)
 
 
-def _period(record: RunRecord, positions: list[int]) -> tuple[float, str]:
+def _period(record: RunRecord, positions: list[int]) -> tuple[float, str] | None:
+    """Training steps between occurrences, and how that was found; None when one occurrence
+    says nothing about how often it recurs (a one-off evaluation before training)."""
     if len(positions) >= 2:
         gaps = [b - a for a, b in zip(positions, positions[1:])]
         return max(1.0, statistics.median(gaps)), f"every {statistics.median(gaps):g} steps, as measured"
@@ -71,8 +76,7 @@ def _period(record: RunRecord, positions: list[int]) -> tuple[float, str]:
     per_epoch = _steps_per_epoch(loader) if loader else None
     if per_epoch and positions[0] in (loader.epoch_start_steps or [0]):
         return float(per_epoch), f"seen once, at an epoch boundary: taken as once per epoch of {per_epoch} steps"
-    seen = max(1, len(record.steps))
-    return float(seen), f"seen once in the {seen} steps run: at most this often"
+    return None
 
 
 def _steps_per_epoch(loader) -> int | None:

@@ -8,7 +8,7 @@ for step in range(100):
     model(torch.randn(32, 16)).sum().backward()
     opt.step()
     opt.zero_grad()
-    if step % 20 == 0:
+    if step % 60 == 0:  # once in the measured run: no frequent-eval finding to confound TD203
         model.eval()
         preds = []
         with torch.no_grad():
