@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import signal
 import threading
 
 import pytest
@@ -19,7 +20,7 @@ PATCHABLE = [
     (torch.nn.Module, "train"), (torch.nn.Module, "zero_grad"),
     (torch.optim.Optimizer, "__init__"), (torch.optim.Optimizer, "zero_grad"),
     (torch, "save"), (builtins, "print"), (logging.Logger, "handle"),
-    (torch.autograd, "backward"), (torch.cuda, "synchronize"),
+    (torch.autograd, "backward"), (torch.Tensor, "backward"), (torch.cuda, "synchronize"),
 ]
 
 
@@ -62,6 +63,8 @@ def no_probe_outlives_the_test():
         leaks.append("the profiler is still running")
     if _doctor_threads():
         leaks.append(f"threads alive: {_doctor_threads()}")
+    if signal.getitimer(signal.ITIMER_REAL)[0] or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        leaks.append("the line sampler's SIGALRM timer or handler is still set")
     assert not leaks, "probe state outlived the test: " + "; ".join(leaks)
 
 

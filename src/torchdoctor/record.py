@@ -122,6 +122,7 @@ class OpSite:
     backward_s: float = 0.0  # backward time of this line's autograd nodes, over the backward windows
     backward_nodes: int = 0
     param_updates: int = 0  # in-place ops on parameters (a hand-written optimizer)
+    entries: int = 0  # times the ops came here from another line: how often the line ran (≈)
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     text: str = ""  # the source line
 
@@ -166,6 +167,7 @@ class LineHits:
     samples: int
     text: str = ""  # the source line, read when the run ended
     library: str | None = None  # the installed package the line belongs to; None: the user's code
+    seconds: float = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
 
 
 @dataclass
@@ -175,12 +177,20 @@ class LineProfile:
     interval_s: float = 0.005
     total_samples: int = 0
     lines: list[LineHits] = field(default_factory=list)
+    total_s: float = 0.0  # wall time the samples stand for (0: a record from before weights)
+    method: str = "thread"  # "signal": a timer interrupts the training thread; "thread": a sampling thread
 
     def share(self, path: str, line: int) -> float | None:
+        """The line's share of the measured steps' time (by sample weight, or count in old records)."""
         if not self.total_samples:
             return None
-        hits = sum(h.samples for h in self.lines if (h.location.path, h.location.line) == (path, line))
-        return hits / self.total_samples
+        same = [h for h in self.lines if (h.location.path, h.location.line) == (path, line)]
+        if self.total_s > 0:
+            return sum(h.seconds for h in same) / self.total_s
+        return sum(h.samples for h in same) / self.total_samples
+
+    def line_share(self, hits: LineHits) -> float:
+        return hits.seconds / self.total_s if self.total_s > 0 else hits.samples / max(1, self.total_samples)
 
 
 @dataclass
@@ -218,6 +228,7 @@ class OptimizerInfo:
     zero_grad_set_to_none: bool | None = None
     zero_grad_location: Location | None = None
     zero_grad_total_s: float = 0.0
+    closure: Location | None = None  # the closure passed to step(closure): where it is defined
 
 
 @dataclass

@@ -18,6 +18,10 @@ UNKNOWN_NOISE_THRESHOLD = 0.10
 # Windows within one run miss what differs between runs (another process, clocks, caches), so
 # no band is narrower than this; it matches the smallest gain a rule reports (rules/base.py).
 NOISE_FLOOR = 0.02
+# When either run was measured on a busy machine (other processes took its CPU), what moves
+# between runs is far larger than its windows show: 10 %, the spread seen between identical
+# runs on a loaded 2-core machine.
+BUSY_NOISE_FLOOR = 0.10
 
 
 @dataclass
@@ -77,13 +81,15 @@ class Change:
         return f"{self.ratio:.2f}x {self.measure} ({band})"
 
 
-def change(a: Throughput, b: Throughput) -> Change:
-    """Prefer samples/s (a batch_size change makes steps incomparable) when both runs have it."""
+def change(a: Throughput, b: Throughput, busy: bool = False) -> Change:
+    """Prefer samples/s (a batch_size change makes steps incomparable) when both runs have it.
+    `busy`: a run was measured on a busy machine, and the band is at least BUSY_NOISE_FLOOR."""
     if a.samples_per_s and b.samples_per_s:
         ratio, measure = b.samples_per_s / a.samples_per_s, "samples/s"
     else:
         ratio, measure = b.steps_per_s / a.steps_per_s, "steps/s"
+    floor = BUSY_NOISE_FLOOR if busy else NOISE_FLOOR
     if a.relative_sem is None or b.relative_sem is None:
-        return Change(ratio, None, measure)
+        return Change(ratio, floor if busy else None, measure)
     band = Z_95 * math.hypot(a.relative_sem, b.relative_sem) * ratio
-    return Change(ratio, max(band, NOISE_FLOOR), measure)
+    return Change(ratio, max(band, floor), measure)

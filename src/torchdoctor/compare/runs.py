@@ -27,6 +27,11 @@ class ComparedRun:
         return cls(name, record, analyze(record), throughput(record))
 
     @property
+    def busy(self) -> bool:
+        """Measured while other processes took the CPU (see diagnose/reliability.py)."""
+        return self.report.summary is not None and self.report.summary.machine_busy is not None
+
+    @property
     def knobs(self) -> str:
         applied = [f"{k.name}={k.value}" for k in self.record.knobs if k.applied]
         skipped = [f"{k.name}={k.value} (not applied)" for k in self.record.knobs if not k.applied]
@@ -54,6 +59,7 @@ def _label(f: Finding) -> str:
 def compare_runs(runs: list[ComparedRun]) -> Report:
     report = Report(source="compare", tool_version=torchdoctor.__version__)
     first = runs[0]
+    scripts = sorted({r.record.run.script for r in runs})
     rows, split_rows = [], []
     for run in runs:
         s = run.report.summary
@@ -65,8 +71,9 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
                            _ms(split.optimizer_s), _ms(split.eval_s), _ms(split.checkpoint_s),
                            _pct(s.gpu_util_mean), _watts(s.power_mean_w),
                            fmt_bytes(s.peak_memory_bytes) if s.peak_memory_bytes else None])
+    title = "Before / after" if len(scripts) == 1 else f"Before / after: DIFFERENT SCRIPTS ({', '.join(scripts)})"
     report.tables.append(Table(
-        title="Before / after", columns=["run", "knobs", "steps/s", "samples/s", "step ms", f"vs {first.name}"],
+        title=title, columns=["run", "knobs", "steps/s", "samples/s", "step ms", f"vs {first.name}"],
         rows=rows,
         caption=("Measured steps only (warmup and sampled steps excluded). A ratio whose distance from 1 is "
                  "inside the 95 % band from each run's own window-to-window noise is shown as no measurable change."),
@@ -96,7 +103,7 @@ def run_bars(runs: list[ComparedRun]) -> list[RunBar]:
         speed = run.speed
         value = speed.samples_per_s if by_samples else speed.steps_per_s
         half = Z_95 * speed.relative_sem * value if speed.relative_sem is not None else None
-        verdict = change(runs[0].speed, speed) if run is not runs[0] else None
+        verdict = change(runs[0].speed, speed, busy=runs[0].busy or run.busy) if run is not runs[0] else None
         bars.append(RunBar(
             name=run.name, measure="samples/s" if by_samples else "steps/s", value=round(value, 3),
             low=None if half is None else round(max(0.0, value - half), 3),
@@ -120,7 +127,8 @@ def _without_empty_columns(table: Table) -> Table:
 def _vs(first: ComparedRun, run: ComparedRun) -> str:
     if first.speed is None or run.speed is None:
         return "no measured steps to compare"
-    return change(first.speed, run.speed).describe()
+    busy = first.busy or run.busy
+    return change(first.speed, run.speed, busy=busy).describe() + (" (a busy machine: wider band)" if busy else "")
 
 
 def _pct(value: float | None) -> str | None:
@@ -159,6 +167,8 @@ def _warnings(runs: list[ComparedRun]) -> list[str]:
     for r in runs:
         if r.speed is not None and r.speed.relative_sem is None:
             notes.append(f"{r.name}: too few measured steps to measure noise; only changes over 10 % count.")
+        if r.busy:
+            notes.append(f"{r.name}: {r.report.summary.machine_busy}")
     return notes
 
 

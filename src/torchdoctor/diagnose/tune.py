@@ -140,12 +140,39 @@ def _summary_notes(outcome: TuneOutcome) -> list[str]:
     for trial in outcome.trials:
         gain = outcome.gain(trial)
         if trial.result.trial.kind == UPPER_BOUND and gain is not None:
-            notes.append(f"Upper bound {trial.result.trial.name}: {gain.describe()} — the most its fix can give.")
+            notes.append(_upper_bound_note(outcome, trial, gain))
     if outcome.skipped:
         notes.append("Skipped by --budget: " + "; ".join(outcome.skipped))
     if outcome.interrupted:
         notes.append("Interrupted: the trials that finished are compared above.")
     return notes
+
+
+def _upper_bound_note(outcome: TuneOutcome, trial: TunedTrial, gain) -> str:
+    """An upper bound is only a ceiling when it is measurable and agrees with what the baseline
+    itself measured: removing a phase of share s can give at most 1/(1-s)."""
+    name = trial.result.trial.name
+    if not gain.significant:
+        return f"Upper bound {name}: {gain.describe()}: its fix has nothing measurable to give here."
+    allowed = _evidence_ceiling(outcome, trial)
+    band = gain.noise if gain.noise is not None else 0.10
+    if allowed is not None and gain.ratio > allowed * (1 + band):
+        return (f"Upper bound {name} measured {gain.ratio:.2f}x, but the baseline's own measurements allow at most "
+                f"{allowed:.2f}x for what it removes: the runs differ by more than this knob (another process, a busy "
+                "machine); not taken as a ceiling. Re-run the tune on a quieter machine.")
+    return f"Upper bound {name}: {gain.describe()} — the most its fix can give."
+
+
+def _evidence_ceiling(outcome: TuneOutcome, trial: TunedTrial) -> float | None:
+    """What removing the trial's target entirely can give, from the baseline's numbers."""
+    base = analyze(outcome.baseline.record)
+    if trial.result.trial.knobs.get("data") == "cached":
+        s = base.summary
+        return s.step_time_s / (s.step_time_s - s.split.data_wait_s) if s and s.step_time_s and \
+            s.step_time_s > s.split.data_wait_s else None
+    figures = [f.evidence.get("speedup_if_removed") for f in base.findings
+               if f.code in trial.result.trial.addresses and f.evidence.get("speedup_if_removed")]
+    return max(figures) if figures else None
 
 
 def _x(value: float | None) -> str:

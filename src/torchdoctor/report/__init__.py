@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TextIO
@@ -65,12 +66,21 @@ def wants_color(stream: TextIO) -> bool:
 def emit(report: Report, fmt: str, stream: TextIO | None = None) -> None:
     """Print `report` in format `fmt` to `stream` (stdout), coloured where `wants_color`."""
     stream = stream or sys.stdout
-    if fmt == "text" and wants_color(stream):
+    if fmt == "text":
         from torchdoctor.report.terminal import render_text
 
-        stream.write(render_text(report, color=True))
+        stream.write(render_text(report, color=wants_color(stream), width=text_width()))
     else:
         stream.write(render(report, fmt))
 
 
-__all__ = ["RENDERERS", "emit", "render", "wants_color"]
+def text_width() -> int:
+    """The terminal's width (COLUMNS first, as shells set it), or 100 in a pipe or file."""
+    columns = shutil.get_terminal_size(fallback=(DEFAULT_WIDTH, 24)).columns
+    return max(MIN_WIDTH, columns)
+
+
+DEFAULT_WIDTH = 100
+MIN_WIDTH = 60  # narrower, the tables cannot show a path and its line at all
+
+__all__ = ["RENDERERS", "emit", "render", "text_width", "wants_color"]

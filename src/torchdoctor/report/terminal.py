@@ -58,7 +58,7 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
 def _print_report_table(console: Console, table: ReportTable) -> None:
     grid = Table(title=one_line(table.title), title_justify="left", title_style=BOLD)
     for column in table.columns:
-        grid.add_column(one_line(column))
+        grid.add_column(one_line(column), overflow="fold")  # wrapped, never cut: a path keeps its line number
     for row in table.rows:
         grid.add_row(*(one_line(fmt_value(v)) for v in row))
     console.print(grid)

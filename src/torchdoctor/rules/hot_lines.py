@@ -15,8 +15,10 @@ from torchdoctor.rules.facts import RunFacts
 # A line holding this share of the step's stack samples is worth a look whatever it does; a
 # model's forward spreads over many lines, each well under it.
 HOT_LINE_SHARE = 0.25
-MIN_SAMPLES = 20  # fewer stack samples than this are too noisy for a share
+MIN_SAMPLES = 10  # fewer samples than this are too noisy for a share (±30 % at 10)
 MAX_LINES = 3
+# A line whose sampled torch ops take this share of its time is compute (a model's forward).
+COMPUTE_SHARE = 0.5
 # Calls whose time the step split already shows (backward, the optimizer's step).
 EXPLAINED_CALLS = (".backward(", "backward(", ".step(")
 
@@ -45,12 +47,15 @@ class HotLine(Rule):
         step_lines = {(o.step_location.path, o.step_location.line) for o in record.optimizers if o.step_location}
         findings = []
         for hits in profile.lines:
-            share = hits.samples / profile.total_samples
+            share = profile.line_share(hits)
             if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
                 break
             where = (hits.location.path, hits.location.line)
             if where in taken or where in step_lines or hits.library or _explained(hits):
                 continue
+            ops_s = _op_time_per_step(record, hits)
+            if ops_s is not None and ops_s >= COMPUTE_SHARE * share * facts.step_s:
+                continue  # its torch ops are its time: the model's work, shown in the step split
             findings.append(self._finding(record, facts, hits, share))
         return findings
 
@@ -62,7 +67,7 @@ class HotLine(Rule):
                 "its torch ops were not sampled")
         return self.finding(
             title=f"{share:.0%} of the step on one line, no known habit" + (f": `{hits.text}`" if hits.text else ""),
-            message=(f"The line sampler found this line on top of the stack in {hits.samples} of "
+            message=(f"The line sampler found this line running in {hits.samples} of "
                      f"{record.line_profile.total_samples} samples of the measured steps: about "
                      f"{ms(share * facts.step_s):.1f} ms of each {ms(facts.step_s):.1f} ms step; {what}."),
             location=hits.location,

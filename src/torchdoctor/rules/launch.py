@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.sync import syncing_calls
+from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
 # A line issuing this many aten ops per step is almost surely a Python loop over elements
 # (the reference report's loop issued 768); a model's layer loop issues tens.
@@ -15,9 +18,19 @@ LOOP_OPS_PER_STEP = 100
 # Ops issued by the line's own code (not by a module or optimizer it calls) per step:
 # excludes `loss.backward()` and `optimizer.step()`, whose ops torch issues internally.
 LOOP_DIRECT_OPS_PER_STEP = 20
+# ...unless the line itself runs this often per step (a module called once per time step of
+# an unrolled RNN): `model(x)` runs once per step whatever the ops inside it.
+LOOP_ENTRIES_PER_STEP = 16
 # An optimizer over this many tensors pays per-tensor overhead on the single-tensor path.
 FOREACH_MIN_TENSORS = 20
 OPTIMIZER_MEDIUM_SHARE = 0.05
+# Lines of one loop body: within this many lines of each other, run within 25 % as often.
+LOOP_BODY_LINES = 15
+SAME_LOOP_TOLERANCE = 0.25
+# A loop whose iterations each wait for a host read (at least this many per step, at most this
+# many of the loop's ops per read) is paced by the host: sequential, not vectorizable.
+PACED_MIN_READS = 10
+PACED_MAX_OPS_PER_READ = 200
 # Two or more parameter tensors updated in place from one line per step: a hand-written optimizer.
 PER_PARAMETER_MIN_UPDATES = 2
 # On CPU a loop line under 3 % of the step is not worth a finding (stack-sample noise).
@@ -54,17 +67,24 @@ class PythonLoopOps(Rule):
         if not windows or not facts.step_s:
             return []
         findings = []
-        for site in record.dispatch.sites:
+        for site in _one_per_loop(record.dispatch.sites, windows):
             per_step = site.ops / windows
             direct = (site.ops - site.internal_ops) / windows
-            if per_step < LOOP_OPS_PER_STEP or direct < LOOP_DIRECT_OPS_PER_STEP:
+            entries = site.entries / windows
+            if per_step < LOOP_OPS_PER_STEP or (direct < LOOP_DIRECT_OPS_PER_STEP and entries < LOOP_ENTRIES_PER_STEP):
                 continue
+            if site.param_updates / windows >= PER_PARAMETER_MIN_UPDATES:
+                continue  # a hand-written optimizer: TD305 reports it
             cost = LoopCost.of(record, facts, site, per_step)
             if cost.speedup < MIN_REPORTED_SPEEDUP and not facts.cuda_used:
                 continue
             if cost.share < LOOP_MIN_SHARE and not facts.cuda_used:
                 continue
             inside = f"Inside {site.library} (not your code): " if site.library else ""
+            pacer = _paced_by_host(record, per_step)
+            paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
+                     "times per step): the loop is paced by the host and cannot be fused within it; batch across "
+                     "independent sequences or environments instead." if pacer else "")
             findings.append(
                 self.finding(
                     title=f"{inside}{per_step:.0f} tiny ops per step from one line ({cost.share:.0%} of step time)",
@@ -74,6 +94,7 @@ class PythonLoopOps(Rule):
                         f"{ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
                         + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
+                        + paced
                     ),
                     location=site.location,
                     evidence={
@@ -87,13 +108,49 @@ class PythonLoopOps(Rule):
                         "line_samples": record.line_profile.total_samples,
                         "library": site.library,
                     },
-                    speedup=cost.speedup,
-                    basis=cost.basis(record, "replaced by one op per op kind at the line's mean time per op"),
-                    severity=(Severity.LOW if site.library else
+                    speedup=None if pacer else cost.speedup,
+                    basis=("not estimated: a loop paced by the host's reads cannot become one op" if pacer else
+                           cost.basis(record, "replaced by one op per op kind at the line's mean time per op")),
+                    severity=(Severity.LOW if site.library or pacer else
                               severity_for(cost.speedup) if cost.speedup >= MIN_REPORTED_SPEEDUP else Severity.MEDIUM),
                 )
             )
         return findings
+
+
+def _one_per_loop(sites, windows: int):
+    """The sites, with the lines of one loop body (same function, close lines, run as often)
+    folded into the busiest: one finding per loop, its ops and time summed."""
+    kept: list = []
+    for site in sorted(sites, key=lambda s: -s.ops):
+        entries = site.entries / windows
+        home = next((k for k in kept if k.location.path == site.location.path
+                     and k.location.function == site.location.function and k.location.line
+                     and abs(k.location.line - site.location.line) <= LOOP_BODY_LINES
+                     and entries >= LOOP_ENTRIES_PER_STEP
+                     and abs(k.entries / windows - entries) <= SAME_LOOP_TOLERANCE * entries), None)
+        if home is None:
+            kept.append(dataclasses.replace(site))
+            continue
+        home.ops += site.ops
+        home.internal_ops += site.internal_ops
+        home.time_s += site.time_s
+        home.backward_s += site.backward_s
+    return kept
+
+
+def _paced_by_host(record: RunRecord, ops_per_step: float):
+    """(call, per step) of a read the host needs (control flow, a Python environment) that
+    repeats often enough in the step to pace this loop: an RL episode, a decode loop with a
+    stopping test. None when the loop's ops run free of such reads."""
+    windows = record.dispatch.sampled_steps
+    best = None
+    for call in syncing_calls(record, ("host-sync", "transfer-d2h"), "train"):
+        per_step = call.count / windows
+        if per_step >= PACED_MIN_READS and ops_per_step / per_step <= PACED_MAX_OPS_PER_READ \
+                and value_use(call.text) in (CONTROL, EXTERNAL) and (best is None or per_step > best[1]):
+            best = (call, per_step)
+    return best
 
 
 @dataclass
@@ -107,9 +164,11 @@ class LoopCost:
     share: float
 
     @classmethod
-    def of(cls, record: RunRecord, facts: RunFacts, site, ops_per_step: float) -> "LoopCost":
+    def of(cls, record: RunRecord, facts: RunFacts, site, ops_per_step: float, sampled_lines: bool = True) -> "LoopCost":
+        """`sampled_lines=False`: time the line by its ops alone (a loop whose time the line
+        sampler splits between its `for` line and its body)."""
         windows = record.dispatch.sampled_steps
-        share = record.line_profile.share(site.location.path, site.location.line)
+        share = record.line_profile.share(site.location.path, site.location.line) if sampled_lines else None
         if share is not None and record.line_profile.total_samples >= MIN_LINE_SAMPLES:
             line_s, timing = share * facts.step_s, LINE_SAMPLER_BASIS
         else:
@@ -251,7 +310,7 @@ class PerParameterUpdate(Rule):
             updates = site.param_updates / windows
             if updates < PER_PARAMETER_MIN_UPDATES or site.library:
                 continue
-            cost = LoopCost.of(record, facts, site, max(1.0, site.ops / windows))
+            cost = LoopCost.of(record, facts, site, max(1.0, site.ops / windows), sampled_lines=False)
             measurable = cost.speedup >= MIN_REPORTED_SPEEDUP
             findings.append(self.finding(
                 title=f"{updates:.0f} parameter tensors updated one at a time ({cost.share:.1%} of step time)",

@@ -215,6 +215,7 @@ class LoggingOverhead(Rule):
         profile = record.line_profile
         if profile.total_samples < MIN_LINE_SAMPLES:
             return timed
-        lines = {(loc.path, loc.line) for p in sites for loc in (p.inner_location, p.location) if loc}
+        # the print/log lines themselves: the loop line that called them holds its other work too
+        lines = {(loc.path, loc.line) for p in sites for loc in [p.inner_location or p.location] if loc}
         sampled = sum(profile.share(path, line) or 0.0 for path, line in lines)
         return max(timed, sampled)

@@ -8,7 +8,7 @@ from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import ApiCall, RunRecord
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
+from torchdoctor.rules.value_use import EXTERNAL, value_use
 
 SYNC_BASIS_GPU = (
     "the stall length is on the GPU timeline, not the host clock: `torchdoctor trace` on this "
@@ -34,6 +34,22 @@ def syncing_calls(record: RunRecord, kinds: tuple[str, ...], phase: str) -> list
     tensors and calls made inside installed libraries are not the user's syncs."""
     return [c for c in record.dispatch.api_calls if c.kind in kinds and c.phase == phase
             and c.placement == "device" and c.library is None]
+
+
+REREAD_FIX = ("Nothing to gain from removing this read: the optimizer waits for the same value itself. "
+              "Printing it every evaluation is cheap; print every N steps if the output is too long.")
+# Optimizers whose step(closure) turns the closure's loss into a Python float itself.
+READS_CLOSURE_LOSS = {"LBFGS"}
+
+
+def _optimizer_reads_it(record: RunRecord, call: ApiCall) -> str | None:
+    """The optimizer (`LBFGS`) whose closure holds this call and which reads the loss anyway."""
+    for opt in record.optimizers:
+        c = opt.closure
+        if opt.class_name in READS_CLOSURE_LOSS and c is not None and (c.path, c.function) == (
+                call.location.path, call.location.function):
+            return opt.class_name
+    return None
 
 
 def _by_line(calls: list[ApiCall]) -> dict[tuple, list[ApiCall]]:
@@ -74,10 +90,17 @@ class _PerLineSyncRule(Rule):
             noun = self.noun if on_gpu else self.cpu_noun
             tensors = (f"{group[0].device} tensors" if on_gpu else
                        "tensors that would be on the GPU in a GPU run (from the model or moved with .to(device))")
-            required = self.code == "TD201" and value_use(group[0].text) in (CONTROL, EXTERNAL)
-            why = (" The value is needed on the host right away (it decides control flow or feeds a non-torch "
-                   "call), so the sync is required: batching it, or deciding on the device, is the fix."
-                   if required else f" {self.rationale}")
+            required = self.code == "TD201" and value_use(group[0].text) == EXTERNAL
+            reread = self.code == "TD201" and _optimizer_reads_it(record, group[0])
+            why = (" The value is needed on the host right away (it feeds a non-torch call whose result the "
+                   "script goes on with), so the sync is required: batching it, or keeping the work on the device, "
+                   "is the fix."
+                   if required else
+                   f" This is inside the closure of {reread}, which reads the closure's loss itself after every "
+                   "evaluation: the device is waited for anyway, so this read adds no wait of its own."
+                   if reread else f" {self.rationale}")
+            fix = REQUIRED_SYNC_FIX if required else REREAD_FIX if reread else None
+            required = required or bool(reread)
             findings.append(
                 self.finding(
                     title=f"{', '.join(apis)} {noun} {per:.0f}x per {self.unit}"
@@ -94,8 +117,9 @@ class _PerLineSyncRule(Rule):
                     },
                     speedup=None,
                     basis=_basis(facts),
-                    severity=Severity.MEDIUM,
-                    fix=REQUIRED_SYNC_FIX if required else None,
+                    # a required read is not a habit to drop: it is said, with the batching fix, at low
+                    severity=Severity.LOW if required else Severity.MEDIUM,
+                    fix=fix,
                 )
             )
         return findings
@@ -165,7 +189,10 @@ class EvalTransfer(_PerLineSyncRule):
     )
 
     def windows(self, record: RunRecord) -> int:
-        return record.dispatch.eval_batches_sampled
+        """Sampled eval batches; fewer than two cannot tell a per-batch read from one read
+        after the loop (an evaluation of one batch), so they judge nothing."""
+        batches = record.dispatch.eval_batches_sampled
+        return batches if batches >= 2 else 0
 
 
 class ExplicitSync(Rule):

@@ -1,10 +1,11 @@
 """How a source line uses the value it reads from a tensor (`.item()`, `.tolist()`, `int(t)`):
 read from the line's text, which the op sampler stored with the call.
 
-`accumulate` (`total += loss.item()`) and `log` (`print(f"{loss.item()}")`) read a value the
-host could read rarely; `control` (`if done.item():`) and `external` (`env.step(a.item())`,
-`array[i.item()]`) need it on the host now: the sync is required, and only batching or
-keeping the decision on the device removes it.
+`accumulate` (`total += loss.item()`, `meter.update(loss.item())`) and `log`
+(`print(f"{loss.item()}")`) read a value the host could read rarely; `control`
+(`if not math.isfinite(loss.item()):`) reads it to decide, which can usually wait a few steps
+too; `external` (`state, r, done = env.step(a.item())`, `array[i.item()]`) needs it on the
+host now: the sync is required, and only batching or keeping the work on the device removes it.
 """
 
 from __future__ import annotations
@@ -33,18 +34,22 @@ def value_use(text: str) -> str:
     if read is None:
         return OTHER
     node = read
-    while node in parents:
+    while node in parents:  # a decision first: `if not math.isfinite(loss.item()):` decides
         parent = parents[node]
         if isinstance(parent, (ast.If, ast.While, ast.Assert, ast.IfExp)) and node is parent.test:
             return CONTROL
-        if isinstance(parent, (ast.BoolOp, ast.Compare)) and isinstance(parents.get(parent), (ast.If, ast.While)):
-            return CONTROL
+        node = parent
+    node = read
+    while node in parents:
+        parent = parents[node]
         if isinstance(parent, ast.Call) and node is not parent.func:
             name = _call_name(parent.func)
             if name in LOG_CALLS:
                 return LOG
             if not _is_read(parent) and name not in CASTS | {"round", "abs", "max", "min", "sum"}:
-                return EXTERNAL
+                # `meter.update(loss.item(), n)` keeps a running number (its result unused);
+                # `state, r, done = env.step(a.item())` needs the value to go on
+                return ACCUMULATE if isinstance(parents.get(parent), ast.Expr) else EXTERNAL
         if isinstance(parent, ast.Subscript) and node is parent.slice:
             return EXTERNAL
         if isinstance(parent, ast.JoinedStr):

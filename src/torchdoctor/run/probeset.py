@@ -78,7 +78,7 @@ class ProbeSet:
     def stop_background(self) -> None:
         """Stop the probes' own threads (samplers) without touching the script's thread:
         for a run the watchdog ends while the script is still running."""
-        self.lines.uninstall()
+        self.lines.quiesce()
         self.gpu.uninstall()
 
     def contribute(self, record: RunRecord) -> None:

@@ -103,16 +103,22 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
         return record
 
     def abandon(why: str) -> None:
-        """From the watchdog's thread: the script would not stop. Save it all, then exit."""
-        info.status, info.ended_by = session.stop_reason or "time-limit", why
-        probes.stop_background()
-        record = collect()
+        """From the watchdog's thread: the script would not stop. Save it all, then exit,
+        whatever fails on the way (the process must end: that is the limit)."""
+        code = 0
         try:
+            info.status, info.ended_by = session.stop_reason or "time-limit", why
+            probes.stop_background()
+            record = collect()
             code = request.on_abandon(record) if request.on_abandon else _save(record, run_dir)
+        except BaseException as exc:  # noqa: BLE001 - report it and still end the process
+            sys.stderr.write(f"torchdoctor: error while writing the run that would not stop: "
+                             f"{type(exc).__name__}: {exc}\n")
+            code = 1
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(code)
+            os._exit(code)
 
     watchdog = Watchdog(session, request.max_seconds, abandon)
     session.subscribe(watchdog)
@@ -126,7 +132,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
                 info.status, info.exit_code, info.error = _run_target(request, session, watchdog)
         except StopRun:  # raised by the watchdog into our code just after the script returned
             watchdog.disarm()
-        _settle_after_stop(info, session)
+        _settle_after_stop(info, session, watchdog)
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
         knobs.uninstall("outer")
@@ -135,15 +141,17 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     return collect()
 
 
-def _settle_after_stop(info: RunInfo, session: RunSession) -> None:
+def _settle_after_stop(info: RunInfo, session: RunSession, watchdog: Watchdog) -> None:
     """A script that caught our StopRun and then ended its own way still ended because we
     stopped it: the status is the stop's reason, and what the script did is noted."""
     reason = session.stop_reason
-    if reason is None or info.status == reason or info.status == "interrupted":
+    if reason is None or info.status == "interrupted":
         return
-    if session.stop_raises > 1 or info.status != "completed":
-        info.ended_by = (f"the script caught the {reason} stop ({session.stop_raises} times) and then "
-                         + ("returned" if info.status == "completed" else f"ended as '{info.status}'"))
+    caught = session.stop_raises + watchdog.async_raises - 1  # the last one ended it
+    if caught > 0 or info.status not in (reason, "completed"):
+        ended = "" if info.status in (reason, "completed") else f", then ended as '{info.status}'"
+        info.ended_by = (f"the script caught the stop {caught} time{'s' if caught != 1 else ''} (a bare `except:` or "
+                         f"`except BaseException:` around the loop){ended}; torchdoctor's next stop ended it")
     info.status, info.exit_code, info.error = reason, 0, None
 
 

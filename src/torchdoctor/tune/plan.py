@@ -53,6 +53,7 @@ def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | Non
 
 
 _UPPER_BOUNDS = {"TD701": ("eval", "off"), "TD702": ("checkpoint", "off")}
+DATA_CODES = ("TD101", "TD102", "TD105")  # causes data=cached bounds
 
 
 def plan_trials(baseline: Report, record: RunRecord, cuda: bool) -> list[Trial]:
@@ -71,8 +72,9 @@ def plan_trials(baseline: Report, record: RunRecord, cuda: bool) -> list[Trial]:
         if finding.code not in trial.addresses:
             trial.addresses.append(finding.code)
     planned = list(trials.values())
-    if record.loaders:
-        planned.append(Trial("data=cached", {"data": "cached"}, UPPER_BOUND))
+    data_codes = [f.code for f in baseline.findings if f.code in DATA_CODES]
+    if record.loaders and data_codes:  # the ceiling of a data fix, when data is a finding
+        planned.append(Trial("data=cached", {"data": "cached"}, UPPER_BOUND, data_codes))
         planned.append(Trial("data=loader-only", {"data": "loader-only"}, LADDER))
     return planned
 

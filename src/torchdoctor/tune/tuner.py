@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from torchdoctor.compare.noise import change, throughput
+from torchdoctor.diagnose.reliability import busy_machine
 from torchdoctor.findings import Report
 from torchdoctor.record import RunRecord
 from torchdoctor.rundir import load_record, safe_name
@@ -45,10 +46,14 @@ class TuneOutcome:
         return [self.baseline.record] + ([repeat.record] if repeat is not None and repeat.ok else [])
 
     def gain(self, trial: TunedTrial):
-        """The noise-aware change of a trial against the (pooled) baseline, or None."""
+        """The noise-aware change of a trial against the (pooled) baseline, or None; the band
+        is wider when a run was measured on a busy machine."""
         base = throughput(*self.baseline_records()) if self.baseline.ok else None
         mine = throughput(trial.record) if trial.ok else None
-        return change(base, mine) if base and mine else None
+        if not (base and mine):
+            return None
+        busy = any(busy_machine(r) for r in [*self.baseline_records(), trial.record])
+        return change(base, mine, busy=busy)
 
 
 class Tuner:
@@ -78,7 +83,8 @@ class Tuner:
                 self.analyze(record), record, cuda=record.environment.cuda_used)
             total = 2 + len(planned) + (1 if self.chosen is None else 0)
             for i, trial in enumerate(planned, 2):
-                self._maybe_run(outcome, trial, i, total)
+                # the top finding's trial always runs: a budget too short for it would tune nothing
+                self._maybe_run(outcome, trial, i, total, budgeted=i > 2)
             if self.chosen is None:
                 winners = [t.result.trial for t in outcome.trials if t.result.trial.kind == FIX and _helped(outcome, t)]
                 combo = combined_trial(winners)
@@ -90,10 +96,10 @@ class Tuner:
         return outcome
 
     def _maybe_run(self, outcome: TuneOutcome, trial: Trial, index: int, total: int,
-                   keep: bool = True) -> TunedTrial | None:
+                   keep: bool = True, budgeted: bool = True) -> TunedTrial | None:
         per_trial = outcome.baseline.result.seconds
         left = None if self.budget_s is None else self.budget_s - (time.monotonic() - self._started)
-        if left is not None and left < per_trial:
+        if budgeted and left is not None and left < per_trial:
             outcome.skipped.append(f"{trial.name} (budget: {max(left, 0):.0f} s left, a trial takes ~{per_trial:.0f} s)")
             return None
         done = self._run(trial, index, total, per_trial * (total - index + 1))

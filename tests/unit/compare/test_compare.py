@@ -93,3 +93,25 @@ def test_runs_without_measured_steps_get_no_bar():
     report = compare_runs([ComparedRun.of("before", noisy(0.1, 0.05)), ComparedRun.of("empty", empty)])
     assert [b.name for b in report.figures.comparison] == ["before"]
     assert compare_runs([ComparedRun.of("empty", empty), ComparedRun.of("b", noisy(0.1, 0.05))]).figures.comparison == []
+
+
+def test_two_different_scripts_are_said_in_the_header():
+    a, b = noisy(0.10, 0.01), noisy(0.05, 0.01, seed=1)
+    b.run.script = "other.py"
+    report = compare_runs([ComparedRun.of("a", a), ComparedRun.of("b", b)])
+    assert report.tables[0].title == "Before / after: DIFFERENT SCRIPTS (other.py, train.py)"
+
+
+def test_a_busy_machine_widens_the_band_so_no_winner_is_named_inside_it():
+    from torchdoctor.record import Contention
+
+    quiet = throughput(noisy(0.100, 0.005, steps=60))
+    faster = throughput(noisy(0.094, 0.005, steps=60, seed=1))  # 6 %: beyond the quiet band
+    assert change(quiet, faster).significant
+    assert not change(quiet, faster, busy=True).significant  # inside a busy machine's 10 %
+    a, b = noisy(0.100, 0.005, steps=60), noisy(0.094, 0.005, steps=60, seed=1)
+    b.contention = Contention(window_s=6.0, thread_runqueue_s=1.5, load_start=4.0, load_end=4.0, cpus=2)
+    report = compare_runs([ComparedRun.of("before", a), ComparedRun.of("after", b)])
+    verdict = report.tables[0].rows[1][-1]
+    assert verdict.startswith("no measurable change") and "busy machine" in verdict
+    assert any("The machine was busy" in n for n in report.notes)

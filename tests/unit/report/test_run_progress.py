@@ -2,7 +2,8 @@
 
 import io
 
-from torchdoctor.run.progress import RunProgress
+from torchdoctor.record import StepSample
+from torchdoctor.run.progress import CLEAR_LINE, RunProgress
 
 
 class FakeTTY(io.StringIO):
@@ -82,3 +83,14 @@ def test_defaults_to_the_current_stderr(capsys):
     progress.update(3, 0.1)
     progress.close("finished")
     assert capsys.readouterr().err == "finished\n"
+
+
+def test_the_live_line_is_cleared_before_the_script_prints():
+    stream = io.StringIO()
+    progress = RunProgress(total_steps=10, warmup=0, stream=stream, enabled=True, min_interval_s=0.0)
+    progress.on_step(StepSample(index=3, start=0.0, end=0.0613, warmup=False, sampled=False))
+    progress.on_output()
+    drawn = stream.getvalue()
+    assert drawn.endswith(CLEAR_LINE) and drawn.count(CLEAR_LINE) == 2  # drawn, then taken away
+    progress.on_output()  # nothing drawn now: nothing more written
+    assert stream.getvalue() == drawn

@@ -81,3 +81,23 @@ def test_rules_not_measured_for_the_same_reason_are_grouped():
 
 def test_empty_report_prints_only_no_findings():
     assert render_text(empty_report()) == "No findings.\n"
+
+
+def test_the_terminal_width_comes_from_columns_and_paths_are_never_cut(monkeypatch):
+    import io
+
+    from torchdoctor.findings import Table
+    from torchdoctor.report import emit
+
+    report = full_report()
+    path = "examples/a_rather_long_directory_name/and_a_long_training_script_name.py:1234"
+    report.tables.append(Table(title="Static findings", columns=["code", "where", "severity"],
+                               rows=[["TD201", path, "medium"]]))
+    for columns in ("70", "160"):
+        monkeypatch.setenv("COLUMNS", columns)
+        out = io.StringIO()
+        emit(report, "text", out)
+        lines = out.getvalue().splitlines()
+        assert max(len(line) for line in lines) <= int(columns)
+        assert "…" not in out.getvalue()
+        assert "1234" in out.getvalue().replace("\n", "").replace("│", "").replace(" ", "")

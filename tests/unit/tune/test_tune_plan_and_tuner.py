@@ -100,10 +100,11 @@ def test_ctrl_c_keeps_the_finished_trials(tmp_path, monkeypatch):
     assert any("Interrupted" in n for n in report.notes)
 
 
-def test_budget_skips_trials_that_would_not_fit(tmp_path, monkeypatch):
+def test_budget_skips_trials_that_would_not_fit_but_never_the_top_findings(tmp_path, monkeypatch):
     fake = FakeTrials({})
     outcome = tune(tmp_path, monkeypatch, fake, budget_s=0.0)
-    assert fake.ran == ["baseline"] and len(outcome.skipped) >= 3
+    assert fake.ran == ["baseline", "zero_grad=none"]  # TD303 ranks first: its knob is always tried
+    assert [s.split(" (budget")[0] for s in outcome.skipped] == ["foreach=true", "baseline (repeat)"]
     assert any("Skipped by --budget" in n for n in tune_report(outcome).notes)
 
 
@@ -137,3 +138,27 @@ def test_an_upper_bound_is_checked_against_the_findings_figure_for_removing_the_
     outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_eval).run()
     (check,) = [c for c in estimate_checks(outcome) if c.trial == "eval=off"]
     assert check.estimated == 2.0 and check.measured == pytest.approx(2.0, rel=0.05) and check.agreement < 1.05
+
+
+def test_data_ceiling_is_measured_only_when_data_is_a_finding():
+    rec = record()
+    rec.loaders = [loader(num_workers=0)]
+    report = Report(source="run", tool_version="0", findings=[finding("TD702"), finding("TD303")])
+    names = [t.name for t in plan_trials(report, rec, cuda=False)]
+    assert names[0] == "checkpoint=off"  # the top finding's trial comes first
+    assert "data=cached" not in names and "data=loader-only" not in names
+
+
+def test_an_upper_bound_beyond_the_baselines_own_numbers_is_not_called_a_ceiling(tmp_path, monkeypatch):
+    def analyze_with_checkpoint(rec):
+        found = finding("TD702", 1.1)
+        found.evidence["speedup_if_removed"] = 1.15  # checkpoints: 13 % of the baseline's wall time
+        return Report(source="run", tool_version="0", findings=[found])
+
+    fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})  # 2.5x: more than removing 13 % can give
+    monkeypatch.setattr(tuner_module, "run_trial", fake)
+    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_with_checkpoint)
+    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
+    notes = " ".join(tune_report(outcome).notes)
+    assert "allow at most 1.15x" in notes and "not taken as a ceiling" in notes
+    assert "the most its fix can give" not in notes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -73,6 +74,7 @@ class ContentionProbe:
         self.session = session
         self.start: _Snapshot | None = None
         self.last: _Snapshot | None = None
+        self._thread = threading.current_thread()  # the training thread: the readings are its own
 
     def install(self) -> None:
         pass  # readings are taken at step ends, in the training thread
@@ -88,6 +90,9 @@ class ContentionProbe:
             self.last = _Snapshot.now(clock)
 
     def contribute(self, record: RunRecord) -> None:
+        if self.start is not None and self.last is self.start and threading.current_thread() is self._thread:
+            # a short run, no reading after the start yet: one now (with the little after the last step)
+            self.last = _Snapshot.now(self.session.clock)
         a, b = self.start, self.last
         if a is None or b is None or b.wall <= a.wall:
             record.contention = Contention(cpus=usable_cpus(), load_start=_load())

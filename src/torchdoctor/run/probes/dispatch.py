@@ -49,6 +49,7 @@ class _SiteAcc:
     ops: int = 0
     internal_ops: int = 0
     param_updates: int = 0  # in-place ops on a parameter (a hand-written optimizer)
+    entries: int = 0  # times the ops moved here from another line: how often the line ran
     time_s: float = 0.0
     op_counts: Counter = field(default_factory=Counter)
     devices: set = field(default_factory=set)
@@ -153,6 +154,7 @@ class DispatchSampler:
         self.autocast_seen = False
         self.overhead_per_op_s = 0.0
         self.param_ptrs: set[int] = set()  # storages of the parameters backward() reached
+        self._last_key: tuple | None = None  # the site of the previous op
         self._params_learned = 0
         self._modes: list[Any] = []
         self._calibrated = False
@@ -263,6 +265,9 @@ class DispatchSampler:
         site = self.sites.get(key)
         if site is None:
             site = self.sites[key] = _SiteAcc()
+        if key != self._last_key:
+            site.entries += 1
+            self._last_key = key
         gap = 0.0
         if self.last_end is not None:
             gap = min(max(started - self.last_end, 0.0), MAX_GAP_S)
@@ -397,6 +402,7 @@ class DispatchSampler:
             ops=acc.ops,
             internal_ops=acc.internal_ops,
             param_updates=acc.param_updates,
+            entries=acc.entries,
             library=None if key is _AUTOGRAD_LOCATION else library_of(key[0]),
             text="" if key is _AUTOGRAD_LOCATION else _source(key[0], key[1]),
             time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),

@@ -53,8 +53,10 @@ def classify_file(filename: str) -> int:
     if filename.startswith(_TORCH_DIR):
         rel = filename[len(_TORCH_DIR) :]
         return TRAMPOLINE if rel.endswith(_TORCH_TRAMPOLINES) else TORCH
-    if filename.startswith("<") or filename.startswith(_STDLIB_DIRS):
-        # <frozen importlib>, <string>: not editable by the user
+    if filename.startswith("<"):  # <frozen importlib>, <string>: not editable by the user
+        return STDLIB
+    if filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _INSTALLED_MARKERS):
+        # (a virtual environment's platstdlib is the folder that holds its site-packages)
         return STDLIB
     return USER
 

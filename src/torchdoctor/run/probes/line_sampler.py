@@ -1,31 +1,39 @@
-"""Line sampler: a thread that looks at the main thread's stack every few milliseconds
-during measured steps and counts the innermost user line. The share of samples on a
-line is its share of step time, without the per-op cost that the dispatch sampler adds.
+"""Line sampler: where the measured steps spend their time, line by line, without the
+per-op cost of the dispatch sampler.
 
-Samples are kept per step: those of the step in progress are pending until the step
-closes, so time after the last step (a `print` after `trainer.fit()` returned, teardown)
-never counts as step time.
+Every SAMPLE_INTERVAL_S a real-time timer (SIGALRM) interrupts the training thread, and the
+handler notes the innermost user line it interrupted, weighted by the wall time since the
+previous sample. The handler runs at the next bytecode boundary: in pure Python at once, after
+a long C call (a big op, `time.sleep`, I/O) as soon as it returns, on the line that made it,
+which then gets the whole call's time through the weight. A sampling thread would be biased:
+it can only look when the training thread lets go of the GIL, which torch ops do and pure
+Python does only every 5 ms, so a short Python stretch before a torch op would never be seen.
+Where a timer signal cannot be used (not the main thread, the script has its own SIGALRM
+handler, another OS) a sampling thread does the job, biased as said, and the record says so.
+
+Samples are kept per step: those of the step in progress are pending until the step closes,
+so time after the last step (a `print` after `trainer.fit()` returned, teardown) never
+counts as step time.
 
 Every sample also notes which of the user's functions are on the stack, and outside the
-measured steps the thread keeps doing only that, more rarely: the functions the run
+measured steps the sampler keeps doing only that, more rarely: the functions the run
 executed, so that static findings in code that never ran can be left out of the report.
-
-The interval matches CPython's default GIL switch interval (5 ms): sampling faster would
-only make the main thread hand over the GIL more often.
 """
 
 from __future__ import annotations
 
 import linecache
+import signal
 import sys
 import threading
+import time
 from collections import Counter
 
-from torchdoctor.record import LineHits, LineProfile, Location, RunRecord
+from torchdoctor.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import display_path, library_of, project_frames, user_frame
 
 SAMPLE_INTERVAL_S = 0.005
-COVERAGE_INTERVAL_S = 0.05  # outside measured steps only the executed functions are noted
+COVERAGE_EVERY = 10  # outside measured steps, one sample in 10 notes the functions running
 MAX_LINES_KEPT = 200
 MAX_TEXT = 160
 
@@ -33,54 +41,116 @@ MAX_TEXT = 160
 class LineSampler:
     name = "line-sampler"
 
-    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, clock=time.perf_counter) -> None:
         self.interval_s = interval_s
+        self.clock = clock
         self.target_ident = threading.main_thread().ident
-        self.hits: Counter = Counter()
+        self.hits: Counter = Counter()  # (file, line, function) -> samples
+        self.seconds: Counter = Counter()  # the same key -> wall time they stand for
         self.total = 0
-        self._pending: Counter = Counter()  # samples of the step in progress
+        self.total_s = 0.0
+        self._pending: Counter = Counter()
+        self._pending_s: Counter = Counter()
         self._pending_total = 0
+        self._pending_total_s = 0.0
         self.functions: set[tuple[str, str]] = set()  # (filename, qualname) of user code seen running
         self.recording = False  # set by the session: only measured, unsampled steps count
+        self.mode = "off"  # "signal" | "thread"
+        self.note: str | None = None
+        self._last = 0.0
+        self._ticks = 0
+        self._previous_handler = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    # ---- install / uninstall ----------------------------------------------------------
     def install(self) -> None:
+        self._last = self.clock()
+        why_not = self._signal_unusable()
+        if why_not is None:
+            self._previous_handler = signal.signal(signal.SIGALRM, self._on_signal)
+            signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+            self.mode = "signal"
+            return
+        self.note = f"line sampling by a thread ({why_not}): lines that do not release the GIL are under-sampled"
+        self.mode = "thread"
         self._thread = threading.Thread(target=self._loop, name="torchdoctor-line-sampler", daemon=True)
         self._thread.start()
 
     def uninstall(self) -> None:
+        if self.mode == "signal":
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            if signal.getsignal(signal.SIGALRM) != self._on_signal:
+                self.note = "line sampling stopped early: the script installed its own SIGALRM handler"
+            else:
+                signal.signal(signal.SIGALRM, self._previous_handler or signal.SIG_DFL)
+            self.mode = "off"
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
 
+    def quiesce(self) -> None:
+        """Stop sampling from another thread (the watchdog's, ending the run): the timer stops
+        and a sampling thread ends; the handler stays (only the main thread may change it)."""
+        self.recording = False
+        if self.mode == "signal":
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _signal_unusable(self) -> str | None:
+        if not hasattr(signal, "setitimer") or not hasattr(signal, "SIGALRM"):
+            return "no interval timers on this OS"
+        if threading.get_ident() != self.target_ident:
+            return "the run is not in the main thread"
+        if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None) or signal.getitimer(signal.ITIMER_REAL)[0]:
+            return "SIGALRM or its timer is already in use"
+        return None
+
+    # ---- steps ------------------------------------------------------------------------
     def commit(self) -> None:
         """The step in progress closed: its samples count (a later step's are discarded
-        unless committed too). Called from the training thread; a sample taken meanwhile
-        lands in the next step, which is as close as a 5 ms sampler can be."""
+        unless committed too)."""
         pending, self._pending = self._pending, Counter()
+        pending_s, self._pending_s = self._pending_s, Counter()
         self.hits.update(pending)
+        self.seconds.update(pending_s)
         self.total += self._pending_total
-        self._pending_total = 0
+        self.total_s += self._pending_total_s
+        self._pending_total, self._pending_total_s = 0, 0.0
+
+    # ---- sampling ---------------------------------------------------------------------
+    def _on_signal(self, signum, frame) -> None:
+        try:
+            self._take(frame)
+        except Exception:  # a sampler bug must never surface inside the user's code
+            pass
 
     def _loop(self) -> None:
-        while True:
-            recording = self.recording
-            if self._stop.wait(self.interval_s if recording else COVERAGE_INTERVAL_S):
-                return
-            if self.recording:
-                self.sample_once()
-            else:
-                self._note_functions(sys._current_frames().get(self.target_ident))
+        while not self._stop.wait(self.interval_s):
+            self._take(sys._current_frames().get(self.target_ident))
 
     def sample_once(self) -> None:
-        frame = sys._current_frames().get(self.target_ident)
+        self._take(sys._current_frames().get(self.target_ident))
+
+    def _take(self, frame) -> None:
+        now = self.clock()
+        weight, self._last = now - self._last, now
+        self._ticks += 1
+        if not self.recording:
+            if self._ticks % COVERAGE_EVERY == 0:
+                self._note_functions(frame)
+            return
         user, _ = user_frame(frame)
         self._pending_total += 1
+        self._pending_total_s += weight
         if user is not None:
             code = user.f_code
-            self._pending[(code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))] += 1
+            key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
+            self._pending[key] += 1
+            self._pending_s[key] += weight
         self._note_functions(frame)
 
     def _note_functions(self, frame) -> None:
@@ -92,12 +162,28 @@ class LineSampler:
         record.line_profile = LineProfile(
             interval_s=self.interval_s,
             total_samples=self.total,
-            lines=[
-                LineHits(Location(display_path(f), line, fn), n, text=_source(f, line), library=library_of(f))
-                for (f, line, fn), n in self.hits.most_common(MAX_LINES_KEPT)
-            ],
+            total_s=round(self.total_s, 6),
+            method=self.mode if self.mode != "off" else ("signal" if self.note is None else "thread"),
+            lines=self._lines(),
         )
         record.functions_seen = sorted(f"{path}::{name}" for path, name in self.functions)
+        if self.note:
+            record.probe_notes.append(ProbeNote(self.name, self.note))
+
+    def _lines(self) -> list[LineHits]:
+        """One entry per source line, its samples summed over the code objects that ran it (a
+        comprehension is a function of its own in Python 3.11; the enclosing one names it)."""
+        merged: dict[tuple[str, int], list] = {}
+        for (filename, line, function), samples in self.hits.items():
+            entry = merged.setdefault((filename, line), [function, 0, 0.0])
+            if "<" in entry[0] and "<" not in function:  # main.<locals>.<listcomp> -> main
+                entry[0] = function
+            entry[1] += samples
+            entry[2] += self.seconds[(filename, line, function)]
+        ranked = sorted(merged.items(), key=lambda item: -item[1][2])[:MAX_LINES_KEPT]
+        return [LineHits(Location(display_path(f), line, function), samples, text=_source(f, line),
+                         library=library_of(f), seconds=round(seconds, 6))
+                for (f, line), (function, samples, seconds) in ranked]
 
 
 def _source(filename: str, line: int) -> str:

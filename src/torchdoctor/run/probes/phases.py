@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
 import logging
 import sys
 
 import torch
 
 from torchdoctor.record import Location, PhaseOccurrence, PhaseStats, RunRecord, StepSample
-from torchdoctor.run.probes.frames import location_of, project_frames, user_frame
+from torchdoctor.run.probes.frames import library_of, location_of, project_frames, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession
 
@@ -74,7 +75,7 @@ class PhaseProbe:
         self.close_eval()
         loop = _loop_function(record)
         for site in self.sites.values():
-            site.stats.location = _blame(site.stack, loop) or site.stats.inner_location
+            site.stats.location = _blame(site.stack, loop, site.stats.inner_location)
         record.phases = sorted((s.stats for s in self.sites.values()), key=lambda p: -p.total_s)
 
     def _site(self, kind: str, frame) -> _Site:
@@ -171,8 +172,14 @@ def _loop_function(record: RunRecord) -> tuple[str, str] | None:
     return (where.path, where.function) if where is not None else None
 
 
-def _blame(stack: list[Location], loop: tuple[str, str] | None) -> Location | None:
-    """The frame of the training loop on the phase's stack: the line that entered it."""
-    if loop is None:
-        return None
-    return next((loc for loc in stack if (loc.path, loc.function) == loop), None)
+def _blame(stack: list[Location], loop: tuple[str, str] | None, inner: Location | None) -> Location | None:
+    """The frame of the training loop on the phase's stack: the line that entered it. When a
+    framework runs the loop (its frames are not the user's), the user's innermost line on the
+    stack, else the first line inside the phase."""
+    if loop is not None:
+        for loc in stack:
+            if (loc.path, loc.function) == loop:
+                return loc
+    if inner is not None and library_of(os.path.abspath(inner.path)) and stack:
+        return stack[0]
+    return inner

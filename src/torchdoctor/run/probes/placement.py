@@ -57,8 +57,13 @@ def _moves_to_device(name: str, args, kwargs) -> bool:
 def propagate(name: str, args, kwargs, out) -> None:
     """Mark `out` after a torch call `name(*args, **kwargs)` (CPU runs only need this)."""
     if name in _TO_HOST:
-        device = False
-    elif name in _MOVES and _moves_to_device(name, args, kwargs):
+        # On a CPU run `.cpu()` hands back the very tensor it was called on: unmark it, or the
+        # mark of the device tensor it came from would stay.
+        for tensor in _tensors(out):
+            if getattr(tensor, MARK, False):
+                setattr(tensor, MARK, False)
+        return
+    if name in _MOVES and _moves_to_device(name, args, kwargs):
         device = True
     elif kwargs.get("device") is not None:  # a factory: torch.zeros(..., device=device)
         device = True

@@ -20,7 +20,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
+from torchdoctor.location import Location
+from torchdoctor.run.probes.frames import caller_location, display_path, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import OptimizerInfo, RunRecord
 from torchdoctor.run.session import RunSession
@@ -40,6 +41,7 @@ class StepProbe:
         self.primary: "weakref.ref[Optimizer] | None" = None
         self._step_started: dict[int, float] = {}
         self._closure_s: dict[int, float] = {}  # closure time inside the running step, by optimizer
+        self._in_tensor_backward = 0  # inside Tensor.backward: it closes the step when it returns
 
     # ---- install / uninstall ------------------------------------------------------
     def install(self) -> None:
@@ -49,6 +51,7 @@ class StepProbe:
         self.patches.wrap(Optimizer, "zero_grad", self._wrap_zero_grad)
         self.patches.wrap(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self.patches.wrap(torch.autograd, "backward", self._wrap_backward)
+        self.patches.wrap(torch.Tensor, "backward", self._wrap_tensor_backward)
 
     def uninstall(self) -> None:
         for handle in self.handles:
@@ -89,12 +92,20 @@ class StepProbe:
         if info.step_location is None:
             frame, _ = user_frame(sys._getframe(1))
             info.step_location = location_of(frame) if frame is not None else None
-        closure = args[0] if args else kwargs.get("closure")
+        # torch passes the hook the step's own arguments, the optimizer first: (opt, closure)
+        position = 1 if args and args[0] is optimizer else 0
+        closure = args[position] if len(args) > position else kwargs.get("closure")
         if not callable(closure):
             return None
+        code = getattr(closure, "__code__", None)
+        if info.closure is None and code is not None:
+            info.closure = Location(display_path(code.co_filename), code.co_firstlineno,
+                                    getattr(code, "co_qualname", code.co_name))
         timed = self._timed_closure(closure, id(optimizer))
         # The hook may hand the step new arguments: the same closure, timed.
-        return ((timed, *args[1:]), kwargs) if args else (args, {**kwargs, "closure": timed})
+        if len(args) > position:
+            return (*args[:position], timed, *args[position + 1:]), kwargs
+        return args, {**kwargs, "closure": timed}
 
     def _timed_closure(self, closure, key: int):
         session, spent = self.session, self._closure_s
@@ -153,7 +164,7 @@ class StepProbe:
         return zero_grad
 
     def _wrap_backward(self, original):
-        session = self.session
+        session, probe = self.session, self
 
         @functools.wraps(original)
         def backward(*args, **kwargs):
@@ -169,7 +180,28 @@ class StepProbe:
                 result = original(*args, **kwargs)
             finally:
                 session.add_time("backward", session.clock() - started)
-            session.on_backward_done()  # after the call: a failed backward is no step
+            if not probe._in_tensor_backward:  # called directly: nothing outside will close the step
+                session.on_backward_done()  # after the call: a failed backward is no step
+            return result
+
+        return backward
+
+    def _wrap_tensor_backward(self, original):
+        """`loss.backward()` runs torch.autograd.backward inside torch's handling of a
+        TorchFunctionMode (the op sampler's) when one is active. A step closed in there would
+        switch the sampler's modes while torch is between pushing and popping them, so the
+        step closes here, once the method has returned."""
+        probe = self
+
+        @functools.wraps(original)
+        def backward(tensor, *args, **kwargs):
+            probe._in_tensor_backward += 1
+            try:
+                result = original(tensor, *args, **kwargs)
+            finally:
+                probe._in_tensor_backward -= 1
+            if not probe._in_tensor_backward:
+                probe.session.on_backward_done()
             return result
 
         return backward

@@ -1,0 +1,48 @@
+"""Where a tensor would live in a GPU run, told on a CPU run; which files are libraries."""
+
+import os
+
+import torch
+
+from torchdoctor.run.probes.frames import USER, classify_file, library_of
+from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
+
+
+def call(name, *args, out, **kwargs):
+    propagate(name, args, kwargs, out)
+    return out
+
+
+def test_moves_parameters_and_graphs_are_device_tensors_and_the_rest_host():
+    layer = torch.nn.Linear(4, 2)
+    host = torch.randint(0, 4, (8,))
+    assert not on_device(host) and on_device(layer.weight)
+    moved = call("to", host, "cpu", out=host.clone())  # `.to(device)`: device is "cpu" on this machine
+    assert on_device(moved)
+    assert not on_device(call("to", host, torch.float32, out=host.float()))  # a dtype alone moves nothing
+    made = call("zeros", 3, device="cpu", out=torch.zeros(3))
+    assert on_device(made)
+    out = layer(torch.randn(2, 4))
+    assert on_device(out)  # part of an autograd graph from the parameters
+    summary = out.detach()
+    call("detach", out, out=summary)
+    assert on_device(summary)
+    back = call("cpu", summary, out=summary.cpu())  # the same object on a CPU run
+    assert not on_device(back)
+
+
+def test_parameter_storages_are_the_leaves_backward_reaches():
+    a, b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+    loss = b(a(torch.randn(2, 3))).sum()
+    found = parameter_storages(loss)
+    assert found == {p.data_ptr() for p in [*a.parameters(), *b.parameters()]}
+
+
+def test_installed_packages_are_libraries_not_standard_library(tmp_path):
+    venv_file = os.path.join(os.sep, "v", "lib", "python3.11", "site-packages", "lightning", "pytorch", "loop.py")
+    assert library_of(venv_file) == "lightning"
+    assert library_of(str(tmp_path / "train.py")) is None
+    import site
+
+    installed = os.path.join(site.getsitepackages()[0], "somepackage", "mod.py")
+    assert classify_file(installed) == USER and library_of(installed) == "somepackage"
