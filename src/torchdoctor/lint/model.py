@@ -10,6 +10,7 @@ One pass keeps the linter fast: parsing dominates, and every check reads these l
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections import defaultdict
 from typing import Iterator
 
@@ -29,7 +30,7 @@ class Scope:
     """A function, lambda, class body or the module: where names are bound."""
 
     __slots__ = ("kind", "node", "name", "parent", "class_scope", "block", "functions", "assigns", "returns",
-                 "tensor_evidence")
+                 "returns_at", "bindings", "positions", "tensor_evidence")
 
     def __init__(self, kind: str, node: ast.AST, name: str, parent: Scope | None, class_scope: Scope | None):
         self.kind = kind
@@ -43,6 +44,10 @@ class Scope:
         # "for" when the target is a loop variable bound from `value` (the iterable)
         self.assigns: list[tuple[ast.expr, ast.expr | None, str]] = []
         self.returns: list[ast.expr] = []  # returned expressions, for what a local call gives back
+        self.returns_at: list[tuple[ast.expr, Block]] = []  # the same, with the block each is returned from
+        # name (or "self.attr") → its bindings in source order, for where a value flows
+        self.bindings: dict[str, list[Binding]] = {}
+        self.positions: dict[str, list[tuple[int, int]]] = {}  # the bindings' positions, made when asked
         self.tensor_evidence: set[str] = set()  # names used as tensors here (`x.shape`, `x.view(...)`)
 
     @property
@@ -84,6 +89,25 @@ class Block:
         return f"Block({self.kind}@{self.line})"
 
 
+class Binding:
+    """One binding of a name: `target` gets `value` (element `index` of it, for `a, b = value`)
+    at `position`, the point in the source after which the new value is seen."""
+
+    __slots__ = ("target", "value", "how", "block", "position", "index")
+
+    def __init__(self, target: ast.expr, value: ast.expr | None, how: str, block: Block, index: int | None):
+        self.target = target
+        self.value = value
+        self.how = how
+        self.block = block
+        self.index = index
+        end = value if value is not None else target  # `x = f(x)` reads the old `x`
+        self.position = (end.end_lineno or end.lineno, end.end_col_offset or 0)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Binding({self.how} @{self.position})"
+
+
 Event = tuple  # (node, block)
 
 
@@ -102,7 +126,11 @@ class FileModel:
         self.percent_formats: list[tuple[ast.BinOp, Block]] = []  # `"%s" % x`
         self.assignments: list[tuple[ast.stmt, Block]] = []  # Assign/AugAssign/AnnAssign statements
         self.loops: list[Block] = []
+        self.ifs: list[tuple[ast.If, Block]] = []  # every `if` statement, with the block it sits in
+        self.then_break: set[int] = set()  # ids of calls that are a statement followed by `break`
+        self.with_items: set[int] = set()  # ids of the expressions `with` statements enter
         self.scopes: list[Scope] = []
+        self._function_lines: list[str | None] | None = None
         self.module = Scope("module", tree, "<module>", None, None)
         self.module.block = Block("scope", tree, None, self.module)
         self.scopes.append(self.module)
@@ -111,6 +139,19 @@ class FileModel:
     def calls_named(self, *tails: str) -> Iterator[tuple[ast.Call, Block]]:
         for tail in tails:
             yield from self.calls_by_tail.get(tail, ())
+
+    def function_at(self, line: int) -> str:
+        """The name of the innermost function around `line` ("<module>" outside any)."""
+        if self._function_lines is None:
+            # Functions in the order they start: an inner one overwrites its part of the outer's lines.
+            names: list[str | None] = [None] * (self.text.count("\n") + 2)
+            functions = sorted((s for s in self.scopes if s.kind == "function"), key=lambda s: s.node.lineno)
+            for scope in functions:
+                start, end = scope.node.lineno, min(scope.node.end_lineno or scope.node.lineno, len(names) - 1)
+                names[start:end + 1] = [scope.name] * (end + 1 - start)
+            self._function_lines = names
+        names = self._function_lines
+        return (names[line] if 0 <= line < len(names) else None) or "<module>"
 
 
 class _Walker:
@@ -121,6 +162,13 @@ class _Walker:
     def statements(self, body: list[ast.stmt], block: Block) -> None:
         for stmt in body:
             self.statement(stmt, block)
+        self.note_breaks(body)
+
+    def note_breaks(self, body: list[ast.stmt]) -> None:
+        """A call that is a statement followed by `break` runs once, however long the loop."""
+        for statement, following in zip(body, body[1:]):
+            if type(following) is ast.Break and type(statement) is ast.Expr:
+                self.m.then_break.add(id(statement.value))
 
     def statement(self, node: ast.stmt, block: Block) -> None:
         t = type(node)
@@ -143,12 +191,14 @@ class _Walker:
             self.statements(node.orelse, block)
         elif t is ast.If:
             self.m.conditions.append((node.test, block))
+            self.m.ifs.append((node, block))
             self.expr(node.test, block)
-            periodic = _may_be_periodic(node.test)
-            self.statements(node.body, Block("if", node, block, block.scope, "body") if periodic else block)
-            self.statements(node.orelse, Block("if", node, block, block.scope, "orelse") if periodic else block)
+            self.statements(node.body, Block("if", node, block, block.scope, "body"))
+            if node.orelse:
+                self.statements(node.orelse, Block("if", node, block, block.scope, "orelse"))
         elif t in (ast.With, ast.AsyncWith):
             for item in node.items:
+                self.m.with_items.add(id(item.context_expr))
                 self.expr(item.context_expr, block)
                 if item.optional_vars is not None:
                     self.bind(item.optional_vars, item.context_expr, "with", block)
@@ -185,12 +235,17 @@ class _Walker:
                 self.expr(node.value, block)
                 if t is ast.Return:
                     block.scope.returns.append(node.value)
+                    block.scope.returns_at.append((node.value, block))
         elif t in (ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal):
             return
         else:  # try, match, raise, delete, ...: visit what they contain
             self.generic(node, block)
 
     def generic(self, node: ast.AST, block: Block) -> None:
+        for name in ("body", "orelse", "finalbody"):  # try/except, match cases
+            statements = getattr(node, name, None)
+            if type(statements) is list:
+                self.note_breaks(statements)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
                 self.statement(child, block)
@@ -231,6 +286,38 @@ class _Walker:
 
     def bind(self, target: ast.expr, value: ast.expr | None, how: str, block: Block) -> None:
         block.scope.assigns.append((target, value, how))
+        bindings = block.scope.bindings
+        if type(target) is ast.Name:
+            bindings.setdefault(target.id, []).append(Binding(target, value, how, block, None))
+        elif type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+            bindings.setdefault("self." + target.attr, []).append(Binding(target, value, how, block, None))
+        elif type(target) in (ast.Tuple, ast.List):
+            literal = type(value) in (ast.Tuple, ast.List) and len(value.elts) == len(target.elts) and not any(
+                type(e) is ast.Starred for e in target.elts)
+            for index, element in enumerate(target.elts):
+                if type(element) is ast.Starred:
+                    element = element.value
+                if type(element) in (ast.Name, ast.Attribute, ast.Tuple, ast.List):
+                    if literal:
+                        self.bind_nested(element, value.elts[index], how, block)
+                    else:
+                        self.bind_element(element, value, how, block, index)
+
+    def bind_nested(self, target: ast.expr, value: ast.expr, how: str, block: Block) -> None:
+        """`a, b = x, y`: each name is bound to its own element (recorded once, in `assigns` already)."""
+        assigns = block.scope.assigns
+        self.bind(target, value, how, block)
+        assigns.pop()  # the whole statement is in `assigns` already
+
+    def bind_element(self, target: ast.expr, value: ast.expr | None, how: str, block: Block, index: int) -> None:
+        bindings = block.scope.bindings
+        if type(target) is ast.Name:
+            bindings.setdefault(target.id, []).append(Binding(target, value, how, block, index))
+        elif type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+            bindings.setdefault("self." + target.attr, []).append(Binding(target, value, how, block, index))
+        elif type(target) in (ast.Tuple, ast.List):  # `(a, b), c = value`: deeper parts are not followed
+            for element in target.elts:
+                self.bind_element(element.value if type(element) is ast.Starred else element, None, how, block, 0)
 
     # -- expressions ------------------------------------------------------------------------
     def expr(self, root: ast.expr, block: Block) -> None:
@@ -331,6 +418,51 @@ def on_error_path(block: Block) -> bool:
     return False
 
 
+BRANCH_BINDINGS = 32  # bindings in branches since the last certain one, looked at per use
+
+
+def reaching_bindings(scope: Scope, name: str, block: Block, position: tuple[int, int]) -> tuple[list[Binding], bool]:
+    """The bindings of `name` in `scope` whose value a use at `position` in `block` may see, and
+    whether one of them certainly ran (it sits in a block around the use, so no branch skipped
+    it). A use before every binding (a loop reading what its previous pass bound) may see any."""
+    bindings = scope.bindings.get(name)
+    if not bindings:
+        return [], False
+    positions = scope.positions.get(name)
+    if positions is None:  # nearly always in order already (a walrus inside a value is not)
+        bindings.sort(key=lambda b: b.position)
+        positions = scope.positions[name] = [b.position for b in bindings]
+    end = bisect_left(positions, position)
+    if end == 0:
+        return list(bindings), False
+    around = {id(b) for b in block.ancestors()}
+    reaching = []
+    for binding in reversed(bindings[max(0, end - BRANCH_BINDINGS):end]):
+        reaching.append(binding)
+        if id(binding.block) in around:
+            return reaching, True
+    return reaching, False
+
+
+def argument_for(call: ast.Call, function: Scope, name: str) -> ast.expr | None:
+    """What `call` passes for parameter `name` of `function` (a bound method skips `self`)."""
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    node = function.node
+    if not isinstance(node, (*_FUNCTIONS, ast.Lambda)):
+        return None
+    params = [p.arg for p in (*node.args.posonlyargs, *node.args.args)]
+    if name not in params:
+        return None
+    bound = params[0] in ("self", "cls") and (isinstance(call.func, ast.Attribute) or function.name == "__init__")
+    index = params.index(name) - (1 if bound else 0)
+    positional = call.args
+    if index < 0 or any(isinstance(a, ast.Starred) for a in positional[:index + 1]):
+        return None
+    return positional[index] if index < len(positional) else None
+
+
 def loop_targets(loop: Block) -> list[ast.expr]:
     node = loop.node
     if isinstance(node, (ast.For, ast.AsyncFor)):
@@ -368,4 +500,21 @@ def is_comprehension(loop: Block) -> bool:
 
 
 def names_in(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    """Every name read or written in `expr` (what `ast.walk` would find, without its overhead)."""
+    found = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is ast.Name:
+            found.add(node.id)
+            continue
+        if t is ast.Constant:
+            continue
+        for name in _child_fields(t):
+            child = getattr(node, name, None)
+            if type(child) is list:
+                stack.extend(c for c in child if isinstance(c, ast.AST))
+            elif isinstance(child, ast.AST):
+                stack.append(child)
+    return found

@@ -18,12 +18,20 @@ from torchdoctor.lint.names import dotted, short_source
 
 
 class Unknown:
-    """A value the source does not fix; `why` completes "the value …"."""
+    """A value the source does not fix; `why` completes "the value …". Given a code node, the
+    words quote it, written out only when a message asks (most unknown values never reach one)."""
 
-    __slots__ = ("why",)
+    __slots__ = ("_why", "_node")
 
-    def __init__(self, why: str = "is computed at run time"):
-        self.why = why
+    def __init__(self, why: str = "is computed at run time", node: ast.AST | None = None):
+        self._why = why
+        self._node = node
+
+    @property
+    def why(self) -> str:
+        if self._node is not None:
+            self._why, self._node = f"of `{short_source(self._node)}` {self._why}", None
+        return self._why
 
     def __repr__(self) -> str:
         return f"Unknown({self.why})"
@@ -104,6 +112,8 @@ def truthy(value: Any) -> bool | None:
 class Values:
     """Constant evaluation over one FileModel."""
 
+    max_depth = _MAX_DEPTH
+
     def __init__(self, model: FileModel):
         self.model = model
         self._singles: dict[int, dict[str, ast.expr | None]] = {}
@@ -113,7 +123,7 @@ class Values:
     def evaluate(self, expr: ast.expr | None, scope: Scope, depth: int = 0) -> Any:
         if expr is None:
             return None
-        if depth > _MAX_DEPTH:
+        if depth > self.max_depth:
             return Unknown()
         t = type(expr)
         if t is ast.Constant:
@@ -180,7 +190,7 @@ class Values:
         option = self.cli_options.get(expr.attr)
         if option is not None and isinstance(base, (ast.Name, ast.Attribute)):
             return Unknown(f"comes from the command line ({option})")
-        return Unknown(f"of `{short_source(expr)}` is set at run time")
+        return Unknown("is set at run time", expr)
 
     def _binop(self, expr: ast.BinOp, scope: Scope, depth: int) -> Any:
         left, right = (self.evaluate(e, scope, depth + 1) for e in (expr.left, expr.right))
@@ -222,7 +232,7 @@ class Values:
                 return {"int": int, "bool": bool, "float": float}[name](args[0])
             except (TypeError, ValueError):
                 return Unknown()
-        return Unknown(f"of `{short_source(expr)}` is computed at run time")
+        return Unknown("is computed at run time", expr)
 
     # -- tables ----------------------------------------------------------------------------
     def _single_assignments(self, scope: Scope) -> dict[str, ast.expr | None]:
@@ -282,9 +292,28 @@ def _mentions_cuda(expr: ast.expr) -> bool:
     return False
 
 
-def _argparse_options(model: FileModel) -> dict[str, str]:
-    """dest → "`--flag`, default X" for every `parser.add_argument(...)` in the file."""
-    options: dict[str, str] = {}
+@dataclass(frozen=True)
+class CliOption:
+    """One `parser.add_argument(...)`: its longest flag, and what it holds when not given."""
+
+    flag: str
+    default: ast.expr | None  # the `default=` expression, None when left out
+    action: str | None  # "store_true", "store_false", ... when a constant
+    type_name: str | None  # "int", "float", ... when `type=` names a builtin
+
+    def __str__(self) -> str:
+        if self.default is not None:
+            shown = short_source(self.default, 24)
+        elif self.action in ("store_true", "store_false"):
+            shown = str(self.action == "store_false")
+        else:
+            shown = "None"
+        return f"`{self.flag}`, default {shown}"
+
+
+def _argparse_options(model: FileModel) -> dict[str, CliOption]:
+    """dest → the option, for every `parser.add_argument(...)` in the file."""
+    options: dict[str, CliOption] = {}
     for call, _ in model.calls_named("add_argument"):
         flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not flags:
@@ -293,15 +322,11 @@ def _argparse_options(model: FileModel) -> dict[str, str]:
         longest = max(flags, key=len)
         dest = kwargs.get("dest")
         dest_name = dest.value if isinstance(dest, ast.Constant) else longest.lstrip("-").replace("-", "_")
-        default = kwargs.get("default")
         action = kwargs.get("action")
-        if default is not None:
-            shown = short_source(default, 24)
-        elif isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
-            shown = str(action.value == "store_false")
-        else:
-            shown = "None"
-        options[dest_name] = f"`{longest}`, default {shown}"
+        kind = kwargs.get("type")
+        options[dest_name] = CliOption(longest, kwargs.get("default"),
+                                       action.value if isinstance(action, ast.Constant) else None,
+                                       kind.id if isinstance(kind, ast.Name) else None)
     return options
 
 

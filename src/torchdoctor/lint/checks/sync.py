@@ -15,13 +15,13 @@ from typing import Iterator
 
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
-from torchdoctor.lint.context import STEP, Region, nearest_loop
+from torchdoctor.lint.context import EVAL, STEP, Region, nearest_loop
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host
-from torchdoctor.lint.kinds import MODULE, OTHER
+from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
-from torchdoctor.lint.model import Block, on_error_path
-from torchdoctor.lint.names import call_tail, short_source
+from torchdoctor.lint.model import Block, enclosing_loops, on_error_path
+from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 from torchdoctor.lint.values import Unknown, truthy
 
@@ -47,20 +47,26 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     kinds = facts.kinds
 
     def device_tensor(expr: ast.expr, block: Block) -> bool:
-        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block.scope, facts)
+        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block, facts)
 
     def candidates(events):
-        return ((node, block) for node, block in events if wanted(block) and not on_error_path(block))
+        return ((node, block) for node, block in events
+                if wanted(block) and not on_error_path(block) and not in_dataset(block, kinds))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
-                and not on_host(func.value, block.scope, facts):
+                and not on_host(func.value, block, facts):
             yield call, block, f"`{short_source(call)}`"
+    for call, block in candidates(facts.model.calls_named("get_scale", "state_dict")):
+        func = call.func
+        if isinstance(func, ast.Attribute) and not call.args and _grad_scaler(func.value, block, facts):
+            yield call, block, (f"`{short_source(call)}` (a GradScaler reads its scale from the device with "
+                                f"`.item()`)")
     for call, block in candidates(facts.model.calls_named(*HOST_READING)):
         name = facts.qualify(call.func) or ""
         if name.startswith("torch.") or (isinstance(call.func, ast.Attribute) and name == ""
                                           and kinds.is_tensor(call.func.value, block.scope)):
-            if not on_host(call, block.scope, facts):
+            if not on_host(call, block, facts):
                 yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
     for call, block in candidates(facts.model.calls_named(*_CASTS)):
         if isinstance(call.func, ast.Name) and len(call.args) == 1 and device_tensor(call.args[0], block):
@@ -97,6 +103,27 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
             if device_tensor(operand, block):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
                 break
+
+
+def in_dataset(block: Block, kinds) -> bool:
+    """Code of a Dataset's methods (`__getitem__`): it runs in the loader's workers (or the main
+    process) on host data; what it reads from tensors it made itself is on the host."""
+    scope = block.scope
+    while scope is not None and scope.kind != "class":
+        scope = scope.parent
+    return scope is not None and kinds.class_kind(scope.name) == DATASET
+
+
+def _grad_scaler(expr: ast.expr, block: Block, facts: Facts) -> bool:
+    """`scaler`, `loss_scaler`, `self.grad_scaler`, or a name bound to `torch.amp.GradScaler(...)`."""
+    name = last_name(expr).lower()
+    if "scaler" in name and not name.startswith(("lr", "sched")):
+        return True
+    if isinstance(expr, ast.Name):
+        found = facts.values.definition(expr.id, block.scope)
+        if found is not None and isinstance(found[0], ast.Call):
+            return (facts.qualify(found[0].func) or "").endswith(".GradScaler")
+    return False
 
 
 def _formatted_arguments(call: ast.Call, block: Block, facts: Facts) -> tuple[int | None, list[ast.expr]] | None:
@@ -266,6 +293,7 @@ class ExplicitSync(Check):
     codes = ("TD204",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        loop_facts = None
         for call, block in facts.model.calls_named("synchronize", "empty_cache"):
             name = self._qualified(call, facts)
             if name not in _SYNC_CALLS:
@@ -274,7 +302,8 @@ class ExplicitSync(Check):
             loop = nearest_loop(block)
             if region.guarded or (loop is not None and facts.context.guard_between(block, loop)):
                 continue
-            if loop is not None and not _repeats_per_step(call, loop, region, facts):
+            loop_facts = loop_facts or _LoopFacts(facts)
+            if loop is not None and not loop_facts.repeats_per_step(call, loop, region):
                 continue
             if region.per_step or region.per_eval_batch:
                 severity, where = Severity.MEDIUM, region.via
@@ -311,38 +340,29 @@ class ExplicitSync(Check):
                           Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
 
 
-def _repeats_per_step(call: ast.Call, loop: Block, region: Region, facts: Facts) -> bool:
-    """Whether a sync in `loop` costs something on every pass that matters. Not when the loop
-    leaves right after it (`empty_cache(); break` runs once), when the loop's passes are whole
-    training runs (a loop over configurations or epochs around the training loop: once per
-    run), or when a loop that trains nothing times itself: a benchmark must wait for the GPU
-    before it reads the clock. A training loop that times its steps still pays the sync."""
-    if _breaks_right_after(call, loop):
-        return False
-    if id(loop) in facts.context.loops_around_training:
-        return False
-    return region.kind == STEP or not _times_itself(loop, facts)
+class _LoopFacts:
+    """What the sync check asks about loops, worked out once per file."""
 
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self.timed = set()  # loops that read a clock on their passes
+        for call, block in facts.model.calls_named(*_CLOCK_TAILS):
+            if (facts.qualify(call.func) or "") in _CLOCKS or call_tail(call) == "elapsed_time":
+                self.timed.update(id(b) for b in enclosing_loops(block))
 
-def _breaks_right_after(call: ast.Call, loop: Block) -> bool:
-    for node in ast.walk(loop.node):
-        for name in ("body", "orelse", "finalbody"):
-            statements = getattr(node, name, None)
-            if not isinstance(statements, list):
-                continue
-            for statement, following in zip(statements, statements[1:]):
-                if isinstance(statement, ast.Expr) and statement.value is call:
-                    return isinstance(following, ast.Break)
-    return False
-
-
-def _times_itself(loop: Block, facts: Facts) -> bool:
-    """The loop reads a clock (`time.perf_counter()`, an event's `elapsed_time`) on its passes."""
-    for call, block in facts.model.calls_named(*_CLOCK_TAILS):
-        name = facts.qualify(call.func) or ""
-        if (name in _CLOCKS or call_tail(call) == "elapsed_time") and any(b is loop for b in block.ancestors()):
+    def repeats_per_step(self, call: ast.Call, loop: Block, region: Region) -> bool:
+        """Whether a sync in `loop` costs something on every pass that matters. Not when the
+        loop leaves right after it (`empty_cache(); break` runs once), when the loop's passes
+        are whole training runs or epochs (a loop over configurations or epochs around the
+        training loop: once per run), or when a loop times the model alone: a benchmark must
+        wait for the GPU before it reads the clock. A loop that takes batches from data or
+        computes a loss is no benchmark, whatever clock its meters read."""
+        context = self.facts.context
+        if id(call) in self.facts.model.then_break or id(loop) in context.loops_around_training:
+            return False
+        if region.kind in (STEP, EVAL) or id(loop) not in self.timed:
             return True
-    return False
+        return any(context.draws_data(b) for b in enclosing_loops(loop))
 
 
 _CLOCKS = {"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns",
