@@ -16,6 +16,7 @@ from torchdoctor.lint.checks.base import Check, FixAction, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.noqa import suppressions
 from torchdoctor.lint.notebook import blank_cell
+from torchdoctor.lint.parse_cost import slow_to_parse
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
 from torchdoctor.location import Location
@@ -98,7 +99,13 @@ def _lint_source(source: SourceFile, selection: Selection, relative: str) -> Fil
     checks = [c for c in lint_checks() if any(selection.wants(code, relative) for code in c.codes)]
     if not checks:
         return outcome
-    facts = Facts(tree, text)
+    try:
+        facts = Facts(tree, text)
+    except RecursionError:  # code nested deeper than the parser's own limit lets through
+        outcome.problems.append(Problem(source.display, "cannot lint: the code is nested too deeply; the file "
+                                                        "was skipped"))
+        outcome.linted = False
+        return outcome
     lines = text.split("\n")
     noqa = None  # tokenized on the first hit: most files have none
     on_line: dict[tuple[str, int], LintFinding] = {}
@@ -155,6 +162,10 @@ def _guarded(check, facts: Facts, source: SourceFile, outcome: FileOutcome):
 
 def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None, str]:
     text = source.text
+    too_slow = slow_to_parse(text)
+    if too_slow is not None:
+        outcome.problems.append(Problem(source.display, f"skipped: {too_slow}"))
+        return None, text
     attempts = len(source.cells.starts) + 1 if source.cells else 1
     for _ in range(attempts):
         try:
@@ -170,7 +181,8 @@ def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None,
                                             cell_line, column, cell=cell, fatal=False))
             text = blank_cell(text, source.cells, source.cells.numbers.index(cell))
         except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or type(exc).__name__
+            reason = ("nested too deeply" if isinstance(exc, (RecursionError, MemoryError)) else
+                      str(exc) or type(exc).__name__)
             outcome.problems.append(Problem(source.display, f"cannot parse: {reason}; the file was skipped"))
             return None, text
     return None, text

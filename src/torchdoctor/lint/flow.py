@@ -172,6 +172,10 @@ class LoaderFlow:
             return EMPTY
         if t is ast.Starred:
             return self.sources(expr.value, block, depth + 1)
+        if t is ast.IfExp:  # `train if training else val`
+            return self.sources(expr.body, block, depth + 1) | self.sources(expr.orelse, block, depth + 1)
+        if t is ast.BoolOp:  # `loader or make_loader()`
+            return frozenset().union(*(self.sources(v, block, depth + 1) for v in expr.values))
         return EMPTY
 
     def _name(self, name: str, block: Block, position: tuple[int, int], depth: int) -> frozenset:

@@ -190,12 +190,20 @@ class _Walker:
             self.statements(node.body, loop)
             self.statements(node.orelse, block)
         elif t is ast.If:
-            self.m.conditions.append((node.test, block))
-            self.m.ifs.append((node, block))
-            self.expr(node.test, block)
-            self.statements(node.body, Block("if", node, block, block.scope, "body"))
-            if node.orelse:
-                self.statements(node.orelse, Block("if", node, block, block.scope, "orelse"))
+            # An `elif` chain is walked as the flat list it reads as, not as ever deeper `else`
+            # blocks: generated dispatch code chains thousands of them.
+            while True:
+                self.m.conditions.append((node.test, block))
+                self.m.ifs.append((node, block))
+                self.expr(node.test, block)
+                self.statements(node.body, Block("if", node, block, block.scope, "body"))
+                orelse = node.orelse
+                if len(orelse) == 1 and type(orelse[0]) is ast.If:
+                    node = orelse[0]
+                    continue
+                if orelse:
+                    self.statements(orelse, Block("if", node, block, block.scope, "orelse"))
+                break
         elif t in (ast.With, ast.AsyncWith):
             for item in node.items:
                 self.m.with_items.add(id(item.context_expr))

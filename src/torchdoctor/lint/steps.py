@@ -116,10 +116,16 @@ def _is_loss(expr: ast.expr, scope: Scope, kinds: Kinds) -> bool:
 
 def _trains_on_loader(call: ast.Call, args: list[ast.expr], scope: Scope, kinds: Kinds) -> bool:
     """A helper the file does not define, handed a loader and named for training (or handed an
-    optimizer too): `train_one_epoch(model, criterion, data_loader, optimizer, device, epoch)`."""
+    optimizer too): `train_one_epoch(model, criterion, data_loader, optimizer, device, epoch)`.
+    The names are read first: asking what every argument of every call holds costs more."""
     if not isinstance(call.func, (ast.Name, ast.Attribute)):
         return False
     named = any(word in call_tail(call).lower() for word in TRAINING_WORDS)
-    if not named and not any(kinds.of(a, scope) == OPTIMIZER for a in args):
+    if not named and not any(_named_like_optimizer(last_name(a)) for a in args):
         return False
     return any(kinds.of(a, scope) == LOADER for a in args)
+
+
+def _named_like_optimizer(name: str) -> bool:
+    name = name.lower()
+    return (name.startswith("opt") or "optim" in name) and "sched" not in name
