@@ -129,6 +129,7 @@ class FileModel:
         self.ifs: list[tuple[ast.If, Block]] = []  # every `if` statement, with the block it sits in
         self.then_break: set[int] = set()  # ids of calls that are a statement followed by `break`
         self.with_items: set[int] = set()  # ids of the expressions `with` statements enter
+        self.method_on_result: dict[int, str] = {}  # id(call) → the attribute read on its result: `f().x`
         self.scopes: list[Scope] = []
         self._function_lines: list[str | None] | None = None
         self.module = Scope("module", tree, "<module>", None, None)
@@ -343,6 +344,8 @@ class _Walker:
             elif t is ast.Attribute:
                 if node.attr in TENSOR_EVIDENCE and type(node.value) is ast.Name:
                     evidence.add(node.value.id)
+                elif type(node.value) is ast.Call:
+                    m.method_on_result[id(node.value)] = node.attr
             elif t is ast.Subscript:
                 m.subscripts.append((node, block))
             elif t is ast.JoinedStr:

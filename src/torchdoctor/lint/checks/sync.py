@@ -26,6 +26,9 @@ from torchdoctor.lint.torch_api import HOST_READING
 from torchdoctor.lint.values import Unknown, truthy
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
+# Methods only a module has: `m.cpu().parameters()` moved a model, it read no tensor.
+_MODULE_ONLY = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "modules", "state_dict",
+                "load_state_dict", "train", "eval", "apply", "named_modules", "zero_grad"}
 _CASTS = ("float", "int", "bool", "complex", "str", "repr")  # each reads the value (str/repr to print it)
 _COMPARING = ("max", "min")  # Python's max(loss, 1) compares, which is bool(tensor)
 _TRACKER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "log")  # TensorBoard, wandb
@@ -55,6 +58,7 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
+                and facts.model.method_on_result.get(id(call)) not in _MODULE_ONLY \
                 and not on_host(func.value, block, facts):
             yield call, block, f"`{short_source(call)}`"
     for call, block in candidates(facts.model.calls_named("get_scale", "state_dict")):
