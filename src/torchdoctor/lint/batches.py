@@ -35,6 +35,7 @@ class Batches:
         self._next_targets: dict[int, set[str]] = {}  # id(next call) → the names it is assigned to
         self._scope_next_names: dict[int, set[str]] = {}
         self._sorted_calls: dict[int, tuple[list, list]] = {}
+        self._sorted_bindings: dict[int, tuple[list, list]] = {}
         self._transfers: dict[int, list[tuple[ast.Call, Scope]]] = {}
         self._callee_moves: dict[tuple[int, frozenset], list[ast.Call]] = {}
 
@@ -50,13 +51,15 @@ class Batches:
             names |= self._next_targets.get(id(call), set())
         if not names:  # `x, y = next(it)` before a `while True:` that uses them
             names = set(self._scope_next_names.get(id(loop.scope), set()))
-        return set(self.derived(names, loop.scope))
+        return set(self.derived(names, loop.scope, loop))
 
-    def derived(self, names: set[str], scope: Scope) -> frozenset:
-        key = (id(scope), frozenset(names))
+    def derived(self, names: set[str], scope: Scope, loop: Block | None = None) -> frozenset:
+        """`names` and the names assigned from them (a few steps deep): in `loop` when given (where
+        a loop's own values flow), else anywhere in `scope`."""
+        key = (id(loop if loop is not None else scope), frozenset(names))
         found = self._derived.get(key)
         if found is None:
-            edges = self._derivations(scope)
+            edges = self._derivations(scope, loop)
             found, frontier = set(names), set(names)
             for _ in range(_DERIVATION_STEPS):
                 frontier = {t for n in frontier for t in edges.get(n, ())} - found
@@ -66,18 +69,30 @@ class Batches:
             found = self._derived[key] = frozenset(found)
         return found
 
-    def _derivations(self, scope: Scope) -> dict[str, set[str]]:
-        """name → the names assigned from expressions that read it, in this scope."""
-        edges = self._edges.get(id(scope))
+    def _derivations(self, scope: Scope, loop: Block | None) -> dict[str, set[str]]:
+        """name → the names assigned from expressions that read it, in the loop or the scope."""
+        key = id(loop if loop is not None else scope)
+        edges = self._edges.get(key)
         if edges is None:
-            edges = self._edges[id(scope)] = {}
-            for target, value, _ in scope.assigns:
-                if value is None:
-                    continue
+            edges = self._edges[key] = {}
+            for target, value in self._assignments(scope, loop):
                 targets = names_in(target)
                 for name in names_in(value):
                     edges.setdefault(name, set()).update(targets)
         return edges
+
+    def _assignments(self, scope: Scope, loop: Block | None):
+        if loop is None:
+            return [(t, v) for t, v, _ in scope.assigns if v is not None]
+        if id(scope) not in self._sorted_bindings:
+            bindings = sorted((b for group in scope.bindings.values() for b in group if b.value is not None),
+                              key=lambda b: b.position)
+            self._sorted_bindings[id(scope)] = ([b.position for b in bindings], bindings)
+        positions, bindings = self._sorted_bindings[id(scope)]
+        node = loop.node
+        start = bisect_left(positions, (node.lineno, node.col_offset))
+        end = bisect_right(positions, (node.end_lineno or node.lineno, node.end_col_offset or 0))
+        return [(b.target, b.value) for b in bindings[start:end] if _inside(b.block, loop)]
 
     def _index_next_calls(self) -> None:
         if self._drawn is not None:
@@ -89,7 +104,7 @@ class Batches:
                 self._drawn.setdefault(id(loop), []).append(call)
         for scope in self.facts.model.scopes:
             for target, value, how in scope.assigns:
-                if how == "=" and isinstance(value, ast.Call) and getattr(value.func, "id", "") == "next":
+                if type(value) is ast.Call and how == "=" and getattr(value.func, "id", "") == "next":
                     bound = names_in(target)
                     self._next_targets.setdefault(id(value), set()).update(bound)
                     self._scope_next_names.setdefault(id(scope), set()).update(bound)
@@ -144,7 +159,19 @@ def moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) -> 
     if func.attr == "cuda":
         return True
     device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-    if device is None or is_dtype(device, facts) or facts.kinds.is_tensor(device, scope):
+    if device is None:
+        return False
+    if type(device) is ast.Name:  # the same `device` is asked about in every loop of a script
+        key = ("to_cuda", id(scope), device.id)
+        if key not in facts.memo:
+            facts.memo[key] = _to_cuda(device, facts, scope)
+        return facts.memo[key]
+    return _to_cuda(device, facts, scope)
+
+
+def _to_cuda(device: ast.expr, facts: Facts, scope: Scope) -> bool:
+    """`.to(device)` may be a copy to a CUDA device (not a dtype, a tensor's device, the CPU)."""
+    if is_dtype(device, facts) or facts.kinds.is_tensor(device, scope):
         return False
     # pinned memory and non_blocking are about CUDA copies: a copy to the CPU, MPS or XPU is not one
     return device_type(device, facts.values, scope) in (None, "cuda")

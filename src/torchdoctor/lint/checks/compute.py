@@ -135,4 +135,4 @@ def _repeating_loop(call: ast.Call, block: Block, facts: Facts) -> Block | None:
     object: the compiled expression does not change with that loop's variables."""
     compiled = names_in(call.args[0]) if call.args else set()
     return next((loop for loop in enclosing_loops(block)
-                 if not compiled & facts.batches.derived(loop_variables(loop), loop.scope)), None)
+                 if not compiled & facts.batches.derived(loop_variables(loop), loop.scope, loop)), None)
