@@ -5,7 +5,6 @@ estimate fields. `# noqa` and per-file ignores are applied here, once for all ch
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import gc
 import re
@@ -70,24 +69,18 @@ class FileOutcome:
 
 
 def lint_source(source: SourceFile, selection: Selection, relative: str = "") -> FileOutcome:
-    """All findings for one file; `relative` is its path for per-file ignores."""
-    with _no_cyclic_gc():
+    """All findings for one file; `relative` is its path for per-file ignores.
+
+    Parsing and analysing a file allocates hundreds of thousands of objects that live until the
+    file is done; the cyclic collector would walk them all again and again while they are made
+    (a third of the time on a 50,000-line file), so it waits until the file is done."""
+    if not gc.isenabled():
         return _lint_source(source, selection, relative)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """Parsing and analysing a file allocates hundreds of thousands of objects that live until
-    the file is done; the cyclic collector would walk them all again and again while they are
-    made (a third of the time on a 50,000-line file). They are freed, cycles included, once the
-    collector runs again after the file."""
-    enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        return _lint_source(source, selection, relative)
     finally:
-        if enabled:
-            gc.enable()
+        gc.enable()
 
 
 def _lint_source(source: SourceFile, selection: Selection, relative: str) -> FileOutcome:
