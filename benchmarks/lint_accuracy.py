@@ -23,7 +23,6 @@ finding at low or above counts as a false positive too; `info` findings are list
 from __future__ import annotations
 
 import datetime as _dt
-import io
 import json
 import re
 import sys

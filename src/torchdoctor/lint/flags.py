@@ -45,7 +45,7 @@ class DefaultValues(Values):
     def evaluate(self, expr, scope, depth=0):
         if type(expr) is ast.BoolOp and depth <= self.max_depth:
             values = [truthy(self.evaluate(v, scope, depth + 1)) for v in expr.values]
-            deciding = False if isinstance(expr.op, ast.And) else True
+            deciding = not isinstance(expr.op, ast.And)  # `and` is decided by a False, `or` by a True
             if deciding in values:
                 return deciding
             return Unknown() if None in values else not deciding

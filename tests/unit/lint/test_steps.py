@@ -2,7 +2,6 @@
 helper from another module), loops that time themselves, and evaluation in strides."""
 
 from helpers.lint_files import lines_of, severities
-
 from test_context import regions
 
 

@@ -13,9 +13,9 @@ import ast
 from typing import Iterator
 
 from torchdoctor.findings import Severity
+from torchdoctor.lint.batches import is_dtype
 from torchdoctor.lint.checks.base import Check, Hit, set_keyword
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.batches import is_dtype
 from torchdoctor.lint.flow import Loader, LoaderUse
 from torchdoctor.lint.kinds import DATASET
 from torchdoctor.lint.model import Scope, loop_targets

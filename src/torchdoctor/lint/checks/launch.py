@@ -17,7 +17,14 @@ from torchdoctor.lint.checks.base import Check, Hit, drop_argument
 from torchdoctor.lint.context import Region
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host
-from torchdoctor.lint.model import Block, Scope, enclosing_loops, loop_iter, loop_variables, names_in
+from torchdoctor.lint.model import (
+    Block,
+    Scope,
+    enclosing_loops,
+    loop_iter,
+    loop_variables,
+    names_in,
+)
 from torchdoctor.lint.names import dotted, short_source
 from torchdoctor.lint.values import Unknown, bind
 
