@@ -18,7 +18,8 @@ import re
 from bisect import bisect_right
 from typing import Any
 
-from torchdoctor.lint.model import Block, Scope, argument_for
+from torchdoctor.lint.bindings import argument_for
+from torchdoctor.lint.model import Block, Scope
 from torchdoctor.lint.names import dotted
 from torchdoctor.lint.values import CliOption, Unknown, Values, truthy
 

@@ -16,16 +16,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from torchdoctor.lint.bindings import Binding, argument_for, reaching_bindings
 from torchdoctor.lint.context import STEP, Region, nearest_loop
-from torchdoctor.lint.model import (
-    Binding,
-    Block,
-    Scope,
-    argument_for,
-    loop_iter,
-    loop_variables,
-    reaching_bindings,
-)
+from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
 from torchdoctor.lint.names import call_tail, dotted, last_name
 
 DATALOADER = "torch.utils.data.DataLoader"

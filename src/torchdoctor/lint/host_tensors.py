@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import ast
 
+from torchdoctor.lint.bindings import Binding, reaching_bindings
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.kinds import OTHER
-from torchdoctor.lint.model import Binding, Block, Scope, names_in, reaching_bindings
+from torchdoctor.lint.model import Block, Scope, names_in
 from torchdoctor.lint.values import device_type
 
 _PACKED_SIZES = "batch_sizes"
