@@ -1,9 +1,10 @@
 """Speed of `torchdoctor lint`, written to benchmarks/results/lint_speed.json:
 
 1. Generated worst cases (`benchmarks/lint_gen.py`: many loaders, one reused name, many loops,
-   deep nesting, a whole project in one file), each at 10,000 and 50,000 lines: seconds per
-   10,000 lines of the whole command (start-up included). Every analysis must grow linearly
-   with the file: the target is at most 1 s per 10,000 lines on the worst of them.
+   deep nesting, a whole project in one file), each at 10,000 and 50,000 lines (and any other
+   `--sizes`): seconds per 10,000 lines of the whole command (start-up included). Every
+   analysis must grow linearly with the file: the target is at most 1 s per 10,000 lines on the
+   worst of them at 10,000 lines or more (below that the ~0.3 s start-up dominates).
 2. torch's own source tree (the installed `torch/` package, ~2,300 files, ~46 MB): files per
    second with 1 and with N worker processes.
 3. Optionally TorchFix 0.7.0 on the same tree (installed for this benchmark only, `pip install
@@ -174,7 +175,9 @@ def main() -> int:
     if not opts.skip_generated:
         sizes = [int(s) for s in opts.sizes.split(",")]
         result["generated"] = generated(programs, opts.repeats, opts.timeout, sizes)
-        worst = max((e["this"]["s_per_10k_lines"] or 0, name) for name, e in result["generated"].items())
+        # Files under 10,000 lines show the start-up (~0.3 s), not the analysis: the target is on the large ones.
+        worst = max((e["this"]["s_per_10k_lines"] or 0, name) for name, e in result["generated"].items()
+                    if e["lines"] >= 10_000)
         result["worst_s_per_10k_lines"] = {"case": worst[1], "seconds": worst[0], "target": TARGET_S_PER_10K}
         print(f"worst case: {worst[1]} at {worst[0]} s per 10,000 lines (target <= {TARGET_S_PER_10K})")
     else:

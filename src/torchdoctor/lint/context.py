@@ -143,11 +143,19 @@ class Context:
                     return found if found.kind == kind else None
                 scope = scope.parent
             return None
-        if (kind == "function" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                and func.value.id == "self" and block.scope.class_scope is not None):
-            found = block.scope.class_scope.functions.get(func.attr)
+        if kind == "function" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            cls = block.scope.class_scope if func.value.id == "self" else self._instance_of(func.value.id, block)
+            found = cls.functions.get(func.attr) if cls is not None else None
             return found if found is not None and found.kind == "function" else None
         return None
+
+    def _instance_of(self, name: str, block: Block) -> Scope | None:
+        """The file's own class `name` is an instance of: `engine` after `engine = Engine(...)`."""
+        found = self.kinds.values.definition(name, block.scope)
+        if found is None or not isinstance(found[0], ast.Call) or not isinstance(found[0].func, ast.Name):
+            return None
+        value, where = found
+        return self._local_definition(value, where.block, "class")
 
     def callers(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
         return self._callers.get(id(scope), [])
@@ -239,7 +247,8 @@ class Context:
         # pass per evaluation batch. One that computes a loss walks held-out data in strides.
         if _is_counting_loop(loop) and not self.draws_data(loop):
             return False
-        return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop))
+        return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop)
+                                           or id(loop) in self.loss_loops)
 
     def draws_data(self, loop: Block) -> bool:
         """The loop takes batches from data: iterates a loader, calls `next(it)` in its body, or

@@ -109,9 +109,14 @@ def _lint_source(source: SourceFile, selection: Selection, relative: str) -> Fil
             key = (hit.code, hit.node.lineno)
             if key in silenced_at or not selection.wants(hit.code, relative):
                 continue
-            if key in on_line:  # one finding per code and line; the fixes of its hits add up
-                on_line[key].fixes += _fixes(hit, source, lines)
-                on_line[key].notebook_fix |= source.cells is not None and _has_fix(hit)
+            if key in on_line:  # one finding per code and line: the most severe hit's; their fixes add up
+                kept = on_line[key]
+                if _RANK[hit.severity] < _RANK[kept.finding.severity]:
+                    end = getattr(hit.node, "end_lineno", None) or key[1]
+                    on_line[key] = _finding(hit, source, facts, lines, end, kept.fixes)
+                else:
+                    kept.fixes += _fixes(hit, source, lines)
+                on_line[key].notebook_fix |= kept.notebook_fix or (source.cells is not None and _has_fix(hit))
                 continue
             line, end = key[1], getattr(hit.node, "end_lineno", None) or key[1]
             if noqa is None:
@@ -181,7 +186,11 @@ def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None,
     return None, text
 
 
-def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int) -> LintFinding:
+_RANK = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2, Severity.INFO: 3}
+
+
+def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int,
+             earlier_fixes: list | None = None) -> LintFinding:
     rule = rule_by_code(hit.code)
     assert rule is not None, f"lint check emitted {hit.code}, which has no catalogue entry"
     line = hit.node.lineno
@@ -201,7 +210,7 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
     finding = make_finding(rule, title=hit.title, message=message,
                            location=Location(source.display, shown_line, _function_at(facts, line)),
                            evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity)
-    fixes = _fixes(hit, source, lines)
+    fixes = (earlier_fixes or []) + _fixes(hit, source, lines)
     notebook_fix = source.cells is not None and _has_fix(hit)
     return LintFinding(finding, column, shown_end, cell, fixes, notebook_fix, lines[line - 1].strip())
 

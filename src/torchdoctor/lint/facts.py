@@ -20,6 +20,7 @@ class Facts:
         self.values = Values(self.model)
         self.kinds = Kinds(self.model, self.values)
         self.context = Context(self.model, self.kinds)
+        self.values.context = self.context  # a parameter's value can now be read where the function is called
         self.memo: dict = {}  # small per-file answers the checks share (worked out once)
 
     def qualify(self, expr: ast.expr) -> str | None:

@@ -18,7 +18,6 @@ import re
 from bisect import bisect_right
 from typing import Any
 
-from torchdoctor.lint.bindings import argument_for
 from torchdoctor.lint.model import Block, Scope
 from torchdoctor.lint.names import dotted
 from torchdoctor.lint.values import CliOption, Unknown, Values, truthy
@@ -26,7 +25,6 @@ from torchdoctor.lint.values import CliOption, Unknown, Values, truthy
 # Options that pick the device rather than count or tune: `--cuda`, `--no-cuda`, `--gpu 0`, `--device`.
 _DEVICE_OPTION = re.compile(r"^(use_|no_|enable_|disable_)?(cuda|gpu|gpus|cpu|device|devices|gpu_ids?|device_ids?)$")
 _MAX_DEPTH = 12
-_CALL_SITES = 8  # a parameter passed from more places than this is not followed
 
 
 class DefaultValues(Values):
@@ -36,8 +34,7 @@ class DefaultValues(Values):
     max_depth = _MAX_DEPTH  # an option reaches a guard through a few more names (`self.ngpu` ← `ngpu` ← `opt.ngpu`)
 
     def __init__(self, base: Values, context):
-        super().__init__(base.model)
-        self.context = context
+        super().__init__(base.model, context)
         self.cli_options = base.cli_options
         self.consulted: list[str] = []
         self._assigned_attrs = _assigned_attributes(base.model)
@@ -51,35 +48,6 @@ class DefaultValues(Values):
                 return deciding
             return Unknown() if None in values else not deciding
         return super().evaluate(expr, scope, depth)
-
-    def _name(self, name: str, scope: Scope, depth: int) -> Any:
-        found = self.definition(name, scope)
-        if found is not None and found[0] is None and name in found[1].params and depth < _MAX_DEPTH:
-            return self._parameter(found[1], name, depth)
-        return super()._name(name, scope, depth)
-
-    def _parameter(self, function: Scope, name: str, depth: int) -> Any:
-        """The value every call site of the function passes (or leaves at its default)."""
-        if function.kind != "function" or len(self._call_sites(function)) > _CALL_SITES:
-            return Unknown()
-        values = []
-        for call, block in self._call_sites(function):
-            argument = argument_for(call, function, name)
-            if argument is None and any(isinstance(a, ast.Starred) for a in call.args) or any(
-                    k.arg is None for k in call.keywords):
-                return Unknown()
-            if argument is None:
-                argument, block = _default_of(function, name), function.parent.block
-            values.append(self.evaluate(argument, block.scope, depth + 1) if argument is not None else Unknown())
-        if values and all(not isinstance(v, Unknown) and v == values[0] for v in values):
-            return values[0]
-        return Unknown()
-
-    def _call_sites(self, function: Scope):
-        sites = list(self.context.callers(function))
-        if function.name == "__init__" and function.class_scope is not None:
-            sites += self.context.instantiations(function.class_scope)
-        return sites
 
     def _attribute(self, expr: ast.Attribute, scope: Scope, depth: int) -> Any:
         base = expr.value
@@ -204,14 +172,6 @@ def _option_default(option: CliOption, values: DefaultValues, depth: int) -> Any
         except ValueError:
             return Unknown()
     return value
-
-
-def _default_of(function: Scope, name: str) -> ast.expr | None:
-    args = function.node.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    return defaults.get(name)
 
 
 def _annotation(function: Scope, name: str) -> ast.expr | None:

@@ -13,6 +13,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from torchdoctor.lint.bindings import argument_for
 from torchdoctor.lint.model import FileModel, Scope
 from torchdoctor.lint.names import dotted, short_source
 
@@ -56,6 +57,7 @@ _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast
            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not}
 _CPU_COUNT = {"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count"}
 _MAX_DEPTH = 6  # chains of constants longer than this are not worth following
+_CALL_SITES = 8  # a parameter passed from more places than this is not followed
 
 
 @dataclass
@@ -114,8 +116,10 @@ class Values:
 
     max_depth = _MAX_DEPTH
 
-    def __init__(self, model: FileModel):
+    def __init__(self, model: FileModel, context=None):
         self.model = model
+        self.context = context  # set once the file's calls are linked: parameters are then read at call sites
+        self._parameters: dict[tuple[int, str], Any] = {}
         self._singles: dict[int, dict[str, ast.expr | None]] = {}
         self._class_attrs: dict[int, dict[str, list[ast.expr]]] = {}
         self.cli_options = _argparse_options(model)
@@ -162,9 +166,45 @@ class Values:
         if found is None:
             return Unknown(f"of `{name}` is not assigned in this file")
         value, where = found
+        if value is None and name in where.params and name not in where.bindings and self.context is not None:
+            passed = self._parameter(where, name, depth)  # never rebound: what its callers pass
+            if not isinstance(passed, Unknown):
+                return passed
         if value is None:
             return Unknown(f"of `{name}` changes or comes from a parameter")
         return self.evaluate(value, where, depth + 1)
+
+    def _parameter(self, function: Scope, name: str, depth: int) -> Any:
+        """The value every call site of the function passes (or leaves at its default); worked
+        out once per parameter (a recursive call sees Unknown while it is)."""
+        key = (id(function), name)
+        if key not in self._parameters:
+            self._parameters[key] = Unknown()
+            self._parameters[key] = self._passed(function, name, depth)
+        return self._parameters[key]
+
+    def _passed(self, function: Scope, name: str, depth: int) -> Any:
+        if function.kind != "function" or len(self._call_sites(function)) > _CALL_SITES:
+            return Unknown()
+        values = []
+        for call, block in self._call_sites(function):
+            argument = argument_for(call, function, name)
+            if argument is None and any(isinstance(a, ast.Starred) for a in call.args) or any(
+                    k.arg is None for k in call.keywords):
+                return Unknown()
+            if argument is None:
+                argument, block = _default_of(function, name), function.parent.block
+            # from depth 1 whatever the depth of the question: the answer is kept for every later one
+            values.append(self.evaluate(argument, block.scope, 1) if argument is not None else Unknown())
+        if values and all(not isinstance(v, Unknown) and v == values[0] for v in values):
+            return values[0]
+        return Unknown()
+
+    def _call_sites(self, function: Scope):
+        sites = list(self.context.callers(function))
+        if function.name == "__init__" and function.class_scope is not None:
+            sites += self.context.instantiations(function.class_scope)
+        return sites
 
     def definition(self, name: str, scope: Scope) -> tuple[ast.expr | None, Scope] | None:
         """The one expression assigned to `name` as seen from `scope`, and the scope that assigns it.
@@ -259,6 +299,14 @@ class Values:
                         table.setdefault(target.attr, []).append(value if how == "=" else target)
             self._class_attrs[id(class_scope)] = table
         return table
+
+
+def _default_of(function: Scope, name: str) -> ast.expr | None:
+    args = function.node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults.get(name)
 
 
 def _unpack(target: ast.expr, value: ast.expr | None):

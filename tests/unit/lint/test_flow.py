@@ -134,3 +134,23 @@ def test_a_loader_handed_to_an_imported_helper_in_an_epoch_loop_restarts_its_wor
             train_one_epoch(model, criterion, loader, optimizer, epoch)
             torch.cuda.synchronize()
     """, "TD102") == [4]
+
+
+def test_methods_called_on_an_instance_and_parameters_read_at_their_call_sites(tmp_path):
+    assert lines_of(tmp_path, """
+        import torch
+        from torch.utils.data import DataLoader
+        def build(ds, workers):
+            return DataLoader(ds, num_workers=workers)
+        class Engine:
+            def __init__(self, ds):
+                self.loader = build(ds, 4)
+            def train_epoch(self):
+                for x in self.loader:
+                    model(x).backward()
+                    opt.step()
+        engine = Engine(ds)
+        for epoch in range(10):
+            engine.train_epoch()
+            torch.cuda.synchronize()
+    """, "TD102") == [4]
