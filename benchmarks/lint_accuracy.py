@@ -11,6 +11,12 @@ Golden cases (tests/lint_golden/tdNNN_*/case.py): every line commented `# trigge
 or `# info` must give the folder's code (at any severity), and no other line may; the
 `clean_*` cases count as negatives for every code.
 
+Real shapes (tests/lint_golden/realN_*/case.py, one per item 1-6 of issue 13: training loops
+in the shapes third-party code takes). A comment `# want: TD201, TD204` says the line must be
+reported with those codes at low or above; `# trap` marks code that looks like a habit but is
+not one (or is off by default): nothing at low or above may be reported there. Every other
+finding at low or above counts as a false positive too; `info` findings are listed, not counted.
+
     .venv/bin/python benchmarks/lint_accuracy.py
 """
 
@@ -20,6 +26,7 @@ import datetime as _dt
 import json
 import re
 import sys
+import tokenize
 from collections import Counter
 from pathlib import Path
 
@@ -34,6 +41,9 @@ RUNTIME_EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 LINT_EXPECT = re.compile(r"#\s*lint-expect:\s*([A-Z0-9, ]+)")
 GOLDEN_MARK = re.compile(r"#\s*(triggers|low|info)\b")
 STRONG = ("high", "medium")
+AT_LEAST_LOW = ("high", "medium", "low")
+WANT = re.compile(r"#\s*want:\s*((?:TD\d{3}[,\s]*)+)")
+TRAP = re.compile(r"#.*\btrap\b")
 
 
 def _codes(match: re.Match | None) -> set[str]:
@@ -80,6 +90,8 @@ def score_goldens() -> tuple[list[dict], Counter, Counter, Counter]:
     rows, hits, misses, false = [], Counter(), Counter(), Counter()
     for case in sorted((ROOT / "tests" / "lint_golden").glob("*/case.py")):
         folder = case.parent.name
+        if folder.startswith("real"):
+            continue  # scored on their own, by their markers
         code = folder[:5].upper() if folder.startswith("td") else None
         expected = set()
         if code:
@@ -94,6 +106,43 @@ def score_goldens() -> tuple[list[dict], Counter, Counter, Counter]:
         rows.append({"case": folder, "expected": _fmt(expected), "missed": _fmt(missed),
                      "false_positives": _fmt(extra)})
     return rows, hits, misses, false
+
+
+def shape_markers(path: Path) -> tuple[set[tuple[str, int]], set[int]]:
+    """(wanted (code, line) pairs, trap lines) from the case's comments (not its docstring)."""
+    wanted, traps = set(), set()
+    with path.open("rb") as stream:
+        for token in tokenize.tokenize(stream.readline):
+            if token.type != tokenize.COMMENT:
+                continue
+            line = token.start[0]
+            want = WANT.search(token.string)
+            if want:
+                wanted |= {(code, line) for code in re.findall(r"TD\d{3}", want.group(1))}
+            if TRAP.search(token.string):
+                traps.add(line)
+    return wanted, traps
+
+
+def score_real_shapes() -> tuple[list[dict], Counter, Counter, Counter, int, int]:
+    rows, hits, misses, false = [], Counter(), Counter(), Counter()
+    trap_lines = trap_hits = 0
+    for case in sorted((ROOT / "tests" / "lint_golden").glob("real*/case.py")):
+        wanted, traps = shape_markers(case)
+        findings = lint_one(case)
+        reported = {(f.code, f.line) for f in findings if f.finding.severity.value in AT_LEAST_LOW}
+        found, missed, extra = wanted & reported, wanted - reported, reported - wanted
+        sprung = sorted(f"{c}@{line}" for c, line in extra if line in traps)
+        hits.update(c for c, _ in found)
+        misses.update(c for c, _ in missed)
+        false.update(c for c, _ in extra)
+        trap_lines += len(traps)
+        trap_hits += len({line for _, line in extra if line in traps})
+        info = sorted(f"{f.code}@{f.line}" for f in findings if f.finding.severity.value == "info")
+        rows.append({"case": case.parent.name, "wanted": _fmt(wanted), "missed": _fmt(missed),
+                     "false_positives": _fmt(extra), "traps": len(traps), "traps_reported": sprung,
+                     "info": info})
+    return rows, hits, misses, false, trap_lines, trap_hits
 
 
 def per_code(hits: Counter, misses: Counter, false: Counter) -> list[dict]:
@@ -128,11 +177,15 @@ def print_table(title: str, table: list[dict]) -> None:
 def main() -> int:
     example_rows, *example_counts = score_examples()
     golden_rows, *golden_counts = score_goldens()
+    shape_rows, *shape_counts, trap_lines, trap_hits = score_real_shapes()
     examples_table, golden_table = per_code(*example_counts), per_code(*golden_counts)
+    shapes_table = per_code(*shape_counts)
     result = {
         "date": _dt.date.today().isoformat(),
         "examples": {"per_code": examples_table, "rows": example_rows},
         "golden_cases": {"per_code": golden_table, "rows": golden_rows},
+        "real_shapes": {"per_code": shapes_table, "trap_lines": trap_lines, "traps_reported": trap_hits,
+                        "rows": shape_rows},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
@@ -144,6 +197,12 @@ def main() -> int:
     for row in golden_rows:
         if row["missed"] or row["false_positives"]:
             print(f"  {row['case']}: missed {row['missed'] or '-'}, false positives {row['false_positives'] or '-'}")
+    print_table("tests/lint_golden/real* (real shapes; wanted lines at low or above)", shapes_table)
+    print(f"  traps: {trap_hits} of {trap_lines} reported at low or above")
+    for row in shape_rows:
+        if row["missed"] or row["false_positives"]:
+            print(f"  {row['case']}: missed {row['missed'] or '-'}, false positives {row['false_positives'] or '-'}"
+                  f"{', traps reported ' + str(row['traps_reported']) if row['traps_reported'] else ''}")
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
     return 0
 

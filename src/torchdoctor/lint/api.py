@@ -154,7 +154,7 @@ def _relative(path: Path, root: Path | None) -> str:
         return path.as_posix()
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symbolic link loop (Python < 3.13)
         return path.as_posix()
 
 

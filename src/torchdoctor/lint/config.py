@@ -52,7 +52,7 @@ def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` with a [tool.torchdoctor] table."""
     try:
         here = start.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop (Python < 3.13)
         return None
     for directory in (here, *here.parents) if here.is_dir() else here.parents:
         candidate = directory / "pyproject.toml"

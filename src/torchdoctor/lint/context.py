@@ -16,9 +16,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from torchdoctor.lint.kinds import LOADER, MODULE, OPTIMIZER, Kinds
+from torchdoctor.lint.kinds import LOADER, MODULE, Kinds
 from torchdoctor.lint.model import Block, FileModel, Scope, enclosing_loops, loop_iter
 from torchdoctor.lint.names import dotted, last_name
+from torchdoctor.lint.steps import find_step_calls
 
 STEP, EVAL, FORWARD = "step", "eval", "forward"
 CALL_DEPTH = 2  # how many calls deep a region reaches (the issue's "one or two levels")
@@ -55,17 +56,24 @@ class Context:
         self.kinds = kinds
         self.imports = model.imports
         self.counters = _counters(model)
-        self.backward_calls: list[tuple[ast.Call, Block]] = []
-        self.optimizer_steps: list[tuple[ast.Call, Block]] = []
         self._callers: dict[int, list[tuple[ast.Call, Block]]] = {}
+        self._callees: dict[int, Scope | None] = {}
+        self._instantiations: dict[int, list[tuple[ast.Call, Block]]] = {}
+        self._calls_in_scope: dict[int, list[tuple[ast.Call, Block]]] = {}
         self._regions: dict[int, Region] = {}
         self._scope_regions: dict[tuple[int, int], Region] = {}
         self._periodic: dict[int, bool] = {}
         self._model_loops: set[int] | None = None
-        self._find_step_calls()
         self._link_calls()
+        self.steps = find_step_calls(model, kinds, self.local_callee)
+        self.backward_calls = self.steps.backward + self.steps.helper_steps
+        self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps
+        self.loss_loops = _loops_of(self.steps.loss_calls)  # loops that compute a loss
+        self.drawing_loops = {id(loop) for _, block in model.calls_named("next")  # `batch = next(it)` in them
+                              for loop in (nearest_loop(block),) if loop is not None}
         self.step_loops, self.step_functions = self._training_structure()
         self.loops_around_training = self._loops_around_training()
+        self._first_eval_call = _first_eval_calls(model)
         self.eval_loops = {id(loop) for loop in model.loops if self._is_eval_loop(loop)}
 
     # -- public questions ------------------------------------------------------------------
@@ -101,6 +109,10 @@ class Context:
         self._scope_regions[key] = result
         return result
 
+    def now_and_then(self, test: ast.expr) -> bool:
+        """`(step + 1) % accum == 0`: true only now and then (a flag handed to a helper)."""
+        return _periodic_branch(test, self.counters) == "body"
+
     def is_periodic(self, if_block: Block) -> bool:
         key = id(if_block)
         if key not in self._periodic:
@@ -109,20 +121,41 @@ class Context:
 
     def local_callee(self, call: ast.Call, block: Block) -> Scope | None:
         """The function of this file that `call` runs: `f(...)` or `self.f(...)`."""
+        key = id(call)
+        if key not in self._callees:
+            self._callees[key] = self._local_definition(call, block, "function")
+        return self._callees[key]
+
+    def instantiations(self, class_scope: Scope) -> list[tuple[ast.Call, Block]]:
+        """`Trainer(model, loader)`: the calls that make an instance of the file's own class."""
+        return self._instantiations.get(id(class_scope), [])
+
+    def calls_in(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
+        return self._calls_in_scope.get(id(scope), [])
+
+    def _local_definition(self, call: ast.Call, block: Block, kind: str) -> Scope | None:
         func = call.func
         if isinstance(func, ast.Name):
             scope: Scope | None = block.scope
             while scope is not None:
                 found = scope.functions.get(func.id) if scope.kind != "class" else None
                 if found is not None:
-                    return found if found.kind == "function" else None
+                    return found if found.kind == kind else None
                 scope = scope.parent
             return None
-        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
-                and block.scope.class_scope is not None):
-            found = block.scope.class_scope.functions.get(func.attr)
+        if kind == "function" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            cls = block.scope.class_scope if func.value.id == "self" else self._instance_of(func.value.id, block)
+            found = cls.functions.get(func.attr) if cls is not None else None
             return found if found is not None and found.kind == "function" else None
         return None
+
+    def _instance_of(self, name: str, block: Block) -> Scope | None:
+        """The file's own class `name` is an instance of: `engine` after `engine = Engine(...)`."""
+        found = self.kinds.values.definition(name, block.scope)
+        if found is None or not isinstance(found[0], ast.Call) or not isinstance(found[0].func, ast.Name):
+            return None
+        value, where = found
+        return self._local_definition(value, where.block, "class")
 
     def callers(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
         return self._callers.get(id(scope), [])
@@ -137,27 +170,16 @@ class Context:
         return False
 
     # -- building --------------------------------------------------------------------------
-    def _find_step_calls(self) -> None:
-        for call, block in self.model.calls_named("backward", "manual_backward"):
-            if isinstance(call.func, ast.Attribute) or self.imports.qualify(call.func) == "torch.autograd.backward":
-                self.backward_calls.append((call, block))
-        for call, block in self.model.calls_named("step"):
-            if isinstance(call.func, ast.Attribute) and self._is_optimizer(call.func.value, block.scope):
-                self.optimizer_steps.append((call, block))
-
-    def _is_optimizer(self, receiver: ast.expr, scope: Scope) -> bool:
-        if self.kinds.of(receiver, scope) == OPTIMIZER:
-            return True
-        name = last_name(receiver).lower()
-        if "sched" in name or name.startswith("lr") or name in ("env", "environment"):
-            return False
-        return name.startswith("opt") or "optim" in name or "scaler" in name
-
     def _link_calls(self) -> None:
         for call, block in self.model.calls:
+            self._calls_in_scope.setdefault(id(block.scope), []).append((call, block))
             callee = self.local_callee(call, block)
             if callee is not None:
                 self._callers.setdefault(id(callee), []).append((call, block))
+            elif isinstance(call.func, ast.Name):
+                cls = self._local_definition(call, block, "class")
+                if cls is not None:
+                    self._instantiations.setdefault(id(cls), []).append((call, block))
 
     def _training_structure(self) -> tuple[set[int], set[int]]:
         step_loops: set[int] = set()
@@ -187,12 +209,19 @@ class Context:
         return step_loops, step_functions
 
     def _loops_around_training(self) -> set[int]:
-        """Loops of the same function that hold a training loop (epochs, configurations): each
-        pass is a whole training run, not a step, and not an evaluation batch."""
+        """Loops of the same function that hold a training loop (epochs, configurations), or call
+        a function that trains (`train_one_epoch(...)`, the file's own or an imported one): each
+        pass is a whole training run or epoch, not a step, and not an evaluation batch."""
         around: set[int] = set()
         for loop in self.model.loops:
             if id(loop) in self.step_loops and loop.parent is not None:
                 around.update(id(b) for b in enclosing_loops(loop.parent))
+        training_functions = {id(loop.scope) for loop in self.model.loops if id(loop) in self.step_loops}
+        epoch_calls = list(self.steps.epoch_helpers)
+        for function_id in training_functions:
+            epoch_calls += self._callers.get(function_id, [])
+        for _, block in epoch_calls:
+            around.update(id(b) for b in enclosing_loops(block) if id(b) not in self.step_loops)
         return around
 
     def _is_eval_loop(self, loop: Block) -> bool:
@@ -209,20 +238,22 @@ class Context:
                 break
         if not no_grad and scope.kind == "function":
             no_grad = any(self._disables_grad(d) for d in scope.node.decorator_list)
-            eval_mode = any(c.lineno < loop.line and not c.args and isinstance(c.func, ast.Attribute)
-                            and b.scope is scope for c, b in self.model.calls_named("eval"))
+            eval_mode = self._first_eval_call.get(id(scope), loop.line) < loop.line
             if not eval_mode and _named_like_eval(scope.name):
                 eval_mode = _STEP_METHODS.get(scope.name) != STEP
         # no_grad alone is not evaluation (weight init, optimizer internals): the loop must
-        # also read batches from a loader or run a model. A `range` loop that draws no batches
-        # is a generation or rollout loop, token by token: not one pass per evaluation batch.
-        if _is_counting_loop(loop) and not self._draws_batches(loop):
+        # also read batches from a loader or run a model. A `range` loop that neither draws
+        # batches nor computes a loss is a generation or rollout loop, token by token: not one
+        # pass per evaluation batch. One that computes a loss walks held-out data in strides.
+        if _is_counting_loop(loop) and not self.draws_data(loop):
             return False
-        return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop))
+        return (no_grad or eval_mode) and (self._iterates_loader(loop) or self._runs_model(loop)
+                                           or id(loop) in self.loss_loops)
 
-    def _draws_batches(self, loop: Block) -> bool:
-        """`batch = next(it)` inside the loop itself."""
-        return any(nearest_loop(block) is loop for _, block in self.model.calls_named("next"))
+    def draws_data(self, loop: Block) -> bool:
+        """The loop takes batches from data: iterates a loader, calls `next(it)` in its body, or
+        computes a loss on what it takes (`criterion(model(x), y)`, `F.cross_entropy(...)`)."""
+        return id(loop) in self.drawing_loops or id(loop) in self.loss_loops or self._iterates_loader(loop)
 
     def _iterates_loader(self, loop: Block) -> bool:
         iterable = _unwrapped(loop_iter(loop), ("enumerate", "tqdm", "iter"))
@@ -273,6 +304,21 @@ class Context:
         if best.kind is None:
             return NOWHERE
         return Region(best.kind, best.guarded, f"`{scope.name}()` (called from {best.via})")
+
+
+def _loops_of(calls: list[tuple[ast.Call, Block]]) -> set[int]:
+    """The loops (in their function) around any of these calls."""
+    return {id(loop) for _, block in calls for loop in enclosing_loops(block)}
+
+
+def _first_eval_calls(model: FileModel) -> dict[int, int]:
+    """scope → the line of its first `model.eval()` call."""
+    first: dict[int, int] = {}
+    for call, block in model.calls_named("eval"):
+        if not call.args and isinstance(call.func, ast.Attribute):
+            key = id(block.scope)
+            first[key] = min(first.get(key, call.lineno), call.lineno)
+    return first
 
 
 def nearest_loop(block: Block) -> Block | None:

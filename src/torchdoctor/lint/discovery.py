@@ -1,12 +1,16 @@
 """Which files a `torchdoctor lint PATH...` covers: Python files and notebooks under the given
 directories, skipping virtualenvs, build output and VCS folders (any folder with a
 `pyvenv.cfg` is a virtualenv, whatever its name), each file once however many symlinks lead
-to it, and never looping through a symlink that points back up the tree. A path named on the
-command line is linted even inside an excluded folder, unless `force_exclude` (ruff's
-`--force-exclude`, for pre-commit, which names every changed file) applies the excludes to it too."""
+to it, and never looping through a symlink that points back up the tree. A symbolic link inside
+a folder being searched is followed only while it stays inside that folder (`up -> ..` is not
+followed into the parent); a link named on the command line is followed wherever it leads. A
+path named on the command line is linted even inside an excluded folder, unless `force_exclude`
+(ruff's `--force-exclude`, for pre-commit, which names every changed file) applies the excludes
+to it too."""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 from dataclasses import dataclass, field
@@ -49,8 +53,7 @@ def discover(targets: list[Path], excludes: list[str] = (), root: Path | None = 
     for target in targets:
         shown = display_path(target, cwd)
         if not target.exists():
-            message = "broken symbolic link" if target.is_symlink() else "no such file or directory"
-            found.problems.append(Problem(shown, message))
+            found.problems.append(Problem(shown, _missing(target)))
         elif force_exclude and excluder.excludes_path(target, cwd):
             continue
         elif target.is_dir():
@@ -103,15 +106,25 @@ class _Excluder:
             return ""
         try:
             return Path(path).resolve().relative_to(self.root).as_posix()
-        except ValueError:
+        except (ValueError, OSError, RuntimeError):
             return ""
 
 
 def _resolved(path: Path) -> Path:
     try:
         return path.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop (Python < 3.13)
         return path
+
+
+def _missing(target: Path) -> str:
+    """Why a named path cannot be read: a symlink loop, a broken link, or nothing there."""
+    try:
+        os.stat(target)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (the link points back to itself through other links)"
+    return "broken symbolic link" if target.is_symlink() else "no such file or directory"
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -120,6 +133,7 @@ def _is_under(path: Path, folder: Path) -> bool:
 
 def _walk(top: Path, shown: str, found: Discovered, seen_files: set, excluder: _Excluder) -> None:
     seen_dirs: set[tuple[int, int]] = set()
+    root = os.path.realpath(top)  # links inside may not lead out of it
     stack = [(str(top), shown)]
     while stack:
         directory, shown_dir = stack.pop()
@@ -143,7 +157,13 @@ def _walk(top: Path, shown: str, found: Discovered, seen_files: set, excluder: _
             child_shown = f"{shown_dir.rstrip('/')}/{entry.name}" if shown_dir not in ("", ".") else entry.name
             try:
                 is_dir = entry.is_dir()  # follows symlinks; loops are caught by seen_dirs
-            except OSError:
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    found.notes.append(f"{child_shown}: skipped, a symbolic link loop")
+                continue
+            if entry.is_symlink() and (is_dir or entry.name.endswith(SUFFIXES)) and not _inside(entry.path, root):
+                found.notes.append(f"{child_shown}: skipped, a symbolic link to {os.path.realpath(entry.path)}, "
+                                   f"outside {shown or '.'} (name it on the command line to lint it)")
                 continue
             if is_dir:
                 if not excluder.skips_dir(entry):
@@ -154,6 +174,11 @@ def _walk(top: Path, shown: str, found: Discovered, seen_files: set, excluder: _
                 else:
                     _add(Path(entry.path), child_shown, found, seen_files)
         stack.extend(reversed(subdirs))
+
+
+def _inside(path: str, root: str) -> bool:
+    target = os.path.realpath(path)
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _add(path: Path, shown: str, found: Discovered, seen_files: set) -> None:

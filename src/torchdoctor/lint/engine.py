@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from torchdoctor.findings import Finding
+from torchdoctor.findings import Finding, Severity
 from torchdoctor.lint.checks.base import Check, FixAction, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.noqa import suppressions
 from torchdoctor.lint.notebook import blank_cell
+from torchdoctor.lint.parse_cost import slow_to_parse
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
 from torchdoctor.location import Location
@@ -67,7 +69,21 @@ class FileOutcome:
 
 
 def lint_source(source: SourceFile, selection: Selection, relative: str = "") -> FileOutcome:
-    """All findings for one file; `relative` is its path for per-file ignores."""
+    """All findings for one file; `relative` is its path for per-file ignores.
+
+    Parsing and analysing a file allocates hundreds of thousands of objects that live until the
+    file is done; the cyclic collector would walk them all again and again while they are made
+    (a third of the time on a 50,000-line file), so it waits until the file is done."""
+    if not gc.isenabled():
+        return _lint_source(source, selection, relative)
+    gc.disable()
+    try:
+        return _lint_source(source, selection, relative)
+    finally:
+        gc.enable()
+
+
+def _lint_source(source: SourceFile, selection: Selection, relative: str) -> FileOutcome:
     outcome = FileOutcome()
     tree, text = _parse(source, outcome)
     if tree is None:
@@ -76,19 +92,31 @@ def lint_source(source: SourceFile, selection: Selection, relative: str = "") ->
     checks = [c for c in lint_checks() if any(selection.wants(code, relative) for code in c.codes)]
     if not checks:
         return outcome
-    facts = Facts(tree, text)
+    try:
+        facts = Facts(tree, text)
+    except RecursionError:  # code nested deeper than the parser's own limit lets through
+        outcome.problems.append(Problem(source.display, "cannot lint: the code is nested too deeply; the file "
+                                                        "was skipped"))
+        outcome.linted = False
+        return outcome
     lines = text.split("\n")
     noqa = None  # tokenized on the first hit: most files have none
     on_line: dict[tuple[str, int], LintFinding] = {}
     silenced_at: set[tuple[str, int]] = set()
     for check in checks:
         for hit in _guarded(check, facts, source, outcome):
+            hit = _at_defaults(hit, facts)
             key = (hit.code, hit.node.lineno)
             if key in silenced_at or not selection.wants(hit.code, relative):
                 continue
-            if key in on_line:  # one finding per code and line; the fixes of its hits add up
-                on_line[key].fixes += _fixes(hit, source, lines)
-                on_line[key].notebook_fix |= source.cells is not None and _has_fix(hit)
+            if key in on_line:  # one finding per code and line: the most severe hit's; their fixes add up
+                kept = on_line[key]
+                if _RANK[hit.severity] < _RANK[kept.finding.severity]:
+                    end = getattr(hit.node, "end_lineno", None) or key[1]
+                    on_line[key] = _finding(hit, source, facts, lines, end, kept.fixes)
+                else:
+                    kept.fixes += _fixes(hit, source, lines)
+                on_line[key].notebook_fix |= kept.notebook_fix or (source.cells is not None and _has_fix(hit))
                 continue
             line, end = key[1], getattr(hit.node, "end_lineno", None) or key[1]
             if noqa is None:
@@ -107,6 +135,18 @@ def lint_checks() -> tuple[Check, ...]:
     return tuple(d.load()() for d in detectors("lint"))
 
 
+def _at_defaults(hit: Hit, facts: Facts) -> Hit:
+    """A habit in code that does not run unless the user changes a default is kept at `info`,
+    with the option that turns it on."""
+    if hit.severity is Severity.INFO:
+        return hit
+    reason = facts.off_by_default.reason(hit.node)
+    if reason is None:
+        return hit
+    return replace(hit, severity=Severity.INFO, message=f"{hit.message}; {reason}",
+                   evidence={**hit.evidence, "off_by_default": reason})
+
+
 def _guarded(check, facts: Facts, source: SourceFile, outcome: FileOutcome):
     """A check's hits; a bug in one check costs its findings for this file, not the whole run."""
     try:
@@ -120,6 +160,10 @@ def _guarded(check, facts: Facts, source: SourceFile, outcome: FileOutcome):
 
 def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None, str]:
     text = source.text
+    too_slow = slow_to_parse(text)
+    if too_slow is not None:
+        outcome.problems.append(Problem(source.display, f"skipped: {too_slow}"))
+        return None, text
     attempts = len(source.cells.starts) + 1 if source.cells else 1
     for _ in range(attempts):
         try:
@@ -135,13 +179,18 @@ def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None,
                                             cell_line, column, cell=cell, fatal=False))
             text = blank_cell(text, source.cells, source.cells.numbers.index(cell))
         except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) or type(exc).__name__
+            reason = ("nested too deeply" if isinstance(exc, (RecursionError, MemoryError)) else
+                      str(exc) or type(exc).__name__)
             outcome.problems.append(Problem(source.display, f"cannot parse: {reason}; the file was skipped"))
             return None, text
     return None, text
 
 
-def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int) -> LintFinding:
+_RANK = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2, Severity.INFO: 3}
+
+
+def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int,
+             earlier_fixes: list | None = None) -> LintFinding:
     rule = rule_by_code(hit.code)
     assert rule is not None, f"lint check emitted {hit.code}, which has no catalogue entry"
     line = hit.node.lineno
@@ -161,7 +210,7 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
     finding = make_finding(rule, title=hit.title, message=message,
                            location=Location(source.display, shown_line, _function_at(facts, line)),
                            evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity)
-    fixes = _fixes(hit, source, lines)
+    fixes = (earlier_fixes or []) + _fixes(hit, source, lines)
     notebook_fix = source.cells is not None and _has_fix(hit)
     return LintFinding(finding, column, shown_end, cell, fixes, notebook_fix, lines[line - 1].strip())
 
@@ -195,10 +244,4 @@ def char_column(line: str, byte_offset: int) -> int:
 
 
 def _function_at(facts: Facts, line: int) -> str:
-    best, best_start = "<module>", 0
-    for scope in facts.model.scopes:
-        if scope.kind == "function":
-            node = scope.node
-            if node.lineno <= line <= (node.end_lineno or node.lineno) and node.lineno >= best_start:
-                best, best_start = scope.name, node.lineno
-    return best
+    return facts.model.function_at(line)

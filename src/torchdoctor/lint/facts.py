@@ -1,8 +1,11 @@
-"""Everything the checks may ask about one parsed file, built once and shared by all checks."""
+"""Everything the checks may ask about one parsed file, built once and shared by all checks.
+The costlier analyses (where loaders go, what loops do with their batches) are built the first
+time a check asks, so a file no check needs them for never pays for them."""
 
 from __future__ import annotations
 
 import ast
+from functools import cached_property
 
 from torchdoctor.lint.context import Context
 from torchdoctor.lint.kinds import Kinds
@@ -17,6 +20,29 @@ class Facts:
         self.values = Values(self.model)
         self.kinds = Kinds(self.model, self.values)
         self.context = Context(self.model, self.kinds)
+        self.values.context = self.context  # a parameter's value can now be read where the function is called
+        self.memo: dict = {}  # small per-file answers the checks share (worked out once)
 
     def qualify(self, expr: ast.expr) -> str | None:
         return self.imports.qualify(expr)
+
+    @cached_property
+    def loaders(self):
+        """Every torch DataLoader of the file and the loops that iterate it (`flow.LoaderFlow`)."""
+        from torchdoctor.lint.flow import LoaderFlow
+
+        return LoaderFlow(self)
+
+    @cached_property
+    def off_by_default(self):
+        """The branches that do not run with every option at its default (`flags.OffByDefault`)."""
+        from torchdoctor.lint.flags import OffByDefault
+
+        return OffByDefault(self)
+
+    @cached_property
+    def batches(self):
+        """The names holding each loop's batches and the copies that move them (`batches.Batches`)."""
+        from torchdoctor.lint.batches import Batches
+
+        return Batches(self)

@@ -1,6 +1,14 @@
-"""Where a DataLoader goes: the loops that iterate it (also through `iter()`/`next()` and one
-call into a function of the same file), whether those loops run again (an epoch loop around
-them), and which `.to(device)` calls move its batches.
+"""Where a DataLoader goes: the loops that iterate it and whether they run again (an epoch loop
+around them), followed through names, `self` attributes, return values, arguments of the
+file's own functions and constructors, `iter()`/`next()`, and into helpers imported from the
+project that train on it (`train_one_epoch(model, loader, optimizer)`).
+
+The values are pulled from each place a loader could be used back to the `DataLoader(...)` calls
+that can reach it, and every step of that is computed once per file (memoized), so the work
+grows with the size of the file, not with loaders times loops. A name seen at a point of the
+code holds what its last binding before that point gave it (and what bindings in branches
+since then may have given it): a script that reuses `loader = DataLoader(...)` for several
+datasets has each loop iterate its own loader.
 """
 
 from __future__ import annotations
@@ -8,20 +16,29 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from torchdoctor.lint.context import Region, nearest_loop
-from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.model import Block, Scope, loop_iter, loop_targets, names_in
-from torchdoctor.lint.names import dotted
-from torchdoctor.lint.values import Values
+from torchdoctor.lint.bindings import Binding, argument_for, reaching_bindings
+from torchdoctor.lint.context import STEP, Region, nearest_loop
+from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
+from torchdoctor.lint.names import call_tail, dotted, last_name
 
 DATALOADER = "torch.utils.data.DataLoader"
+EMPTY: frozenset = frozenset()
+# Calls that hand back what they are given, for iterating: `enumerate(tqdm(loader))`.
+_PASS_THROUGH = {"iter", "enumerate", "tqdm", "islice", "cycle", "prefetch", "zip", "chain", "prepare",
+                 "prepare_data_loader", "MpDeviceLoader", "DeviceDataLoader"}
+_MAX_DEPTH = 40  # chains of names longer than this are not followed (nor is recursion)
 
 
 @dataclass
 class LoaderUse:
-    loop: Block
+    loop: Block | None  # None: an imported helper iterates it (`train_one_epoch(model, loader, ...)`)
     region: Region
     repeats: bool  # the loop is itself re-entered (an epoch loop, a caller's loop)
+    line: int = 0  # the loop's line, or the helper call's
+
+    def __post_init__(self) -> None:
+        if not self.line and self.loop is not None:
+            self.line = self.loop.line
 
 
 @dataclass
@@ -32,152 +49,240 @@ class Loader:
 
     @property
     def feeds_training(self) -> bool:
-        return any(u.region.kind == "step" for u in self.uses)
+        return any(u.region.kind == STEP for u in self.uses)
 
 
-def find_loaders(facts: Facts) -> list[Loader]:
-    loaders = []
-    for call, block in facts.model.calls_named("DataLoader", *_aliases(facts)):
-        if facts.qualify(call.func) == DATALOADER:
-            loader = Loader(call, block)
-            loader.uses = _uses(loader, facts)
-            loaders.append(loader)
-    return loaders
+class LoaderFlow:
+    """Every torch DataLoader the file builds, with its uses; built once per file (`facts.loaders`)."""
+
+    def __init__(self, facts):
+        self.facts = facts
+        self.context = facts.context
+        self.loaders: list[Loader] = []
+        by_call: dict[int, Loader] = {}
+        aliases = _aliases(facts)
+        for call, block in facts.model.calls_named("DataLoader", *aliases):
+            if facts.qualify(call.func) == DATALOADER:
+                loader = Loader(call, block)
+                self.loaders.append(loader)
+                by_call[id(call)] = loader
+        self._origins = by_call
+        self._memo: dict[tuple, frozenset] = {}
+        self._repeats: dict[tuple[int, int], bool] = {}
+        self.loops_iterating: dict[int, frozenset] = {}  # id(loop) → the loaders (ids of calls) it draws from
+        self._plain: set[int] | None = None
+        if self.loaders:
+            self._find_uses()
+
+    # -- uses ------------------------------------------------------------------------------
+    def _find_uses(self) -> None:
+        uses: dict[int, dict[int, LoaderUse]] = {id(l.call): {} for l in self.loaders}
+        for loop in self.facts.model.loops:
+            iterable = loop_iter(loop)
+            if iterable is not None and loop.parent is not None:
+                self._add(uses, self.sources(iterable, loop.parent), loop, self._picking_loop(iterable, loop))
+        for call, block in self.facts.model.calls_named("next"):
+            loop = nearest_loop(block)
+            if call.args and loop is not None:
+                self._add(uses, self.sources(call.args[0], block), loop)
+        for call, block in self.context.steps.epoch_helpers:
+            region = Region(STEP, False, f"`{last_name(call.func)}()`, a helper that trains on the loader,")
+            for arg in (*call.args, *(k.value for k in call.keywords)):
+                for origin in self.sources(arg, block):
+                    if id(call) not in uses[origin]:
+                        uses[origin][id(call)] = LoaderUse(None, region, self._entered_repeatedly(block, 0),
+                                                           call.lineno)
+        for loader in self.loaders:
+            loader.uses = list(uses[id(loader.call)].values())
+
+    def _add(self, uses: dict, origins: frozenset, loop: Block, picked_by: Block | None = None) -> None:
+        if not origins:
+            return
+        self.loops_iterating[id(loop)] = self.loops_iterating.get(id(loop), EMPTY) | origins
+        # `for loader in (train, val): for x in loader:` iterates each loader once per pass of
+        # what is around the picking loop, not once per pass of the picking loop
+        outer = picked_by if picked_by is not None else loop
+        repeats = outer.parent is not None and self._entered_repeatedly(outer.parent, 0)
+        for origin in origins:
+            if id(loop) not in uses[origin]:
+                uses[origin][id(loop)] = LoaderUse(loop, self.context.region(loop), repeats)
+
+    def _picking_loop(self, iterable: ast.expr, loop: Block) -> Block | None:
+        """The enclosing loop whose variable `iterable` is: `loader` in `for loader in loaders:`."""
+        if not isinstance(iterable, ast.Name):
+            return None
+        for b in loop.parent.ancestors() if loop.parent is not None else ():
+            if b.kind == "scope":
+                return None
+            if b.kind == "loop" and iterable.id in loop_variables(b):
+                return b
+        return None
+
+    def yields_host_batches(self, loop: Block) -> bool:
+        """The loop iterates only torch DataLoaders of the file that collate with the default
+        function: its batches are made on the host (a `collate_fn` could move them)."""
+        origins = self.loops_iterating.get(id(loop))
+        if not origins:
+            return False
+        if self._plain is None:
+            self._plain = {id(l.call) for l in self.loaders if not _custom_collate(l.call)}
+        return origins <= self._plain
+
+    def repeats(self, loop: Block) -> bool:
+        """Is the loop started more than once: inside an outer loop, or in a function called in one."""
+        return loop.parent is not None and self._entered_repeatedly(loop.parent, 0)
+
+    def _entered_repeatedly(self, block: Block, depth: int) -> bool:
+        key = (id(block), depth)
+        if key not in self._repeats:
+            self._repeats[key] = False  # cycle guard
+            self._repeats[key] = self._compute_repeats(block, depth)
+        return self._repeats[key]
+
+    def _compute_repeats(self, block: Block, depth: int) -> bool:
+        for b in block.ancestors():
+            if b.kind == "loop" and not _runs_at_most_once(b, self.facts.values):
+                return True
+            if b.kind == "scope":
+                if depth >= 2 or b.scope.kind != "function":
+                    return False
+                return any(self._entered_repeatedly(cb, depth + 1) for _, cb in self.context.callers(b.scope))
+        return False
+
+    # -- where values come from ------------------------------------------------------------
+    def sources(self, expr: ast.expr, block: Block, depth: int = 0) -> frozenset:
+        """The DataLoader calls (by id) whose loader `expr`, evaluated in `block`, may hold."""
+        if depth > _MAX_DEPTH:
+            return EMPTY
+        t = type(expr)
+        if t is ast.Name:
+            return self._name(expr.id, block, (expr.lineno, expr.col_offset), depth)
+        if t is ast.Call:
+            if id(expr) in self._origins:
+                return frozenset((id(expr),))
+            tail = call_tail(expr)
+            if tail in _PASS_THROUGH and expr.args:
+                args = expr.args if tail in ("zip", "chain") else expr.args[:1]
+                return frozenset().union(*(self.sources(a, block, depth + 1) for a in args))
+            callee = self.context.local_callee(expr, block)
+            return self._returns(callee, depth) if callee is not None else EMPTY
+        if t is ast.Attribute:
+            name = dotted(expr)
+            if name is not None and name.count(".") == 1 and name.startswith("self."):
+                return self._self_attribute(block.scope, expr.attr, depth)
+            return EMPTY
+        if t is ast.Starred:
+            return self.sources(expr.value, block, depth + 1)
+        if t is ast.IfExp:  # `train if training else val`
+            return self.sources(expr.body, block, depth + 1) | self.sources(expr.orelse, block, depth + 1)
+        if t is ast.BoolOp:  # `loader or make_loader()`
+            return frozenset().union(*(self.sources(v, block, depth + 1) for v in expr.values))
+        return EMPTY
+
+    def _name(self, name: str, block: Block, position: tuple[int, int], depth: int) -> frozenset:
+        scope: Scope | None = block.scope
+        while scope is not None:
+            if name in scope.bindings or name in scope.params:
+                break
+            scope = scope.parent
+            while scope is not None and scope.kind == "class":
+                scope = scope.parent  # methods do not see class-body names
+        if scope is None:
+            return EMPTY
+        if scope is not block.scope:  # a closure or a global: any of its bindings
+            return self._memoized(("all", id(scope), name), lambda: self._union(scope.bindings.get(name, ()), depth))
+        reaching, certain = reaching_bindings(scope, name, block, position)
+        found = self._union(reaching, depth)
+        if not certain and name in scope.params:
+            found |= self._param(scope, name, depth)
+        return found
+
+    def _union(self, bindings, depth: int) -> frozenset:
+        found = EMPTY
+        for binding in bindings:
+            found |= self._binding(binding, depth)
+        return found
+
+    def _binding(self, binding: Binding, depth: int) -> frozenset:
+        return self._memoized(("binding", id(binding)), lambda: self._binding_sources(binding, depth))
+
+    def _binding_sources(self, binding: Binding, depth: int) -> frozenset:
+        value = binding.value
+        if value is None or binding.how == "with":
+            return EMPTY
+        if binding.how == "for":  # `for loader in (train_loader, val_loader)`
+            if isinstance(value, (ast.Tuple, ast.List)):
+                return frozenset().union(*(self.sources(e, binding.block, depth + 1) for e in value.elts))
+            return EMPTY
+        if binding.how != "=":
+            return EMPTY
+        if binding.index is not None:
+            return self._element(value, binding.index, binding.block, depth)
+        return self.sources(value, binding.block, depth + 1)
+
+    def _element(self, value: ast.expr, index: int, block: Block, depth: int) -> frozenset:
+        """Element `index` of `value`: `train, val = make_loaders()` where the helper returns a tuple."""
+        if isinstance(value, ast.Call):
+            callee = self.context.local_callee(value, block)
+            if callee is not None:
+                return self._memoized(("element", id(callee), index),
+                                      lambda: self._returned_element(callee, index, depth))
+        return EMPTY
+
+    def _returned_element(self, function: Scope, index: int, depth: int) -> frozenset:
+        found = EMPTY
+        for returned, block in function.returns_at:
+            if isinstance(returned, (ast.Tuple, ast.List)) and index < len(returned.elts):
+                found |= self.sources(returned.elts[index], block, depth + 1)
+        return found
+
+    def _returns(self, function: Scope, depth: int) -> frozenset:
+        return self._memoized(("returns", id(function)), lambda: frozenset().union(
+            *(self.sources(r, b, depth + 1) for r, b in function.returns_at)))
+
+    def _param(self, function: Scope, name: str, depth: int) -> frozenset:
+        return self._memoized(("param", id(function), name), lambda: self._param_sources(function, name, depth))
+
+    def _param_sources(self, function: Scope, name: str, depth: int) -> frozenset:
+        found = EMPTY
+        for call, block in self._call_sites(function):
+            argument = argument_for(call, function, name)
+            if argument is not None:
+                found |= self.sources(argument, block, depth + 1)
+        return found
+
+    def _call_sites(self, function: Scope) -> list[tuple[ast.Call, Block]]:
+        sites = list(self.context.callers(function))
+        if function.name == "__init__" and function.class_scope is not None:
+            sites += self.context.instantiations(function.class_scope)
+        return sites
+
+    def _self_attribute(self, scope: Scope, attr: str, depth: int) -> frozenset:
+        cls = scope.class_scope
+        if cls is None:
+            return EMPTY
+        return self._memoized(("self", id(cls), attr), lambda: frozenset().union(
+            *(self._union(method.bindings.get("self." + attr, ()), depth + 1)
+              for method in cls.functions.values() if method.kind == "function")))
+
+    def _memoized(self, key: tuple, compute) -> frozenset:
+        found = self._memo.get(key)
+        if found is None:
+            self._memo[key] = EMPTY  # cycle guard: a value that flows back into itself adds nothing
+            found = self._memo[key] = compute()
+        return found
 
 
-def _aliases(facts: Facts) -> list[str]:
+def _custom_collate(call: ast.Call) -> bool:
+    """`collate_fn=` given (by keyword, position 7, or through `**kwargs`)."""
+    return len(call.args) > 6 or any(k.arg in ("collate_fn", None) for k in call.keywords)
+
+
+def _aliases(facts) -> list[str]:
     return [local for local, full in facts.imports.alias.items() if full.endswith(".DataLoader") and local != "DataLoader"]
 
 
-def _uses(loader: Loader, facts: Facts) -> list[LoaderUse]:
-    key, scope = _binding(loader, facts)
-    loops = []
-    for loop in facts.model.loops:
-        iterable = loop_iter(loop)
-        if iterable is loader.call or (iterable is not None and _contains(iterable, loader.call)):
-            loops.append(loop)
-    if key is not None:
-        loops += _loops_over(key, scope, facts, depth=0)
-    else:  # `evaluate(DataLoader(...))`: the loader goes straight into a function of the file
-        for call, block in facts.model.calls:
-            if any(arg is loader.call for arg in (*call.args, *(k.value for k in call.keywords))):
-                callee = facts.context.local_callee(call, block)
-                for param in _params_receiving(call, callee, loader.call) if callee else ():
-                    loops += _loops_over(param, callee, facts, depth=1)
-    seen, uses = set(), []
-    for loop in loops:
-        if id(loop) not in seen:
-            seen.add(id(loop))
-            uses.append(LoaderUse(loop, facts.context.region(loop), repeats(loop, facts)))
-    return uses
-
-
-def _binding(loader: Loader, facts: Facts) -> tuple[str | None, Scope]:
-    """The name (`loader`, `self.train_loader`) the DataLoader is assigned to."""
-    scope = loader.block.scope
-    for target, value, how in scope.assigns:
-        if value is loader.call and how == "=":
-            name = dotted(target)
-            if name is not None:
-                return name, scope
-    return None, scope
-
-
-def _loops_over(key: str, scope: Scope, facts: Facts, depth: int) -> list[Block]:
-    """Loops that iterate `key` (a name bound in `scope`, or `self.attr`)."""
-    found = []
-    iterators = {key}
-    for target, value, how in _related_assigns(key, scope):
-        if how == "=" and isinstance(value, ast.Call) and getattr(value.func, "id", "") == "iter":
-            iterators.add(dotted(target) or "")
-    for loop in facts.model.loops:
-        if _visible(loop.scope, key, scope):
-            iterable = loop_iter(loop)
-            if iterable is not None and key in _dotted_names(iterable):
-                found.append(loop)
-    for call, block in facts.model.calls_named("next"):  # `batch = next(it)` inside a `while`
-        if call.args and dotted(call.args[0]) in iterators and _visible(block.scope, key, scope):
-            loop = nearest_loop(block)
-            if loop is not None:
-                found.append(loop)
-    if depth == 0:  # `train_one_epoch(model, loader)`, `Trainer(loader)`: follow the loader once
-        for call, block in facts.model.calls:
-            if not _visible(block.scope, key, scope):
-                continue
-            callee = facts.context.local_callee(call, block)
-            if callee is not None:
-                for param in _params_receiving(call, callee, key):
-                    found += _loops_over(param, callee, facts, depth + 1)
-            init = _constructor(call, facts)
-            if init is not None:
-                for param in _params_receiving(call, init, key):
-                    for attr in _stored_as_attribute(param, init):
-                        found += _loops_over(attr, init, facts, depth + 1)
-    return found
-
-
-def _constructor(call: ast.Call, facts: Facts) -> Scope | None:
-    """`__init__` of the file's own class when `call` instantiates it."""
-    if isinstance(call.func, ast.Name):
-        cls = facts.model.module.functions.get(call.func.id)
-        if cls is not None and cls.kind == "class":
-            init = cls.functions.get("__init__")
-            return init if init is not None and init.kind == "function" else None
-    return None
-
-
-def _stored_as_attribute(param: str, init: Scope) -> list[str]:
-    """`self.loader = loader` in `__init__`: the attribute names a parameter is kept under."""
-    return [dotted(target) for target, value, how in init.assigns
-            if how == "=" and isinstance(value, ast.Name) and value.id == param
-            and (dotted(target) or "").startswith("self.")]
-
-
-def _related_assigns(key: str, scope: Scope):
-    return [(t, v, h) for t, v, h in scope.assigns if v is not None and key in _dotted_names(v)]
-
-
-def _visible(where: Scope, key: str, bound_in: Scope) -> bool:
-    if key.startswith("self."):
-        return where.class_scope is not None and where.class_scope is bound_in.class_scope
-    current: Scope | None = where
-    while current is not None:
-        if current is bound_in:
-            return True
-        current = current.parent
-    return False
-
-
-def _params_receiving(call: ast.Call, callee: Scope, key: str | ast.expr) -> list[str]:
-    """Parameters of `callee` that `call` passes `key` (a dotted name, or the expression itself) to."""
-    params = callee.params
-    bound_self = params and params[0] in ("self", "cls") and (
-        isinstance(call.func, ast.Attribute) or callee.name == "__init__")
-    offset = 1 if bound_self else 0
-
-    def matches(arg: ast.expr) -> bool:
-        return arg is key if isinstance(key, ast.expr) else dotted(arg) == key
-    received = [params[i + offset] for i, arg in enumerate(call.args) if matches(arg) and i + offset < len(params)]
-    return received + [kw.arg for kw in call.keywords if kw.arg and matches(kw.value)]
-
-
-def repeats(loop: Block, facts: Facts) -> bool:
-    """Is the loop started more than once: inside an outer loop, or in a function called in one."""
-    return loop.parent is not None and _entered_repeatedly(loop.parent, facts, 0)
-
-
-def _entered_repeatedly(block: Block, facts: Facts, depth: int) -> bool:
-    for b in block.ancestors():
-        if b.kind == "loop" and not _runs_at_most_once(b, facts.values):
-            return True
-        if b.kind == "scope":
-            if depth >= 2 or b.scope.kind != "function":
-                return False
-            return any(_entered_repeatedly(cb, facts, depth + 1) for _, cb in facts.context.callers(b.scope))
-    return False
-
-
-def _runs_at_most_once(loop: Block, values: Values) -> bool:
+def _runs_at_most_once(loop: Block, values) -> bool:
     iterable = loop_iter(loop)
     if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", "") == "range" and iterable.args:
         bounds = [values.evaluate(a, loop.scope) for a in iterable.args[:2]]
@@ -185,47 +290,3 @@ def _runs_at_most_once(loop: Block, values: Values) -> bool:
             start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
             return stop - start <= 1
     return False
-
-
-def batch_names(loop: Block, facts: Facts) -> set[str]:
-    """Names holding this loop's batches: its targets, names bound from `next(it)` in it, and what
-    the scope derives from them."""
-    names: set[str] = set()
-    for target in loop_targets(loop):
-        names |= names_in(target)
-    drawn = {id(call) for call, block in facts.model.calls_named("next") if nearest_loop(block) is loop}
-    for target, value, how in loop.scope.assigns:
-        # `for step in range(n): batch = next(it)`; `while True: x, y = next(it)` (also when the
-        # `next` sits outside the loop: the loop then has no names of its own)
-        if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "next" and (
-                id(value) in drawn or not loop_targets(loop)):
-            names |= names_in(target)
-    return derived_names(names, loop.scope)
-
-
-def derived_names(names: set[str], scope: Scope) -> set[str]:
-    names = set(names)
-    for _ in range(3):  # x = batch["x"]; x = x.float(); xs = [x, y]: a few steps of derivation
-        grew = False
-        for target, value, how in scope.assigns:
-            if value is not None and names_in(value) & names:
-                for name in names_in(target) - names:
-                    names.add(name)
-                    grew = True
-        if not grew:
-            break
-    return names
-
-
-def _dotted_names(expr: ast.AST) -> set[str]:
-    found = set()
-    for node in ast.walk(expr):
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            name = dotted(node)
-            if name:
-                found.add(name)
-    return found
-
-
-def _contains(expr: ast.AST, target: ast.AST) -> bool:
-    return any(node is target for node in ast.walk(expr))

@@ -13,6 +13,7 @@ import ast
 from collections import defaultdict
 from typing import Iterator
 
+from torchdoctor.lint.bindings import Binding
 from torchdoctor.lint.names import Imports, call_tail
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -29,7 +30,7 @@ class Scope:
     """A function, lambda, class body or the module: where names are bound."""
 
     __slots__ = ("kind", "node", "name", "parent", "class_scope", "block", "functions", "assigns", "returns",
-                 "tensor_evidence")
+                 "returns_at", "bindings", "positions", "tensor_evidence")
 
     def __init__(self, kind: str, node: ast.AST, name: str, parent: Scope | None, class_scope: Scope | None):
         self.kind = kind
@@ -43,6 +44,10 @@ class Scope:
         # "for" when the target is a loop variable bound from `value` (the iterable)
         self.assigns: list[tuple[ast.expr, ast.expr | None, str]] = []
         self.returns: list[ast.expr] = []  # returned expressions, for what a local call gives back
+        self.returns_at: list[tuple[ast.expr, Block]] = []  # the same, with the block each is returned from
+        # name (or "self.attr") → its bindings in source order, for where a value flows
+        self.bindings: dict[str, list[Binding]] = {}
+        self.positions: dict[str, list[tuple[int, int]]] = {}  # the bindings' positions, made when asked
         self.tensor_evidence: set[str] = set()  # names used as tensors here (`x.shape`, `x.view(...)`)
 
     @property
@@ -102,7 +107,12 @@ class FileModel:
         self.percent_formats: list[tuple[ast.BinOp, Block]] = []  # `"%s" % x`
         self.assignments: list[tuple[ast.stmt, Block]] = []  # Assign/AugAssign/AnnAssign statements
         self.loops: list[Block] = []
+        self.ifs: list[tuple[ast.If, Block]] = []  # every `if` statement, with the block it sits in
+        self.then_break: set[int] = set()  # ids of calls that are a statement followed by `break`
+        self.with_items: set[int] = set()  # ids of the expressions `with` statements enter
+        self.method_on_result: dict[int, str] = {}  # id(call) → the attribute read on its result: `f().x`
         self.scopes: list[Scope] = []
+        self._function_lines: list[str | None] | None = None
         self.module = Scope("module", tree, "<module>", None, None)
         self.module.block = Block("scope", tree, None, self.module)
         self.scopes.append(self.module)
@@ -111,6 +121,19 @@ class FileModel:
     def calls_named(self, *tails: str) -> Iterator[tuple[ast.Call, Block]]:
         for tail in tails:
             yield from self.calls_by_tail.get(tail, ())
+
+    def function_at(self, line: int) -> str:
+        """The name of the innermost function around `line` ("<module>" outside any)."""
+        if self._function_lines is None:
+            # Functions in the order they start: an inner one overwrites its part of the outer's lines.
+            names: list[str | None] = [None] * (self.text.count("\n") + 2)
+            functions = sorted((s for s in self.scopes if s.kind == "function"), key=lambda s: s.node.lineno)
+            for scope in functions:
+                start, end = scope.node.lineno, min(scope.node.end_lineno or scope.node.lineno, len(names) - 1)
+                names[start:end + 1] = [scope.name] * (end + 1 - start)
+            self._function_lines = names
+        names = self._function_lines
+        return (names[line] if 0 <= line < len(names) else None) or "<module>"
 
 
 class _Walker:
@@ -121,6 +144,13 @@ class _Walker:
     def statements(self, body: list[ast.stmt], block: Block) -> None:
         for stmt in body:
             self.statement(stmt, block)
+        self.note_breaks(body)
+
+    def note_breaks(self, body: list[ast.stmt]) -> None:
+        """A call that is a statement followed by `break` runs once, however long the loop."""
+        for statement, following in zip(body, body[1:]):
+            if type(following) is ast.Break and type(statement) is ast.Expr:
+                self.m.then_break.add(id(statement.value))
 
     def statement(self, node: ast.stmt, block: Block) -> None:
         t = type(node)
@@ -142,13 +172,23 @@ class _Walker:
             self.statements(node.body, loop)
             self.statements(node.orelse, block)
         elif t is ast.If:
-            self.m.conditions.append((node.test, block))
-            self.expr(node.test, block)
-            periodic = _may_be_periodic(node.test)
-            self.statements(node.body, Block("if", node, block, block.scope, "body") if periodic else block)
-            self.statements(node.orelse, Block("if", node, block, block.scope, "orelse") if periodic else block)
+            # An `elif` chain is walked as the flat list it reads as, not as ever deeper `else`
+            # blocks: generated dispatch code chains thousands of them.
+            while True:
+                self.m.conditions.append((node.test, block))
+                self.m.ifs.append((node, block))
+                self.expr(node.test, block)
+                self.statements(node.body, Block("if", node, block, block.scope, "body"))
+                orelse = node.orelse
+                if len(orelse) == 1 and type(orelse[0]) is ast.If:
+                    node = orelse[0]
+                    continue
+                if orelse:
+                    self.statements(orelse, Block("if", node, block, block.scope, "orelse"))
+                break
         elif t in (ast.With, ast.AsyncWith):
             for item in node.items:
+                self.m.with_items.add(id(item.context_expr))
                 self.expr(item.context_expr, block)
                 if item.optional_vars is not None:
                     self.bind(item.optional_vars, item.context_expr, "with", block)
@@ -185,12 +225,17 @@ class _Walker:
                 self.expr(node.value, block)
                 if t is ast.Return:
                     block.scope.returns.append(node.value)
+                    block.scope.returns_at.append((node.value, block))
         elif t in (ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal):
             return
         else:  # try, match, raise, delete, ...: visit what they contain
             self.generic(node, block)
 
     def generic(self, node: ast.AST, block: Block) -> None:
+        for name in ("body", "orelse", "finalbody"):  # try/except, match cases
+            statements = getattr(node, name, None)
+            if type(statements) is list:
+                self.note_breaks(statements)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
                 self.statement(child, block)
@@ -231,6 +276,38 @@ class _Walker:
 
     def bind(self, target: ast.expr, value: ast.expr | None, how: str, block: Block) -> None:
         block.scope.assigns.append((target, value, how))
+        bindings = block.scope.bindings
+        if type(target) is ast.Name:
+            bindings.setdefault(target.id, []).append(Binding(target, value, how, block, None))
+        elif type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+            bindings.setdefault("self." + target.attr, []).append(Binding(target, value, how, block, None))
+        elif type(target) in (ast.Tuple, ast.List):
+            literal = type(value) in (ast.Tuple, ast.List) and len(value.elts) == len(target.elts) and not any(
+                type(e) is ast.Starred for e in target.elts)
+            for index, element in enumerate(target.elts):
+                if type(element) is ast.Starred:
+                    element = element.value
+                if type(element) in (ast.Name, ast.Attribute, ast.Tuple, ast.List):
+                    if literal:
+                        self.bind_nested(element, value.elts[index], how, block)
+                    else:
+                        self.bind_element(element, value, how, block, index)
+
+    def bind_nested(self, target: ast.expr, value: ast.expr, how: str, block: Block) -> None:
+        """`a, b = x, y`: each name is bound to its own element (recorded once, in `assigns` already)."""
+        assigns = block.scope.assigns
+        self.bind(target, value, how, block)
+        assigns.pop()  # the whole statement is in `assigns` already
+
+    def bind_element(self, target: ast.expr, value: ast.expr | None, how: str, block: Block, index: int) -> None:
+        bindings = block.scope.bindings
+        if type(target) is ast.Name:
+            bindings.setdefault(target.id, []).append(Binding(target, value, how, block, index))
+        elif type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+            bindings.setdefault("self." + target.attr, []).append(Binding(target, value, how, block, index))
+        elif type(target) in (ast.Tuple, ast.List):  # `(a, b), c = value`: deeper parts are not followed
+            for element in target.elts:
+                self.bind_element(element.value if type(element) is ast.Starred else element, None, how, block, 0)
 
     # -- expressions ------------------------------------------------------------------------
     def expr(self, root: ast.expr, block: Block) -> None:
@@ -248,6 +325,8 @@ class _Walker:
             elif t is ast.Attribute:
                 if node.attr in TENSOR_EVIDENCE and type(node.value) is ast.Name:
                     evidence.add(node.value.id)
+                elif type(node.value) is ast.Call:
+                    m.method_on_result[id(node.value)] = node.attr
             elif t is ast.Subscript:
                 m.subscripts.append((node, block))
             elif t is ast.JoinedStr:
@@ -368,4 +447,21 @@ def is_comprehension(loop: Block) -> bool:
 
 
 def names_in(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    """Every name read or written in `expr` (what `ast.walk` would find, without its overhead)."""
+    found = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is ast.Name:
+            found.add(node.id)
+            continue
+        if t is ast.Constant:
+            continue
+        for name in _child_fields(t):
+            child = getattr(node, name, None)
+            if type(child) is list:
+                stack.extend(c for c in child if isinstance(c, ast.AST))
+            elif isinstance(child, ast.AST):
+                stack.append(child)
+    return found

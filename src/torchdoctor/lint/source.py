@@ -72,7 +72,9 @@ def decode_python(raw: bytes, path: Path, display: str) -> SourceFile | Problem:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:  # a coding cookie naming an unknown encoding, or BOM + other cookie
-        return Problem(display, f"cannot decode: {exc.msg}")
+        if "missing encoding declaration" not in exc.msg:
+            return Problem(display, f"cannot decode: {exc.msg}")
+        encoding = "utf-8"  # no cookie, and the first lines are not UTF-8: say which byte is wrong
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as exc:

@@ -13,17 +13,26 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from torchdoctor.lint.bindings import argument_for
 from torchdoctor.lint.model import FileModel, Scope
 from torchdoctor.lint.names import dotted, short_source
 
 
 class Unknown:
-    """A value the source does not fix; `why` completes "the value …"."""
+    """A value the source does not fix; `why` completes "the value …". Given a code node, the
+    words quote it, written out only when a message asks (most unknown values never reach one)."""
 
-    __slots__ = ("why",)
+    __slots__ = ("_why", "_node")
 
-    def __init__(self, why: str = "is computed at run time"):
-        self.why = why
+    def __init__(self, why: str = "is computed at run time", node: ast.AST | None = None):
+        self._why = why
+        self._node = node
+
+    @property
+    def why(self) -> str:
+        if self._node is not None:
+            self._why, self._node = f"of `{short_source(self._node)}` {self._why}", None
+        return self._why
 
     def __repr__(self) -> str:
         return f"Unknown({self.why})"
@@ -48,6 +57,7 @@ _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast
            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not}
 _CPU_COUNT = {"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count"}
 _MAX_DEPTH = 6  # chains of constants longer than this are not worth following
+_CALL_SITES = 8  # a parameter passed from more places than this is not followed
 
 
 @dataclass
@@ -104,8 +114,12 @@ def truthy(value: Any) -> bool | None:
 class Values:
     """Constant evaluation over one FileModel."""
 
-    def __init__(self, model: FileModel):
+    max_depth = _MAX_DEPTH
+
+    def __init__(self, model: FileModel, context=None):
         self.model = model
+        self.context = context  # set once the file's calls are linked: parameters are then read at call sites
+        self._parameters: dict[tuple[int, str], Any] = {}
         self._singles: dict[int, dict[str, ast.expr | None]] = {}
         self._class_attrs: dict[int, dict[str, list[ast.expr]]] = {}
         self.cli_options = _argparse_options(model)
@@ -113,7 +127,7 @@ class Values:
     def evaluate(self, expr: ast.expr | None, scope: Scope, depth: int = 0) -> Any:
         if expr is None:
             return None
-        if depth > _MAX_DEPTH:
+        if depth > self.max_depth:
             return Unknown()
         t = type(expr)
         if t is ast.Constant:
@@ -152,9 +166,45 @@ class Values:
         if found is None:
             return Unknown(f"of `{name}` is not assigned in this file")
         value, where = found
+        if value is None and name in where.params and name not in where.bindings and self.context is not None:
+            passed = self._parameter(where, name, depth)  # never rebound: what its callers pass
+            if not isinstance(passed, Unknown):
+                return passed
         if value is None:
             return Unknown(f"of `{name}` changes or comes from a parameter")
         return self.evaluate(value, where, depth + 1)
+
+    def _parameter(self, function: Scope, name: str, depth: int) -> Any:
+        """The value every call site of the function passes (or leaves at its default); worked
+        out once per parameter (a recursive call sees Unknown while it is)."""
+        key = (id(function), name)
+        if key not in self._parameters:
+            self._parameters[key] = Unknown()
+            self._parameters[key] = self._passed(function, name, depth)
+        return self._parameters[key]
+
+    def _passed(self, function: Scope, name: str, depth: int) -> Any:
+        if function.kind != "function" or len(self._call_sites(function)) > _CALL_SITES:
+            return Unknown()
+        values = []
+        for call, block in self._call_sites(function):
+            argument = argument_for(call, function, name)
+            if argument is None and any(isinstance(a, ast.Starred) for a in call.args) or any(
+                    k.arg is None for k in call.keywords):
+                return Unknown()
+            if argument is None:
+                argument, block = _default_of(function, name), function.parent.block
+            # from depth 1 whatever the depth of the question: the answer is kept for every later one
+            values.append(self.evaluate(argument, block.scope, 1) if argument is not None else Unknown())
+        if values and all(not isinstance(v, Unknown) and v == values[0] for v in values):
+            return values[0]
+        return Unknown()
+
+    def _call_sites(self, function: Scope):
+        sites = list(self.context.callers(function))
+        if function.name == "__init__" and function.class_scope is not None:
+            sites += self.context.instantiations(function.class_scope)
+        return sites
 
     def definition(self, name: str, scope: Scope) -> tuple[ast.expr | None, Scope] | None:
         """The one expression assigned to `name` as seen from `scope`, and the scope that assigns it.
@@ -180,7 +230,7 @@ class Values:
         option = self.cli_options.get(expr.attr)
         if option is not None and isinstance(base, (ast.Name, ast.Attribute)):
             return Unknown(f"comes from the command line ({option})")
-        return Unknown(f"of `{short_source(expr)}` is set at run time")
+        return Unknown("is set at run time", expr)
 
     def _binop(self, expr: ast.BinOp, scope: Scope, depth: int) -> Any:
         left, right = (self.evaluate(e, scope, depth + 1) for e in (expr.left, expr.right))
@@ -222,7 +272,7 @@ class Values:
                 return {"int": int, "bool": bool, "float": float}[name](args[0])
             except (TypeError, ValueError):
                 return Unknown()
-        return Unknown(f"of `{short_source(expr)}` is computed at run time")
+        return Unknown("is computed at run time", expr)
 
     # -- tables ----------------------------------------------------------------------------
     def _single_assignments(self, scope: Scope) -> dict[str, ast.expr | None]:
@@ -249,6 +299,14 @@ class Values:
                         table.setdefault(target.attr, []).append(value if how == "=" else target)
             self._class_attrs[id(class_scope)] = table
         return table
+
+
+def _default_of(function: Scope, name: str) -> ast.expr | None:
+    args = function.node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults.get(name)
 
 
 def _unpack(target: ast.expr, value: ast.expr | None):
@@ -282,9 +340,28 @@ def _mentions_cuda(expr: ast.expr) -> bool:
     return False
 
 
-def _argparse_options(model: FileModel) -> dict[str, str]:
-    """dest → "`--flag`, default X" for every `parser.add_argument(...)` in the file."""
-    options: dict[str, str] = {}
+@dataclass(frozen=True)
+class CliOption:
+    """One `parser.add_argument(...)`: its longest flag, and what it holds when not given."""
+
+    flag: str
+    default: ast.expr | None  # the `default=` expression, None when left out
+    action: str | None  # "store_true", "store_false", ... when a constant
+    type_name: str | None  # "int", "float", ... when `type=` names a builtin
+
+    def __str__(self) -> str:
+        if self.default is not None:
+            shown = short_source(self.default, 24)
+        elif self.action in ("store_true", "store_false"):
+            shown = str(self.action == "store_false")
+        else:
+            shown = "None"
+        return f"`{self.flag}`, default {shown}"
+
+
+def _argparse_options(model: FileModel) -> dict[str, CliOption]:
+    """dest → the option, for every `parser.add_argument(...)` in the file."""
+    options: dict[str, CliOption] = {}
     for call, _ in model.calls_named("add_argument"):
         flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not flags:
@@ -293,15 +370,11 @@ def _argparse_options(model: FileModel) -> dict[str, str]:
         longest = max(flags, key=len)
         dest = kwargs.get("dest")
         dest_name = dest.value if isinstance(dest, ast.Constant) else longest.lstrip("-").replace("-", "_")
-        default = kwargs.get("default")
         action = kwargs.get("action")
-        if default is not None:
-            shown = short_source(default, 24)
-        elif isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
-            shown = str(action.value == "store_false")
-        else:
-            shown = "None"
-        options[dest_name] = f"`{longest}`, default {shown}"
+        kind = kwargs.get("type")
+        options[dest_name] = CliOption(longest, kwargs.get("default"),
+                                       action.value if isinstance(action, ast.Constant) else None,
+                                       kind.id if isinstance(kind, ast.Name) else None)
     return options
 
 

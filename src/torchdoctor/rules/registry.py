@@ -73,7 +73,7 @@ DETECTORS: tuple[Detector, ...] = (
     _lint("data", "BlockingTransfer", "TD104"),
     _lint("sync", "HostSync", "TD201", "TD203"),
     _lint("sync", "DataDependentSync", "TD202"),
-    _lint("sync", "ExplicitSync", "TD204"),
+    _lint("explicit_sync", "ExplicitSync", "TD204"),
     _lint("launch", "PythonLoopOps", "TD301"),
     _lint("launch", "ForeachOff", "TD302"),
     _lint("launch", "ZeroGradDense", "TD303"),

@@ -47,7 +47,7 @@ def test_catalogue_only_causes_are_found_by_some_engine_now():
 
 
 def test_a_failing_check_costs_its_findings_for_that_file_only(tmp_path, monkeypatch):
-    from torchdoctor.lint.checks.sync import ExplicitSync
+    from torchdoctor.lint.checks.explicit_sync import ExplicitSync
 
     def broken(self, facts):
         raise KeyError("boom")

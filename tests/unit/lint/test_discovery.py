@@ -69,3 +69,29 @@ def test_force_exclude_never_skips_the_project_folder_itself(tmp_path):
     project = tmp_path / "build"  # a default-excluded name, but it is the folder being linted
     write(project, LOOP, "train.py")
     assert shown(project, project, root=project, force_exclude=True) == ["train.py"]
+
+
+def test_a_link_out_of_the_folder_is_not_followed_unless_named(tmp_path):
+    write(tmp_path, LOOP, "outside/b.py")
+    write(tmp_path, LOOP, "proj/pkg/a.py")
+    os.symlink(tmp_path / "proj", tmp_path / "proj" / "pkg" / "up")  # `up -> ..`
+    os.symlink(tmp_path / "outside", tmp_path / "proj" / "vendored")
+    os.symlink(tmp_path / "outside" / "b.py", tmp_path / "proj" / "pkg" / "linked.py")
+    found = discover([tmp_path / "proj" / "pkg"], cwd=tmp_path)
+    assert [s for _, s in found.files] == ["proj/pkg/a.py"]
+    assert sorted(n.split(":")[0] for n in found.notes) == ["proj/pkg/linked.py", "proj/pkg/up"]
+    assert all("outside proj/pkg" in n for n in found.notes)
+    assert shown(tmp_path, tmp_path / "proj" / "vendored") == ["proj/vendored/b.py"]  # named: followed
+
+
+def test_symlink_loops_in_a_folder_are_notes_and_a_named_one_is_a_problem(tmp_path):
+    write(tmp_path, LOOP, "train.py")
+    os.symlink(tmp_path / "self", tmp_path / "self")
+    os.symlink(tmp_path / "b.py", tmp_path / "a.py")
+    os.symlink(tmp_path / "a.py", tmp_path / "b.py")
+    found = discover([tmp_path], cwd=tmp_path)
+    assert [s for _, s in found.files] == ["train.py"]
+    assert sorted(found.notes) == [f"{name}: skipped, a symbolic link loop" for name in ("a.py", "b.py", "self")]
+    named = discover([tmp_path / "self", tmp_path / "a.py"], cwd=tmp_path)
+    assert [(p.display, p.message.split(" (")[0]) for p in named.problems] == [
+        ("self", "symbolic link loop"), ("a.py", "symbolic link loop")]

@@ -76,3 +76,15 @@ for x in loader:
 """
     # a string holding "# noqa" is not a comment; `# noqa:  E501` is E501's, not a bare noqa
     assert found(tmp_path, script) == [("TD201", 5), ("TD201", 9)]
+
+
+def test_two_hits_of_one_code_on_one_line_report_the_more_severe(tmp_path):
+    from helpers.lint_files import severities
+
+    assert severities(tmp_path, """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def build(net, unused=False):
+            return DDP(net, find_unused_parameters=unused, bucket_cap_mb=1.5)
+        build(net, unused=True)
+    """) == {("TD603", 4): "low"}

@@ -324,3 +324,16 @@ def test_td603_find_unused_parameters_is_a_note_but_tiny_buckets_stay_low(tmp_pa
         b = DDP(net, bucket_cap_mb=1)
     """)
     assert got == {("TD603", 3): "info", ("TD603", 4): "low"}
+
+
+# -- TD201 host-sync: a module moved to the CPU (rerun of the audit, issue 13) ----------------------
+
+def test_td201_cpu_on_a_model_whose_parameters_are_read_next_is_no_tensor_read(tmp_path):
+    assert lines_of(tmp_path, """
+        import torch
+        for inputs, labels in batches():
+            loss_fn(m(inputs), labels).backward()
+            opt.step()
+            grads = [p.grad for p in m.cpu().parameters()]
+            on_host = m.cpu().sum()
+    """, "TD201") == [6]

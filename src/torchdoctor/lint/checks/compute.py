@@ -14,7 +14,6 @@ from typing import Iterator
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.flow import derived_names
 from torchdoctor.lint.model import Block, enclosing_loops, loop_variables, names_in
 from torchdoctor.lint.names import dotted, last_name
 from torchdoctor.lint.values import Unknown
@@ -119,7 +118,7 @@ class CompileInLoop(Check):
             if facts.qualify(call.func) != "torch.compile":
                 continue
             region = facts.context.region(block)
-            loop = _repeating_loop(call, block)
+            loop = _repeating_loop(call, block, facts)
             if region.kind in ("step", "forward"):
                 where, severity = region.via, Severity.MEDIUM
             elif loop is not None:
@@ -131,9 +130,9 @@ class CompileInLoop(Check):
                       f"once before the loop and reuse the compiled module", severity, {"where": where})
 
 
-def _repeating_loop(call: ast.Call, block: Block) -> Block | None:
+def _repeating_loop(call: ast.Call, block: Block, facts: Facts) -> Block | None:
     """The innermost loop around the call (in its function) whose passes compile the same
     object: the compiled expression does not change with that loop's variables."""
     compiled = names_in(call.args[0]) if call.args else set()
     return next((loop for loop in enclosing_loops(block)
-                 if not compiled & derived_names(loop_variables(loop), loop.scope)), None)
+                 if not compiled & facts.batches.derived(loop_variables(loop), loop.scope, loop)), None)

@@ -13,13 +13,14 @@ import ast
 from typing import Iterator
 
 from torchdoctor.findings import Severity
+from torchdoctor.lint.batches import is_dtype
 from torchdoctor.lint.checks.base import Check, Hit, set_keyword
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.flow import Loader, LoaderUse, batch_names, derived_names, find_loaders
+from torchdoctor.lint.flow import Loader, LoaderUse
 from torchdoctor.lint.kinds import DATASET
-from torchdoctor.lint.model import Block, Scope, loop_targets, names_in
+from torchdoctor.lint.model import Scope, loop_targets
 from torchdoctor.lint.names import short_source
-from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, device_type, truthy
+from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, truthy
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
@@ -27,13 +28,11 @@ from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, d
 DATALOADER_PARAMS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
                      "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
                      "multiprocessing_context", "generator")
-_DTYPES = {"float", "float16", "half", "bfloat16", "float32", "float64", "double", "int", "int8", "int16",
-           "int32", "int64", "long", "short", "bool", "uint8", "complex64", "complex128", "cfloat"}
 
 
 class _LoaderCheck(Check):
     def run(self, facts: Facts) -> Iterator[Hit]:
-        for loader in find_loaders(facts):
+        for loader in facts.loaders.loaders:
             yield from self.check(loader, bind(loader.call, DATALOADER_PARAMS), facts)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
@@ -97,18 +96,18 @@ class WorkerRespawn(_LoaderCheck):
         if isinstance(workers, Unknown):
             yield Hit("TD102", loader.call, "DataLoader workers may restart every epoch",
                       f"num_workers {workers.why} and persistent_workers is off; the loader is iterated again "
-                      f"and again ({use.region.via or f'loop at line {use.loop.line}'}), so any workers start "
+                      f"and again ({use.region.via or f'loop at line {use.line}'}), so any workers start "
                       f"over each time. The runtime check will decide", Severity.INFO, {"num_workers": "unknown"})
             return
         if workers is not POSITIVE and (not isinstance(workers, (int, float)) or workers <= 0):
             return
         shown = "several" if workers is POSITIVE else str(workers)
         yield Hit("TD102", loader.call, f"{shown} DataLoader workers restart on every pass",
-                  f"num_workers={shown} without persistent_workers=True: the loop at line {use.loop.line} "
+                  f"num_workers={shown} without persistent_workers=True: {_iterated_at(use)} "
                   f"iterates the loader again on every pass of an outer loop, and each pass starts "
                   f"{shown} worker processes (imports, dataset copy) before the first batch",
                   Severity.MEDIUM if training else Severity.LOW,
-                  {"num_workers": shown, "iterated_at_line": use.loop.line},
+                  {"num_workers": shown, "iterated_at_line": use.line},
                   fix=set_keyword("persistent_workers") if args.editable else None)
 
 
@@ -117,7 +116,7 @@ class PageableTransfer(_LoaderCheck):
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
         scope = loader.block.scope
-        transfers = [(use, call) for use in loader.uses for call, _ in batch_transfers(use, facts)]
+        transfers = [(use, call) for use in loader.uses for call, _ in _transfers(use, facts)]
         if not transfers:
             return
         use, call = min(transfers, key=lambda t: (t[0].region.rank(), t[1].lineno, t[1].col_offset))
@@ -148,7 +147,7 @@ class BlockingTransfer(_LoaderCheck):
             return  # non_blocking only helps from pinned memory; TD103 covers the rest
         seen = set()
         for use in sorted(loader.uses, key=lambda u: u.region.rank()):
-            for call, scope in batch_transfers(use, facts):
+            for call, scope in _transfers(use, facts):
                 argument = _non_blocking_argument(call, facts)
                 if id(call) in seen or argument is None or _known_off(argument[0], facts, scope) is not True:
                     continue
@@ -163,25 +162,13 @@ class BlockingTransfer(_LoaderCheck):
                           fix=None if _whole_batch(call, use) else _non_blocking_fix(*argument))
 
 
-def batch_transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
-    """`.to(device)` / `.cuda()` calls moving this loop's batches, in the loop or one call down."""
-    found = []
-    names = batch_names(use.loop, facts)
-    for call, block in facts.model.calls_named("to", "cuda"):
-        if _inside(block, use.loop) and _moves_batch(call, names, facts, block.scope):
-            found.append((call, block.scope))
-    for call, block in facts.model.calls:  # `self.to_device(x, y)`: follow the batch one call down
-        if not _inside(block, use.loop):
-            continue
-        callee = facts.context.local_callee(call, block)
-        if callee is None:
-            continue
-        received = _params_with(call, callee, names)
-        if received:
-            inner = derived_names(received, callee)
-            found += [(c, b.scope) for c, b in facts.model.calls_named("to", "cuda")
-                      if b.scope is callee and _moves_batch(c, inner, facts, callee)]
-    return found
+def _iterated_at(use: LoaderUse) -> str:
+    return f"the loop at line {use.line}" if use.loop is not None else f"{use.region.via} at line {use.line}"
+
+
+def _transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
+    """The batch copies of a use: none when an imported helper iterates the loader."""
+    return facts.batches.transfers(use.loop) if use.loop is not None else []
 
 
 def _whole_batch(call: ast.Call, use: LoaderUse) -> bool:
@@ -190,41 +177,6 @@ def _whole_batch(call: ast.Call, use: LoaderUse) -> bool:
     receiver = call.func.value
     return isinstance(receiver, ast.Name) and any(
         isinstance(t, ast.Name) and t.id == receiver.id for t in loop_targets(use.loop))
-
-
-def _inside(block: Block, loop: Block) -> bool:
-    for b in block.ancestors():
-        if b is loop:
-            return True
-        if b.kind == "scope":
-            return False
-    return False
-
-
-def _params_with(call: ast.Call, callee: Scope, names: set[str]) -> set[str]:
-    params = callee.params
-    offset = 1 if params and params[0] == "self" and isinstance(call.func, ast.Attribute) else 0
-    received = {params[i + offset] for i, a in enumerate(call.args)
-                if i + offset < len(params) and names_in(a) & names}
-    return received | {k.arg for k in call.keywords if k.arg in params and names_in(k.value) & names}
-
-
-def _moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) -> bool:
-    func = call.func
-    if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
-        return False
-    if func.attr == "cuda":
-        return True
-    device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-    if device is None or _is_dtype(device, facts) or facts.kinds.is_tensor(device, scope):
-        return False
-    # pinned memory and non_blocking are about CUDA copies: a copy to the CPU, MPS or XPU is not one
-    return device_type(device, facts.values, scope) in (None, "cuda")
-
-
-def _is_dtype(expr: ast.expr, facts: Facts) -> bool:
-    name = facts.qualify(expr) or ""
-    return name.startswith("torch.") and name.split(".")[-1] in _DTYPES
 
 
 def _non_blocking_argument(call: ast.Call, facts: Facts) -> tuple[ast.expr | None, int | None] | None:
@@ -245,7 +197,7 @@ def _non_blocking_argument(call: ast.Call, facts: Facts) -> tuple[ast.expr | Non
     if len(call.args) <= position:
         return None, None
     dtype = call.args[1] if position == 2 else None
-    if dtype is not None and not (_is_dtype(dtype, facts) or (isinstance(dtype, ast.Constant) and dtype.value is None)):
+    if dtype is not None and not (is_dtype(dtype, facts) or (isinstance(dtype, ast.Constant) and dtype.value is None)):
         return None
     return call.args[position], position
 

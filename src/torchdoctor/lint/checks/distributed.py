@@ -9,6 +9,7 @@ from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.context import nearest_loop
 from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import Unknown
 
 _DATAPARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.data_parallel"}
@@ -89,13 +90,21 @@ class AccumulationWithoutNoSync(Check):
             loop = nearest_loop(block)
             if loop is None or context.guard_between(block, loop):
                 continue
-            if self._accumulates(loop, facts):
+            if self._accumulates(loop, facts) or self._steps_now_and_then(call, facts):
                 yield Hit("TD601", call, "DDP all-reduces on every micro-batch of gradient accumulation",
-                          f"`{ast.unparse(call)}` runs on every iteration of the loop at line {loop.line} while the "
+                          f"`{short_source(call, 64)}` runs on every iteration of the loop at line {loop.line} while the "
                           f"optimizer steps only every few iterations; the model is wrapped in "
                           f"DistributedDataParallel (line {wrapped[0].lineno}), so each backward all-reduces the "
                           f"full gradient. Wrap the non-final micro-batches in `model.no_sync()`",
                           Severity.MEDIUM, {"loop_line": loop.line, "ddp_line": wrapped[0].lineno})
+
+    @staticmethod
+    def _steps_now_and_then(call: ast.Call, facts: Facts) -> bool:
+        """`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)`: a helper that does the
+        backward on every call and the step only when told to."""
+        if not any(call is helper for helper, _ in facts.context.steps.helper_steps):
+            return False
+        return any(facts.context.now_and_then(k.value) for k in call.keywords if k.arg)
 
     @staticmethod
     def _accumulates(loop, facts: Facts) -> bool:

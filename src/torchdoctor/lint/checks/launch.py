@@ -14,8 +14,17 @@ from typing import Iterator
 
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit, drop_argument
+from torchdoctor.lint.context import Region
 from torchdoctor.lint.facts import Facts
-from torchdoctor.lint.model import Block, Scope, enclosing_loops, loop_iter, loop_variables, names_in
+from torchdoctor.lint.host_tensors import on_host
+from torchdoctor.lint.model import (
+    Block,
+    Scope,
+    enclosing_loops,
+    loop_iter,
+    loop_variables,
+    names_in,
+)
 from torchdoctor.lint.names import dotted, short_source
 from torchdoctor.lint.values import Unknown, bind
 
@@ -32,7 +41,7 @@ class PythonLoopOps(Check):
         if not dim_loops:
             return
         by_line: dict[int, tuple] = {}
-        recurrences = _recurrence_reads(facts)
+        recurrences = _recurrence_reads(facts, lambda block: self._enclosing_dim_loop(block, dim_loops) is not None)
         for sub, block in facts.model.subscripts:
             found = self._enclosing_dim_loop(block, dim_loops)
             if found is None or id(sub) in recurrences:
@@ -41,25 +50,27 @@ class PythonLoopOps(Check):
             if not names_in(sub.slice) & loop_vars or not facts.kinds.is_tensor(sub.value, block.scope):
                 continue
             region = facts.context.region(block)
-            if not region.per_step:
+            if not (region.per_step or region.per_eval_batch):
                 continue
             store = isinstance(sub.ctx, ast.Store)
             current = by_line.get(sub.lineno)
             if current is None or (store and not current[2]):
-                by_line[sub.lineno] = (sub, loop, store, over, region.via)
-        for call, loop, over, via in self._row_updates(facts, dim_loops):
-            by_line[call.lineno] = (call, loop, True, over, via)  # a write: it wins over a read
+                by_line[sub.lineno] = (sub, loop, store, over, region, on_host(sub.value, block, facts))
+        for call, loop, over, region in self._row_updates(facts, dim_loops):
+            by_line[call.lineno] = (call, loop, True, over, region, False)  # a write: it wins over a read
         for line in sorted(by_line):
-            sub, loop, store, over, via = by_line[line]
+            sub, loop, store, over, region, host = by_line[line]
             verb = "writes" if store else "reads"
+            op = "one small op on the host (no GPU sync: the tensor is on the CPU)" if host else (
+                "one small op (plus its autograd node)" if region.per_step else "one small op")
+            cost = f"{op} per element, " + ("every step" if region.per_step else "for every evaluation batch")
             yield Hit("TD301", sub, f"Python loop over {over} {verb} one tensor element per iteration",
                       f"the loop at line {loop.line} runs over {over} and {verb} `{short_source(sub)}` once per "
-                      f"iteration, inside {via}: one small op (plus its autograd node) per element, every step; "
-                      f"index all elements at once instead",
+                      f"iteration, inside {region.via}: {cost}; index all elements at once instead",
                       Severity.MEDIUM if store else Severity.LOW,
                       {"loop_line": loop.line, "iterates": over, "access": verb})
 
-    def _row_updates(self, facts: Facts, dim_loops: dict) -> Iterator[tuple[ast.Call, Block, str, str]]:
+    def _row_updates(self, facts: Facts, dim_loops: dict) -> Iterator[tuple[ast.Call, Block, str, Region]]:
         """`for row in x: row.mul_(2)`: an in-place op on each row of a tensor, in per-step code.
         A loop over a name the file draws from another loop (`for t in batch`) is left alone:
         that may be a tuple of tensors, not rows."""
@@ -72,8 +83,8 @@ class PythonLoopOps(Check):
                 if found is None or not self._over_rows(found[0], facts) or receiver.id not in loop_variables(found[0]):
                     continue
                 region = facts.context.region(block)
-                if region.per_step:
-                    yield call, found[0], found[1], region.via
+                if region.per_step or region.per_eval_batch:
+                    yield call, found[0], found[1], region
 
     @staticmethod
     def _over_rows(loop: Block, facts: Facts) -> bool:
@@ -91,6 +102,8 @@ class PythonLoopOps(Check):
         if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", "") == "enumerate" and iterable.args:
             iterable = iterable.args[0]
         if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", "") == "range" and iterable.args:
+            if len(iterable.args) == 3 and not (isinstance(iterable.args[2], ast.Constant) and iterable.args[2].value == 1):
+                return None  # `range(0, n, batch)`: a chunk of the dimension per pass, not one element
             for bound in iterable.args[:2]:
                 dim = _dimension_expr(bound, facts, scope)
                 if dim:
@@ -111,13 +124,14 @@ class PythonLoopOps(Check):
         return None
 
 
-def _recurrence_reads(facts: Facts) -> set[int]:
+def _recurrence_reads(facts: Facts, in_dimension_loop) -> set[int]:
     """Subscripts read in a recurrence, `hidden = cell(x[i], hidden)`: each pass needs the
     previous pass's result, so the elements cannot be taken all at once (an RNN over time).
-    A running sum (`acc = acc + x[i]`) calls nothing with what it carries: it still vectorizes."""
+    A running sum (`acc = acc + x[i]`) calls nothing with what it carries: it still vectorizes.
+    Only assignments in the loops that matter are looked at."""
     found: set[int] = set()
-    for statement, _ in facts.model.assignments:
-        if not isinstance(statement, ast.Assign):
+    for statement, block in facts.model.assignments:
+        if not isinstance(statement, ast.Assign) or not in_dimension_loop(block):
             continue
         carried = {name for t in statement.targets for name in _rebound(t)}
         passes_carried = any(

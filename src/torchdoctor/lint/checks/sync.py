@@ -1,5 +1,5 @@
 """Host-device synchronization habits: TD201 host-sync, TD202 data-dependent-sync,
-TD203 eval-transfer, TD204 explicit-sync.
+TD203 eval-transfer (TD204 explicit-sync is in explicit_sync.py).
 
 A value read on the host (`.item()`, `float(t)`, `print(t)`, `if t:`) makes the CPU wait for
 every queued GPU kernel. Once per log line it is harmless; in every training step it keeps
@@ -15,28 +15,22 @@ from typing import Iterator
 
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
-from torchdoctor.lint.context import STEP, Region, nearest_loop
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host
-from torchdoctor.lint.kinds import MODULE, OTHER
+from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
 from torchdoctor.lint.model import Block, on_error_path
-from torchdoctor.lint.names import call_tail, short_source
+from torchdoctor.lint.names import last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
-from torchdoctor.lint.values import Unknown, truthy
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
+# Methods only a module has: `m.cpu().parameters()` moved a model, it read no tensor.
+_MODULE_ONLY = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "modules", "state_dict",
+                "load_state_dict", "train", "eval", "apply", "named_modules", "zero_grad"}
 _CASTS = ("float", "int", "bool", "complex", "str", "repr")  # each reads the value (str/repr to print it)
 _COMPARING = ("max", "min")  # Python's max(loss, 1) compares, which is bool(tensor)
 _TRACKER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "log")  # TensorBoard, wandb
 _SHAPE_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
-_SYNC_CALLS = {
-    "torch.cuda.synchronize": "waits for every queued kernel",
-    "torch.accelerator.synchronize": "waits for every queued kernel",
-    "torch.cuda.current_stream.synchronize": "waits for every queued kernel",
-    "torch.cuda.empty_cache": "synchronizes and returns cached blocks, so later allocations go to the driver",
-}
-_LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING"
 
 
 def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
@@ -47,20 +41,27 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     kinds = facts.kinds
 
     def device_tensor(expr: ast.expr, block: Block) -> bool:
-        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block.scope, facts)
+        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block, facts)
 
     def candidates(events):
-        return ((node, block) for node, block in events if wanted(block) and not on_error_path(block))
+        return ((node, block) for node, block in events
+                if wanted(block) and not on_error_path(block) and not in_dataset(block, kinds))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
-                and not on_host(func.value, block.scope, facts):
+                and facts.model.method_on_result.get(id(call)) not in _MODULE_ONLY \
+                and not on_host(func.value, block, facts):
             yield call, block, f"`{short_source(call)}`"
+    for call, block in candidates(facts.model.calls_named("get_scale", "state_dict")):
+        func = call.func
+        if isinstance(func, ast.Attribute) and not call.args and _grad_scaler(func.value, block, facts):
+            yield call, block, (f"`{short_source(call)}` (a GradScaler reads its scale from the device with "
+                                f"`.item()`)")
     for call, block in candidates(facts.model.calls_named(*HOST_READING)):
         name = facts.qualify(call.func) or ""
         if name.startswith("torch.") or (isinstance(call.func, ast.Attribute) and name == ""
                                           and kinds.is_tensor(call.func.value, block.scope)):
-            if not on_host(call, block.scope, facts):
+            if not on_host(call, block, facts):
                 yield call, block, f"`{short_source(call)}` (it returns a Python bool read from the device)"
     for call, block in candidates(facts.model.calls_named(*_CASTS)):
         if isinstance(call.func, ast.Name) and len(call.args) == 1 and device_tensor(call.args[0], block):
@@ -97,6 +98,27 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
             if device_tensor(operand, block):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
                 break
+
+
+def in_dataset(block: Block, kinds) -> bool:
+    """Code of a Dataset's methods (`__getitem__`): it runs in the loader's workers (or the main
+    process) on host data; what it reads from tensors it made itself is on the host."""
+    scope = block.scope
+    while scope is not None and scope.kind != "class":
+        scope = scope.parent
+    return scope is not None and kinds.class_kind(scope.name) == DATASET
+
+
+def _grad_scaler(expr: ast.expr, block: Block, facts: Facts) -> bool:
+    """`scaler`, `loss_scaler`, `self.grad_scaler`, or a name bound to `torch.amp.GradScaler(...)`."""
+    name = last_name(expr).lower()
+    if "scaler" in name and not name.startswith(("lr", "sched")):
+        return True
+    if isinstance(expr, ast.Name):
+        found = facts.values.definition(expr.id, block.scope)
+        if found is not None and isinstance(found[0], ast.Call):
+            return (facts.qualify(found[0].func) or "").endswith(".GradScaler")
+    return False
 
 
 def _formatted_arguments(call: ast.Call, block: Block, facts: Facts) -> tuple[int | None, list[ast.expr]] | None:
@@ -260,120 +282,6 @@ def _python_number(expr: ast.expr, block: Block, facts: Facts) -> bool:
 
 
 _NUMBER_CONSTANTS = {"math.inf", "math.nan", "math.pi", "math.e", "torch.inf", "torch.nan", "numpy.inf", "numpy.nan"}
-
-
-class ExplicitSync(Check):
-    codes = ("TD204",)
-
-    def run(self, facts: Facts) -> Iterator[Hit]:
-        for call, block in facts.model.calls_named("synchronize", "empty_cache"):
-            name = self._qualified(call, facts)
-            if name not in _SYNC_CALLS:
-                continue
-            region = facts.context.region(block)
-            loop = nearest_loop(block)
-            if region.guarded or (loop is not None and facts.context.guard_between(block, loop)):
-                continue
-            if loop is not None and not _repeats_per_step(call, loop, region, facts):
-                continue
-            if region.per_step or region.per_eval_batch:
-                severity, where = Severity.MEDIUM, region.via
-            elif loop is not None:
-                severity, where = Severity.LOW, f"the loop at line {loop.line}"
-            else:
-                continue
-            short = name.replace(".current_stream.", ".current_stream().")
-            yield Hit("TD204", call, f"`{short}()` in a loop",
-                      f"`{short}()` inside {where} {_SYNC_CALLS[name]} on every iteration; the GPU "
-                      f"runs dry while the host waits", severity, {"call": short, "where": where})
-        yield from self._launch_blocking(facts)
-
-    @staticmethod
-    def _qualified(call: ast.Call, facts: Facts) -> str | None:
-        func = call.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
-            inner = facts.qualify(func.value.func)
-            return f"{inner}.{func.attr}" if inner else None
-        return facts.qualify(func)
-
-    def _launch_blocking(self, facts: Facts) -> Iterator[Hit]:
-        for node, value, block in _environment_writes(facts, _LAUNCH_BLOCKING):
-            result = facts.values.evaluate(value, block.scope)
-            if isinstance(result, Unknown):
-                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING set from a run-time value",
-                          f"CUDA_LAUNCH_BLOCKING is set in code; its value {result.why}. If it is 1, every "
-                          f"kernel launch waits for the kernel to finish: the runtime check will decide",
-                          Severity.INFO, {"variable": _LAUNCH_BLOCKING})
-            elif truthy(result) and str(result).strip() not in ("0", "", "False", "false"):
-                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING=1 set in code",
-                          "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch wait until the kernel "
-                          "finishes: the host and GPU never overlap. It is a debugging switch; remove it",
-                          Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
-
-
-def _repeats_per_step(call: ast.Call, loop: Block, region: Region, facts: Facts) -> bool:
-    """Whether a sync in `loop` costs something on every pass that matters. Not when the loop
-    leaves right after it (`empty_cache(); break` runs once), when the loop's passes are whole
-    training runs (a loop over configurations or epochs around the training loop: once per
-    run), or when a loop that trains nothing times itself: a benchmark must wait for the GPU
-    before it reads the clock. A training loop that times its steps still pays the sync."""
-    if _breaks_right_after(call, loop):
-        return False
-    if id(loop) in facts.context.loops_around_training:
-        return False
-    return region.kind == STEP or not _times_itself(loop, facts)
-
-
-def _breaks_right_after(call: ast.Call, loop: Block) -> bool:
-    for node in ast.walk(loop.node):
-        for name in ("body", "orelse", "finalbody"):
-            statements = getattr(node, name, None)
-            if not isinstance(statements, list):
-                continue
-            for statement, following in zip(statements, statements[1:]):
-                if isinstance(statement, ast.Expr) and statement.value is call:
-                    return isinstance(following, ast.Break)
-    return False
-
-
-def _times_itself(loop: Block, facts: Facts) -> bool:
-    """The loop reads a clock (`time.perf_counter()`, an event's `elapsed_time`) on its passes."""
-    for call, block in facts.model.calls_named(*_CLOCK_TAILS):
-        name = facts.qualify(call.func) or ""
-        if (name in _CLOCKS or call_tail(call) == "elapsed_time") and any(b is loop for b in block.ancestors()):
-            return True
-    return False
-
-
-_CLOCKS = {"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns",
-           "time.monotonic_ns", "timeit.default_timer"}
-_CLOCK_TAILS = sorted({n.rsplit(".", 1)[1] for n in _CLOCKS} | {"elapsed_time"})
-
-
-def _environment_writes(facts: Facts, variable: str) -> Iterator[tuple[ast.AST, ast.expr, Block]]:
-    """`os.environ[V] = x`, `os.environ.setdefault(V, x)`, `os.putenv(V, x)`, `os.environ.update(V=x)`."""
-    for statement, block in facts.model.assignments:
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        for target in targets:
-            if (isinstance(target, ast.Subscript) and facts.qualify(target.value) == "os.environ"
-                    and _is_string(target.slice, variable) and statement.value is not None):
-                yield statement, statement.value, block
-    for call, block in facts.model.calls_named("setdefault", "putenv", "update"):
-        name = facts.qualify(call.func) or ""
-        if name in ("os.environ.setdefault", "os.putenv") and len(call.args) == 2 and _is_string(call.args[0], variable):
-            yield call, call.args[1], block
-        elif name == "os.environ.update":
-            for kw in call.keywords:
-                if kw.arg == variable:
-                    yield call, kw.value, block
-            if call.args and isinstance(call.args[0], ast.Dict):
-                for key, value in zip(call.args[0].keys, call.args[0].values):
-                    if key is not None and _is_string(key, variable):
-                        yield call, value, block
-
-
-def _is_string(expr: ast.expr, text: str) -> bool:
-    return isinstance(expr, ast.Constant) and expr.value == text
 
 
 def _strip(what: str) -> str:

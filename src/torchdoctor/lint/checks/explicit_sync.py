@@ -1,0 +1,135 @@
+"""TD204 explicit-sync: `torch.cuda.synchronize()` / `empty_cache()` on every pass of a loop
+that matters, and CUDA_LAUNCH_BLOCKING=1 set in code.
+
+A loop that only times the model (no batches drawn, no loss) must wait for the GPU before it
+reads the clock: that is a benchmark, not a habit. A loop that takes batches or computes a loss
+is never one, whatever clock its meters read.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from torchdoctor.findings import Severity
+from torchdoctor.lint.checks.base import Check, Hit
+from torchdoctor.lint.context import EVAL, STEP, Region, nearest_loop
+from torchdoctor.lint.facts import Facts
+from torchdoctor.lint.model import Block, enclosing_loops
+from torchdoctor.lint.names import call_tail
+from torchdoctor.lint.values import Unknown, truthy
+
+_SYNC_CALLS = {
+    "torch.cuda.synchronize": "waits for every queued kernel",
+    "torch.accelerator.synchronize": "waits for every queued kernel",
+    "torch.cuda.current_stream.synchronize": "waits for every queued kernel",
+    "torch.cuda.empty_cache": "synchronizes and returns cached blocks, so later allocations go to the driver",
+}
+_LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING"
+
+
+class ExplicitSync(Check):
+    codes = ("TD204",)
+
+    def run(self, facts: Facts) -> Iterator[Hit]:
+        loop_facts = None
+        for call, block in facts.model.calls_named("synchronize", "empty_cache"):
+            name = self._qualified(call, facts)
+            if name not in _SYNC_CALLS:
+                continue
+            region = facts.context.region(block)
+            loop = nearest_loop(block)
+            if region.guarded or (loop is not None and facts.context.guard_between(block, loop)):
+                continue
+            loop_facts = loop_facts or _LoopFacts(facts)
+            if loop is not None and not loop_facts.repeats_per_step(call, loop, region):
+                continue
+            if region.per_step or region.per_eval_batch:
+                severity, where = Severity.MEDIUM, region.via
+            elif loop is not None:
+                severity, where = Severity.LOW, f"the loop at line {loop.line}"
+            else:
+                continue
+            short = name.replace(".current_stream.", ".current_stream().")
+            yield Hit("TD204", call, f"`{short}()` in a loop",
+                      f"`{short}()` inside {where} {_SYNC_CALLS[name]} on every iteration; the GPU "
+                      f"runs dry while the host waits", severity, {"call": short, "where": where})
+        yield from self._launch_blocking(facts)
+
+    @staticmethod
+    def _qualified(call: ast.Call, facts: Facts) -> str | None:
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+            inner = facts.qualify(func.value.func)
+            return f"{inner}.{func.attr}" if inner else None
+        return facts.qualify(func)
+
+    def _launch_blocking(self, facts: Facts) -> Iterator[Hit]:
+        for node, value, block in _environment_writes(facts, _LAUNCH_BLOCKING):
+            result = facts.values.evaluate(value, block.scope)
+            if isinstance(result, Unknown):
+                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING set from a run-time value",
+                          f"CUDA_LAUNCH_BLOCKING is set in code; its value {result.why}. If it is 1, every "
+                          f"kernel launch waits for the kernel to finish: the runtime check will decide",
+                          Severity.INFO, {"variable": _LAUNCH_BLOCKING})
+            elif truthy(result) and str(result).strip() not in ("0", "", "False", "false"):
+                yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING=1 set in code",
+                          "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch wait until the kernel "
+                          "finishes: the host and GPU never overlap. It is a debugging switch; remove it",
+                          Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
+
+
+class _LoopFacts:
+    """What the sync check asks about loops, worked out once per file."""
+
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self.timed = set()  # loops that read a clock on their passes
+        for call, block in facts.model.calls_named(*_CLOCK_TAILS):
+            if (facts.qualify(call.func) or "") in _CLOCKS or call_tail(call) == "elapsed_time":
+                self.timed.update(id(b) for b in enclosing_loops(block))
+
+    def repeats_per_step(self, call: ast.Call, loop: Block, region: Region) -> bool:
+        """Whether a sync in `loop` costs something on every pass that matters. Not when the
+        loop leaves right after it (`empty_cache(); break` runs once), when the loop's passes
+        are whole training runs or epochs (a loop over configurations or epochs around the
+        training loop: once per run), or when a loop times the model alone: a benchmark must
+        wait for the GPU before it reads the clock. A loop that takes batches from data or
+        computes a loss is no benchmark, whatever clock its meters read."""
+        context = self.facts.context
+        if id(call) in self.facts.model.then_break or id(loop) in context.loops_around_training:
+            return False
+        if region.kind in (STEP, EVAL) or id(loop) not in self.timed:
+            return True
+        return any(context.draws_data(b) for b in enclosing_loops(loop))
+
+
+_CLOCKS = {"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns",
+           "time.monotonic_ns", "timeit.default_timer"}
+_CLOCK_TAILS = sorted({n.rsplit(".", 1)[1] for n in _CLOCKS} | {"elapsed_time"})
+
+
+def _environment_writes(facts: Facts, variable: str) -> Iterator[tuple[ast.AST, ast.expr, Block]]:
+    """`os.environ[V] = x`, `os.environ.setdefault(V, x)`, `os.putenv(V, x)`, `os.environ.update(V=x)`."""
+    for statement, block in facts.model.assignments:
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        for target in targets:
+            if (isinstance(target, ast.Subscript) and facts.qualify(target.value) == "os.environ"
+                    and _is_string(target.slice, variable) and statement.value is not None):
+                yield statement, statement.value, block
+    for call, block in facts.model.calls_named("setdefault", "putenv", "update"):
+        name = facts.qualify(call.func) or ""
+        if name in ("os.environ.setdefault", "os.putenv") and len(call.args) == 2 and _is_string(call.args[0], variable):
+            yield call, call.args[1], block
+        elif name == "os.environ.update":
+            for kw in call.keywords:
+                if kw.arg == variable:
+                    yield call, kw.value, block
+            if call.args and isinstance(call.args[0], ast.Dict):
+                for key, value in zip(call.args[0].keys, call.args[0].values):
+                    if key is not None and _is_string(key, variable):
+                        yield call, value, block
+
+
+def _is_string(expr: ast.expr, text: str) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value == text

@@ -1,0 +1,85 @@
+"""Code behind an option or config field that is off by default is reported at `info` only,
+naming what turns it on; a default the file overrides, or an option that picks the device,
+decides nothing."""
+
+from helpers.lint_files import lint, severities
+
+TRAIN = """
+import argparse
+from dataclasses import dataclass
+import torch
+parser = argparse.ArgumentParser()
+{options}
+args = parser.parse_args()
+{setup}
+for x in loader:
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    if {test}:
+        torch.cuda.synchronize()
+"""
+
+
+def sync_severity(tmp_path, options="", test="True", setup="") -> str | None:
+    code = TRAIN.format(options=options, test=test, setup=setup)
+    line = code.lstrip("\n").splitlines().index("        torch.cuda.synchronize()") + 1
+    return severities(tmp_path, code).get(("TD204", line))
+
+
+def test_a_store_true_flag_and_a_numeric_default_are_read(tmp_path):
+    assert sync_severity(tmp_path, 'parser.add_argument("--sync-step", action="store_true")', "args.sync_step") == "info"
+    assert sync_severity(tmp_path, 'parser.add_argument("--no-overlap", action="store_false")',
+                         "args.no_overlap") == "medium"
+    assert sync_severity(tmp_path, 'parser.add_argument("--ngpu", type=int, default=1)', "args.ngpu > 1") == "info"
+    assert sync_severity(tmp_path, 'parser.add_argument("--every", type=int, default="4")', "args.every == 4") == "medium"
+    assert sync_severity(tmp_path, 'parser.add_argument("--trace", default=None)', "args.trace is not None") == "info"
+
+
+def test_the_message_names_the_option_that_turns_it_on(tmp_path):
+    result = lint(tmp_path, TRAIN.format(options='parser.add_argument("--sync-step", action="store_true")',
+                                         test="args.sync_step and x.is_cuda", setup=""))
+    finding = next(f for f in result.findings if f.code == "TD204")
+    assert "`--sync-step`, default False" in finding.finding.message
+    assert finding.finding.evidence["off_by_default"]
+
+
+def test_a_default_the_file_overrides_decides_nothing(tmp_path):
+    flag = 'parser.add_argument("--sync-step", action="store_true")'
+    assert sync_severity(tmp_path, flag, "args.sync_step", setup="args.sync_step = world_size > 1") == "medium"
+    assert sync_severity(tmp_path, flag, "args.sync_step", setup="parser.set_defaults(**config)") == "medium"
+
+
+def test_options_that_pick_the_device_are_not_read_as_off(tmp_path):
+    assert sync_severity(tmp_path, 'parser.add_argument("--cuda", action="store_true")', "args.cuda") == "medium"
+    assert sync_severity(tmp_path, 'parser.add_argument("--gpu", type=int, default=None)',
+                         "args.gpu is not None") == "medium"
+
+
+def test_config_dataclass_fields_and_the_else_branch(tmp_path):
+    setup = "@dataclass\nclass Cfg:\n    debug: bool = False\n    log: bool = True\ncfg = Cfg()"
+    assert sync_severity(tmp_path, "", "cfg.debug", setup) == "info"
+    assert sync_severity(tmp_path, "", "cfg.log", setup) == "medium"
+    assert sync_severity(tmp_path, "", "cfg.debug", setup.replace("cfg = Cfg()", "cfg = Cfg(debug=True)")) == "medium"
+    code = TRAIN.format(options="", setup=setup, test="cfg.log") + "    else:\n        torch.cuda.synchronize()\n"
+    assert severities(tmp_path, code)[("TD204", len(code.strip("\n").splitlines()))] == "info"
+
+
+def test_an_option_reaches_the_guard_through_a_constructor_parameter(tmp_path):
+    assert severities(tmp_path, """
+        import argparse
+        import torch.nn as nn
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--ngpu", type=int, default=1)
+        opt = parser.parse_args()
+        ngpu = int(opt.ngpu)
+        class Net(nn.Module):
+            def __init__(self, ngpu):
+                super().__init__()
+                self.ngpu = ngpu
+            def forward(self, x):
+                if x.is_cuda and self.ngpu > 1:
+                    return nn.parallel.data_parallel(self.main, x, range(self.ngpu))
+                return nn.DataParallel(self.main)(x)
+        net = Net(ngpu)
+    """) == {("TD604", 13): "info", ("TD604", 14): "medium"}

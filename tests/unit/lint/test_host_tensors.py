@@ -1,0 +1,60 @@
+"""Reads of tensors that stay on the host in a GPU run too are no device syncs: results after
+`.cpu()`, tensors made without a device, a loader's batches before they are moved, a
+Dataset's own index; a Python loop over their elements is reported as the loop (TD301)."""
+
+from helpers.lint_files import found
+
+STEP = """
+import torch
+from torch.utils.data import DataLoader
+loader = DataLoader(ds, num_workers=4, pin_memory=True, persistent_workers=True)
+for x, y in loader:
+    label = int(y[0])
+    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+    out = model(x)
+    out.sum().backward()
+    opt.step()
+{body}
+"""
+
+
+def codes(tmp_path, body: str, **kw) -> list[tuple[str, int]]:
+    return sorted(found(tmp_path, STEP.format(body="\n".join("    " + l for l in body.splitlines())), **kw))
+
+
+def test_a_copy_made_with_cpu_is_read_without_a_sync_and_its_loop_is_the_finding(tmp_path):
+    assert codes(tmp_path, "hits = (out.argmax(1) == y).cpu()\nfor i in range(hits.shape[0]):\n"
+                           "    n = int(hits[i])") == [("TD201", 10), ("TD301", 12)]
+
+
+def test_factories_without_a_device_and_the_elements_of_a_host_tensor(tmp_path):
+    assert codes(tmp_path, "order = torch.randperm(8)\nfirst = order[0].item()\nfor j in torch.randint(0, 9, (4,)):\n"
+                           "    k = int(j)\non_gpu = torch.randperm(8, device='cuda')\nlast = on_gpu[0].item()") == [
+        ("TD201", 15)]
+
+
+def test_a_batch_is_on_the_host_until_it_is_moved(tmp_path):
+    assert codes(tmp_path, "z = int(y[0])") == [("TD201", 10)]  # line 5 reads the batch before the move
+
+
+def test_a_custom_collate_function_may_put_batches_anywhere(tmp_path):
+    code = STEP.format(body="").replace("persistent_workers=True)", "persistent_workers=True, collate_fn=to_gpu)")
+    assert ("TD201", 5) in found(tmp_path, code)
+
+
+def test_a_default_device_switch_removes_the_exemption(tmp_path):
+    assert ("TD201", 11) in codes(tmp_path, "order = torch.randperm(8)\nfirst = order[0].item()\n"
+                                             "torch.set_default_device('cuda')")
+
+
+def test_a_dataset_reading_its_own_index_is_host_code(tmp_path):
+    assert found(tmp_path, """
+        import torch
+        class Frames(torch.utils.data.Dataset):
+            def __getitem__(self, index):
+                if torch.is_tensor(index):
+                    index = index.item()
+                return self.frames[index]
+            def forward(self, x):
+                return x.item()
+    """) == []
