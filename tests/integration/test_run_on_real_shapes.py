@@ -75,7 +75,8 @@ def test_lbfgs_closure_parts_add_up_and_the_optimizers_own_read_is_not_blamed(tm
     parts = (split.data_wait_s + split.forward_and_other_s + split.backward_s + split.optimizer_s
              + split.eval_s + split.checkpoint_s + split.logging_s)
     assert parts == pytest.approx(report.summary.step_time_s, rel=1e-6)  # the parts add up to the mean
-    assert split.optimizer_s < split.backward_s + split.forward_and_other_s  # the closure is not the optimizer's
+    # the forward inside the closure shows as forward (booked as optimizer, it left nothing here)
+    assert split.forward_and_other_s > 0 and split.optimizer_s < report.summary.step_time_s - split.backward_s
     reads = at(report, "TD201", line_of(tmp_path, "LBFGS reads this loss itself"))
     assert all(f.severity.value == "low" and "adds no wait" in f.message for f in reads)
     assert any("optimizer.step(closure)" in n for n in report.notes)

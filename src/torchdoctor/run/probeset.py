@@ -50,7 +50,7 @@ class ProbeSet:
         self.backward = BackwardTimer(clock, candidates=self.sampler.busiest_lines,
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
-        self.lines = LineSampler()
+        self.lines = LineSampler(on_activate=session.note_heavy_probe)
         # Installed in this order, uninstalled in reverse; contributed in this order (the
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [

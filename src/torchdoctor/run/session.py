@@ -54,6 +54,7 @@ class SessionConfig:
     sampled_steps: int = 3  # dispatch-sampled steps, after warmup
     backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
     profiled_steps: int = 2  # torch.profiler steps after those, when enabled
+    line_steps: int = 8  # line-sampled steps after those (more while the sampler wants more time)
 
 
 class StepLedger:
@@ -109,7 +110,7 @@ class RunSession:
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None
         self._listeners: dict[str, list[Callable]] = {event: [] for event in EVENTS}
-        self.line_sampler = None  # records only while a measured, unsampled step runs
+        self.line_sampler = None  # a window probe too: samples lines in its own steps
         first = config.warmup + 2  # one clean measured step first, for the baseline
         last = config.warmup + config.steps  # the final step is never sampled
         self.sample_at = set(range(first, min(first + config.sampled_steps, last)))
@@ -117,6 +118,11 @@ class RunSession:
         self.backward_at = set(range(after, min(after + config.backward_steps, last)))
         after += config.backward_steps
         self.profile_at: set[int] = set(range(after, min(after + config.profiled_steps, last)))
+        # the profiler's steps are planned whether or not it runs (only on CUDA or with --trace):
+        # the line window comes after them either way, so it is the last and may grow
+        after += config.profiled_steps
+        self.line_at = set(range(after, min(after + config.line_steps, last)))
+        self._line_limit = after + max(config.line_steps, config.steps // 2)  # half the steps stay clean
 
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
@@ -139,7 +145,9 @@ class RunSession:
         return self.eval_started is not None or self.loading_depth > 0
 
     def add_time(self, category: str, seconds: float) -> None:
-        self.ledger.add(category, seconds, self.in_eval)
+        # inline of StepLedger.add: called several times every step, from the user's loop
+        if self.eval_started is None or category == "eval":
+            self.ledger.seconds[category] += seconds
 
     def enter_eval(self) -> None:
         if self.eval_started is None:
@@ -156,8 +164,6 @@ class RunSession:
 
     def note_heavy_probe(self) -> None:
         self.ledger.heavy_probe_ran = True
-        if self.line_sampler is not None:
-            self.line_sampler.recording = False
 
     def note_training_activity(self) -> None:
         """Training began (a loader iterated, gradients zeroed or backward started): the
@@ -192,12 +198,13 @@ class RunSession:
             self.eval_started = now
         index = len(self.steps) + 1
         sec = self.ledger.seconds
+        windows = self._windows()
         sample = StepSample(
             index=index,
             start=self.interval_start - self.t0,
             end=now - self.t0,
             warmup=index <= self.config.warmup,
-            sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in self._windows()),
+            sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in windows),
             micro_batches=self.ledger.micro_batches,
             closure_calls=self.ledger.closure_calls,
             samples=self.ledger.samples,
@@ -213,24 +220,27 @@ class RunSession:
         self.ledger.reset()
         self.interval_start = now
         self.notify("on_step", sample)
-        self._schedule(index + 1)
-        if self.line_sampler is not None:
-            # Samples count only for whole measured steps: what the interval just closed
-            # recorded is kept, and nothing after the last step ever is.
-            self.line_sampler.commit()
-            heavy = any(p.active for p, _ in self._windows())
-            self.line_sampler.recording = index >= self.config.warmup and not heavy
+        lines = self.line_sampler
+        if lines is not None and lines.active:
+            # Samples count only for whole steps: what the interval just closed recorded is
+            # kept, and nothing after the last step ever is. The window grows while the
+            # sampler has too little time to judge by (a fast step), up to half the steps.
+            lines.commit()
+            last = self.config.warmup + self.config.steps
+            if index + 1 not in self.line_at and lines.wants_more() and index + 1 < min(self._line_limit, last):
+                self.line_at.add(index + 1)
+        self._schedule(index + 1, windows)
         if index - self.config.warmup >= self.config.steps:
             self.stop("step-limit")
         self.check_time()
 
     def _windows(self) -> list[tuple[WindowProbe, set[int]]]:
         pairs = ((self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
-                 (self.profiler, self.profile_at))
+                 (self.line_sampler, self.line_at), (self.profiler, self.profile_at))
         return [(probe, chosen) for probe, chosen in pairs if probe is not None]
 
-    def _schedule(self, next_index: int) -> None:
-        for probe, chosen in self._windows():
+    def _schedule(self, next_index: int, windows) -> None:
+        for probe, chosen in windows:
             if next_index in chosen:
                 probe.activate("train")  # counts one more window when already active
             elif next_index not in chosen and probe.active:

@@ -15,6 +15,7 @@ class CudaStepEvents:
 
     def __init__(self) -> None:
         self.events: dict[int, "torch.cuda.Event"] = {}
+        self._cuda_available = torch.cuda.is_available()
 
     def install(self) -> None:
         pass  # events are recorded from on_step once CUDA is in use
@@ -28,7 +29,7 @@ class CudaStepEvents:
             record.probe_notes.append(ProbeNote(self.name, note))
 
     def on_step(self, step: StepSample) -> None:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        if not (self._cuda_available and torch.cuda.is_initialized()):
             return
         if len(self.events) < MAX_EVENTS:
             event = torch.cuda.Event(enable_timing=True)

@@ -207,12 +207,16 @@ class DispatchSampler:
             if self.eval_batches > EVAL_BATCHES_SAMPLED:
                 self.deactivate()
 
+    @property
+    def wants_parameters(self) -> bool:
+        """At the first backward of the run, and again in the first sampled step (a model
+        moved in between), the sampler learns which storages are parameters."""
+        return not self._params_learned or (self._params_learned < 2 and self.phase == "train")
+
     def note_backward(self, roots) -> None:
-        """backward(roots) is about to run: learn which storages are parameters, at the first
-        backward of the run and again in the first sampled step (a model moved in between)."""
-        if not self._params_learned or (self.active and self.phase == "train" and self._params_learned < 2):
-            self.param_ptrs = parameter_storages(roots)
-            self._params_learned += 1
+        """backward(roots) is about to run: learn the parameters it reaches."""
+        self.param_ptrs = parameter_storages(roots)
+        self._params_learned += 1
 
     def on_eval_enter(self) -> None:
         if not self._modes and self.eval_windows == 0:

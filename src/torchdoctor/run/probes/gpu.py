@@ -23,6 +23,7 @@ class GpuProbe:
         self.sampler: NvmlSampler | None = None
         self.device_index: int | None = None
         self.nvml_reason = "CUDA was not used by this run"
+        self._cuda_available = bool(torch_module.cuda.is_available())  # once: it cannot appear mid-run
         self._nvml_record: NvmlRecord | None = None
 
     def install(self) -> None:
@@ -40,8 +41,10 @@ class GpuProbe:
 
     def on_step(self, step: StepSample | None = None) -> None:
         """Called at each step end; starts sampling at the first step that used CUDA."""
+        if self.device_index is not None or not self._cuda_available:
+            return
         cuda = self.torch.cuda
-        if self.device_index is not None or not cuda.is_available() or not cuda.is_initialized():
+        if not cuda.is_initialized():
             return
         self.device_index = cuda.current_device()
         reset_peak(self.device_index, torch_module=self.torch)

@@ -1,7 +1,12 @@
-"""Line sampler: where the measured steps spend their time, line by line, without the
-per-op cost of the dispatch sampler.
+"""Line sampler: where the steps spend their time, line by line, without the per-op cost of
+the dispatch sampler.
 
-Every SAMPLE_INTERVAL_S a real-time timer (SIGALRM) interrupts the training thread, and the
+It is a window probe: the session runs it for a few consecutive steps of its own (more while
+they add up to too little time to judge by), which are then left out of the step timings
+like the op sampler's. Every timer signal costs the step tens of microseconds on a virtual
+machine, so sampling every measured step would cost several percent of every step.
+
+In its window, every SAMPLE_INTERVAL_S a real-time timer (SIGALRM) interrupts the training thread, and the
 handler notes the innermost user line it interrupted, weighted by the wall time since the
 previous sample. The handler runs at the next bytecode boundary: in pure Python at once, after
 a long C call (a big op, `time.sleep`, I/O) as soon as it returns, on the line that made it,
@@ -15,9 +20,9 @@ Samples are kept per step: those of the step in progress are pending until the s
 so time after the last step (a `print` after `trainer.fit()` returned, teardown) never
 counts as step time.
 
-Every sample also notes which of the user's functions are on the stack, and outside the
-measured steps the sampler keeps doing only that, more rarely: the functions the run
-executed, so that static findings in code that never ran can be left out of the report.
+Every sample also notes which of the user's functions are on the stack, and outside its window
+the sampler keeps doing only that, five times a second: the functions the run executed, so
+that static findings in code that never ran can be left out of the report.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from collections import Counter
 from torchdoctor.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import display_path, library_of, project_frames, user_frame
 
-SAMPLE_INTERVAL_S = 0.005
-COVERAGE_EVERY = 10  # outside measured steps, one sample in 10 notes the functions running
+SAMPLE_INTERVAL_S = 0.001  # in the window: many samples from a few steps
+COVERAGE_INTERVAL_S = 0.2  # outside it: which functions run, at a cost nobody can measure
+WINDOW_MIN_S = 0.25  # the window grows until its steps add up to this much time
 MAX_LINES_KEPT = 200
 MAX_TEXT = 160
 
@@ -41,8 +47,10 @@ MAX_TEXT = 160
 class LineSampler:
     name = "line-sampler"
 
-    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, clock=time.perf_counter) -> None:
+    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, clock=time.perf_counter,
+                 on_activate=lambda: None) -> None:
         self.interval_s = interval_s
+        self.on_activate = on_activate
         self.clock = clock
         self.target_ident = threading.main_thread().ident
         self.hits: Counter = Counter()  # (file, line, function) -> samples
@@ -54,11 +62,10 @@ class LineSampler:
         self._pending_total = 0
         self._pending_total_s = 0.0
         self.functions: set[tuple[str, str]] = set()  # (filename, qualname) of user code seen running
-        self.recording = False  # set by the session: only measured, unsampled steps count
+        self.recording = False  # in the window: lines are counted, not only functions
         self.mode = "off"  # "signal" | "thread"
         self.note: str | None = None
         self._last = 0.0
-        self._ticks = 0
         self._previous_handler = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,7 +76,7 @@ class LineSampler:
         why_not = self._signal_unusable()
         if why_not is None:
             self._previous_handler = signal.signal(signal.SIGALRM, self._on_signal)
-            signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+            signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
             self.mode = "signal"
             return
         self.note = f"line sampling by a thread ({why_not}): lines that do not release the GIL are under-sampled"
@@ -89,6 +96,33 @@ class LineSampler:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    # ---- the window (the session's schedule) ------------------------------------------
+    @property
+    def active(self) -> bool:
+        return self.recording
+
+    def activate(self, phase: str) -> None:
+        if self.recording:
+            return
+        self.recording = True
+        self._last = self.clock()
+        if self.mode == "signal":
+            signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+        self.on_activate()
+
+    def deactivate(self) -> None:
+        if not self.recording:
+            return
+        self.recording = False
+        self._pending, self._pending_s = Counter(), Counter()  # a step the window did not close
+        self._pending_total, self._pending_total_s = 0, 0.0
+        if self.mode == "signal":
+            signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
+
+    def wants_more(self) -> bool:
+        """Too little time sampled yet to judge a line by (the steps are fast)."""
+        return self.total_s < WINDOW_MIN_S
 
     def quiesce(self) -> None:
         """Stop sampling from another thread (the watchdog's, ending the run): the timer stops
@@ -129,20 +163,18 @@ class LineSampler:
             pass
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s if self.recording else COVERAGE_INTERVAL_S):
             self._take(sys._current_frames().get(self.target_ident))
 
     def sample_once(self) -> None:
         self._take(sys._current_frames().get(self.target_ident))
 
     def _take(self, frame) -> None:
+        if not self.recording:
+            self._note_functions(frame)
+            return
         now = self.clock()
         weight, self._last = now - self._last, now
-        self._ticks += 1
-        if not self.recording:
-            if self._ticks % COVERAGE_EVERY == 0:
-                self._note_functions(frame)
-            return
         user, _ = user_frame(frame)
         self._pending_total += 1
         self._pending_total_s += weight

@@ -42,6 +42,8 @@ class StepProbe:
         self._step_started: dict[int, float] = {}
         self._closure_s: dict[int, float] = {}  # closure time inside the running step, by optimizer
         self._in_tensor_backward = 0  # inside Tensor.backward: it closes the step when it returns
+        self._last_optimizer: Optimizer | None = None  # a strong reference for the run only: uninstall drops it
+        self._last_info: OptimizerInfo | None = None
 
     # ---- install / uninstall ------------------------------------------------------
     def install(self) -> None:
@@ -58,12 +60,20 @@ class StepProbe:
             handle.remove()
         self.handles.clear()
         self.patches.restore()
+        self._last_optimizer = self._last_info = None
 
     def contribute(self, record: RunRecord) -> None:
         record.optimizers = list(self.all_infos)
 
     # ---- optimizer bookkeeping ----------------------------------------------------
     def _info(self, optimizer: Optimizer) -> OptimizerInfo:
+        if optimizer is self._last_optimizer:  # the loop's optimizer, three times a step
+            return self._last_info
+        info = self._lookup(optimizer)
+        self._last_optimizer, self._last_info = optimizer, info
+        return info
+
+    def _lookup(self, optimizer: Optimizer) -> OptimizerInfo:
         info = self.infos.get(optimizer)
         if info is None:  # created before the probe was installed
             info = _describe(optimizer, None)
@@ -172,9 +182,9 @@ class StepProbe:
             session.note_training_activity()
             if session.loop_location is None and session.optimizers_created == 0:
                 session.loop_location = caller_location()  # the loop, should backward() define the step
-            note_backward = getattr(session.sampler, "note_backward", None)
-            if note_backward is not None:
-                note_backward(args[0] if args else kwargs.get("tensors"))
+            sampler = session.sampler
+            if sampler is not None and getattr(sampler, "wants_parameters", False):
+                sampler.note_backward(args[0] if args else kwargs.get("tensors"))
             started = session.clock()
             try:
                 result = original(*args, **kwargs)
