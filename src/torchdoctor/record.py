@@ -96,7 +96,7 @@ class LoaderStats:
     wait_cpu_s: float | None = None  # None: not measured (records before schema 3)
     batches_in_eval: int = 0
     batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
-    # every 8th next() of training: its wall time, and how much of it the loading thread spent
+    # next() in the sampled steps: its wall time, and how much of it the loading thread spent
     # ready to run but without a CPU (other processes): tells starvation from waiting on storage
     sampled_wait_s: float = 0.0
     sampled_runqueue_s: float | None = None

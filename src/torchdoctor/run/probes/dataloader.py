@@ -19,7 +19,6 @@ from torchdoctor.record import LoaderStats, RunRecord
 from torchdoctor.run.session import RunSession
 
 _BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor
-SCHED_EVERY = 8  # read the thread's run-queue wait around every 8th next(): ~20 µs each
 
 
 def batch_rows(batch: Any, depth: int = 0) -> int | None:
@@ -74,9 +73,7 @@ class DataLoaderProbe:
         self._by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderStats]" = (
             weakref.WeakKeyDictionary()
         )
-        self._by_iter: "weakref.WeakKeyDictionary[Any, LoaderStats]" = weakref.WeakKeyDictionary()
         self._live_worker_iters: "weakref.WeakSet[Any]" = weakref.WeakSet()
-        self._first_batch_pending: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     def install(self) -> None:
         self.patches.wrap(DataLoader, "__init__", self._wrap_init)
@@ -132,8 +129,7 @@ class DataLoaderProbe:
             if stats.iterated_at is None:
                 frame, _ = user_frame(sys._getframe(1))
                 stats.iterated_at = location_of(frame) if frame is not None else None
-            probe._by_iter[it] = stats
-            probe._first_batch_pending.add(it)
+            _mark(it, stats)
             if isinstance(it, _MultiProcessingDataLoaderIter):
                 probe._live_worker_iters.add(it)
             session.add_time("data_wait", seconds)
@@ -148,8 +144,9 @@ class DataLoaderProbe:
         def __next__(it):
             session = probe.session
             session.raise_if_stopping()
-            stats = probe._by_iter.get(it)
-            sched = thread_schedstat() if stats is not None and stats.batches % SCHED_EVERY == 0 else None
+            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
+            # the run-queue reading costs tens of µs on a VM: only in steps already left out of timings
+            sched = thread_schedstat() if stats is not None and session.ledger.heavy_probe_ran else None
             started, cpu_started = session.clock(), session.cpu_clock()
             session.loading_depth += 1
             try:
@@ -163,8 +160,8 @@ class DataLoaderProbe:
                     stats.wait_cpu_s += session.cpu_clock() - cpu_started
                     if sched is not None:
                         _add_runqueue(stats, sched, seconds)
-                    if it in probe._first_batch_pending:
-                        probe._first_batch_pending.discard(it)
+                    if getattr(it, _FIRST, False):
+                        setattr(it, _FIRST, False)
                         stats.first_batch_waits_s.append(seconds)
             if stats is not None:
                 stats.batches += 1
@@ -178,6 +175,18 @@ class DataLoaderProbe:
             return batch
 
         return __next__
+
+
+_STATS, _FIRST = "_torchdoctor_stats", "_torchdoctor_first_batch"
+
+
+def _mark(it, stats: LoaderStats) -> None:
+    """The iterator carries its loader's stats and whether its first batch is still to come."""
+    try:
+        setattr(it, _STATS, stats)
+        setattr(it, _FIRST, True)
+    except AttributeError:  # an iterator class with __slots__: measured without its stats
+        pass
 
 
 def _add_runqueue(stats: LoaderStats, before: tuple[float, float], seconds: float) -> None:
