@@ -7,7 +7,6 @@ raises, exits, is interrupted, or is stopped by us), the measurements come back.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import runpy
 import sys
@@ -18,17 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torchdoctor
-from torchdoctor.record import ProbeNote, RunInfo, RunRecord
-from torchdoctor.run.knobs.apply import KnobSet
-from torchdoctor.run.knobs.base import KnobContext
-from torchdoctor.run.probes.env import read_environment
-from torchdoctor.run.probeset import ProbeSet
-from torchdoctor.run.session import RunSession, SessionConfig, StopRun
-from torchdoctor.run.sources import executed_user_files
+from torchdoctor.record import RunRecord
+from torchdoctor.run.probed import RECORD_FILE, ProbedRun, ProbeOptions
+from torchdoctor.run.session import StopRun
 from torchdoctor.run.target import check_target
-from torchdoctor.run.watchdog import Watchdog
 
-RECORD_FILE = "record.json"
+__all__ = ["RECORD_FILE", "RunRequest", "execute"]
 
 
 @dataclass
@@ -64,105 +58,25 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     """Run the target under the probes and return the RunRecord (never raises for
     anything the script does; the status says what happened)."""
     script = check_target(request.target, request.module)
-    config = SessionConfig(warmup=request.warmup, steps=request.steps, max_seconds=request.max_seconds)
-    if request.knobs.get("compile"):
-        # The op sampler's modes and hooks run Python inside the model, which TorchDynamo would
-        # trace, break on and recompile around: a compiled trial measures steps, not ops.
-        config.sampled_steps = config.backward_steps = 0
-    session = RunSession(config, clock)
-    probes = ProbeSet(session, run_dir, trace=request.trace, listeners=request.listeners)
-    info = RunInfo(
-        script=script,
-        argv=list(request.args),
-        cwd=os.getcwd(),
-        started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        torchdoctor_version=torchdoctor.__version__,
-        warmup=request.warmup,
-        steps_requested=request.steps,
-        max_seconds=request.max_seconds,
-    )
-    knobs = KnobSet(request.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=request.warmup))
+    options = ProbeOptions(warmup=request.warmup, steps=request.steps, max_seconds=request.max_seconds,
+                           trace=request.trace, knobs=request.knobs, listeners=request.listeners,
+                           on_abandon=request.on_abandon, end_process=True)
+    probed = ProbedRun(options, run_dir, script, request.args,
+                       script_path=None if request.module else request.target, clock=clock)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    modules_before = set(sys.modules)
-
-    def collect() -> RunRecord:
-        info.wall_s = session.elapsed()
-        info.step_source, info.backward_calls = session.step_source, session.backward_calls
-        info.loop_location = session.loop_location if session.step_source else None
-        if session.training_started is not None:
-            info.startup_s = session.training_started - session.t0
-        record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))
-        if not record.steps:
-            record.unfinished_step = session.unfinished_step()
-        knobs.contribute(record)
-        record.source_files = executed_user_files(None if request.module else request.target, modules_before)
-        probes.contribute(record)
-        if request.knobs.get("compile"):
-            record.probe_notes.append(
-                ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
-        return record
-
-    def abandon(why: str) -> None:
-        """From the watchdog's thread: the script would not stop. Save it all, then exit,
-        whatever fails on the way (the process must end: that is the limit)."""
-        code = 0
-        try:
-            info.status, info.ended_by = session.stop_reason or "time-limit", why
-            probes.stop_background()
-            record = collect()
-            code = request.on_abandon(record) if request.on_abandon else _save(record, run_dir)
-        except BaseException as exc:  # noqa: BLE001 - report it and still end the process
-            sys.stderr.write(f"torchdoctor: error while writing the run that would not stop: "
-                             f"{type(exc).__name__}: {exc}\n")
-            code = 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
-    watchdog = Watchdog(session, request.max_seconds, abandon)
-    session.subscribe(watchdog)
+    outcome = ("completed", 0, None)
     try:
-        # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
-        knobs.install("inner")
-        probes.install()
-        knobs.install("outer")
-        try:
-            with watchdog:
-                info.status, info.exit_code, info.error = _run_target(request, session, watchdog)
-        except StopRun:  # raised by the watchdog into our code just after the script returned
-            watchdog.disarm()
-        _settle_after_stop(info, session, watchdog)
+        with probed:
+            outcome = _run_target(request, probed)
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
-        knobs.uninstall("outer")
-        probes.uninstall()
-        knobs.uninstall("inner")
-    return collect()
+    probed.settle(*outcome)
+    return probed.record()
 
 
-def _settle_after_stop(info: RunInfo, session: RunSession, watchdog: Watchdog) -> None:
-    """A script that caught our StopRun and then ended its own way still ended because we
-    stopped it: the status is the stop's reason, and what the script did is noted."""
-    reason = session.stop_reason
-    if reason is None or info.status == "interrupted":
-        return
-    caught = session.stop_raises + watchdog.async_raises - 1  # the last one ended it
-    if caught > 0 or info.status not in (reason, "completed"):
-        ended = "" if info.status in (reason, "completed") else f", then ended as '{info.status}'"
-        info.ended_by = (f"the script caught the stop {caught} time{'s' if caught != 1 else ''} (a bare `except:` or "
-                         f"`except BaseException:` around the loop){ended}; torchdoctor's next stop ended it")
-    info.status, info.exit_code, info.error = reason, 0, None
-
-
-def _save(record: RunRecord, run_dir: Path) -> int:
-    record.save(run_dir / RECORD_FILE)
-    return 0
-
-
-def _run_target(request: RunRequest, session: RunSession, watchdog: Watchdog) -> tuple[str, int, str | None]:
+def _run_target(request: RunRequest, probed: ProbedRun) -> tuple[str, int, str | None]:
     """Returns (status, exit_code, traceback text)."""
-    watchdog.enter_script()
+    probed.enter_code()
     try:
         if request.module:
             sys.argv[:] = [request.target, *request.args]
@@ -174,7 +88,7 @@ def _run_target(request: RunRequest, session: RunSession, watchdog: Watchdog) ->
             sys.path[0] = os.path.dirname(path)
             runpy.run_path(path, run_name="__main__")
     except StopRun as stop:
-        return session.stop_reason or stop.reason, 0, None
+        return probed.session.stop_reason or stop.reason, 0, None
     except SystemExit as exc:
         code = exc.code
         if code is None or code == 0:
@@ -185,5 +99,5 @@ def _run_target(request: RunRequest, session: RunSession, watchdog: Watchdog) ->
     except BaseException as exc:  # the user's script raised: keep what was measured
         return "crashed", 1, _user_traceback(exc)
     finally:
-        watchdog.disarm()
+        probed.leave_code()
     return "completed", 0, None

@@ -85,8 +85,11 @@ class StepLedger:
 
 class RunSession:
     def __init__(self, config: SessionConfig, clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.thread_time):
+                 cpu_clock: Callable[[], float] = time.thread_time, raise_on_stop: bool = True):
         self.config = config
+        # False: a limit only sets stop_reason, and the caller ends the loop its own way (a
+        # framework callback sets the trainer's stop flag); no step is recorded after it
+        self.raise_on_stop = raise_on_stop
         self.clock = clock
         # CPU time of the calling (training) thread: set against the clock it tells computing
         # from waiting. Not the process's: torch's pool threads spin between ops and would
@@ -192,6 +195,8 @@ class RunSession:
     def _close_step(self) -> None:
         """Close the open interval as one step and plan the next."""
         self.raise_if_stopping()  # a script that swallowed the stop records no more steps
+        if self.stop_reason is not None:  # stopped by flag: the caller is ending the loop
+            return
         now = self.clock()
         if self.eval_started is not None:  # a step inside an eval region: split it here
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
@@ -256,8 +261,9 @@ class RunSession:
 
     def stop(self, reason: str) -> None:
         self.request_stop(reason)
-        self.stop_raises += 1
-        raise StopRun(self.stop_reason)
+        if self.raise_on_stop:
+            self.stop_raises += 1
+            raise StopRun(self.stop_reason)
 
     def request_stop(self, reason: str) -> None:
         """Ask the script to end (the first reason wins); the watchdog enforces it."""
@@ -283,6 +289,6 @@ class RunSession:
 
     def raise_if_stopping(self) -> None:
         """Probes call this at safe points so a script that swallowed StopRun still ends."""
-        if self.stop_reason is not None:
+        if self.stop_reason is not None and self.raise_on_stop:
             self.stop_raises += 1
             raise StopRun(self.stop_reason)

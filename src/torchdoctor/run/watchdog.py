@@ -38,8 +38,10 @@ class Watchdog:
     """`abandon(reason)` must end the process (it never returns when called)."""
 
     def __init__(self, session: RunSession, max_seconds: float, abandon: Callable[[str], None],
-                 thread_id: int | None = None) -> None:
+                 thread_id: int | None = None, raise_async: bool = True, end_process: bool = True) -> None:
         self.session = session
+        self.raise_async = raise_async  # False: only request the stop (the caller ends its loop)
+        self.end_process = end_process  # False: never end the process (a notebook's kernel)
         self.deadline = session.t0 + max_seconds + HOOK_GRACE_S
         self.abandon = abandon
         self.thread_id = thread_id or threading.get_ident()
@@ -96,17 +98,22 @@ class Watchdog:
                     session.request_stop("time-limit")
                     continue
             else:
+                if not self.raise_async:
+                    return  # the caller ends its loop at the flag; nothing more to do here
                 if now - requested >= STOP_GRACE_S:
-                    if self._claim.acquire(blocking=False):
+                    if self.end_process and self._claim.acquire(blocking=False):
                         self.abandon(self._why())
-                    return
+                    if self.end_process:
+                        return
+                    wait = RAISE_EVERY_S  # keep raising: the code may yet let one through
+                elif now - requested >= FIRST_RAISE_S:
+                    wait = min(RAISE_EVERY_S, STOP_GRACE_S - (now - requested))
+                else:
+                    wait = FIRST_RAISE_S - (now - requested)
                 if now - requested >= FIRST_RAISE_S:
                     with self._raising:
                         if self._in_script and raise_in_thread(self.thread_id, StopRun):
                             self.async_raises += 1
-                    wait = min(RAISE_EVERY_S, STOP_GRACE_S - (now - requested))
-                else:
-                    wait = FIRST_RAISE_S - (now - requested)
             self._wake.wait(max(wait, 0.0))
             self._wake.clear()
             if self._done:

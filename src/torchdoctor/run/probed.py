@@ -1,0 +1,177 @@
+"""The probes around code that runs in this process: a script (`runner.execute`), the body
+of a `with torchdoctor.watch():` block, or a framework's `fit` (the Lightning and Hugging Face
+callbacks). One code path for all of them, so they measure the same things the same way.
+
+    probed = ProbedRun(options, run_dir, script="train.py")
+    with probed:                    # knobs and probes installed, the watchdog started
+        ...the training code...     # the step limit raises StopRun in it (`stop="raise"`)
+    record = probed.record()        # everything measured
+
+`stop="raise"` ends the code with StopRun at the step or time limit (`run`, `watch`);
+`stop="flag"` only sets `session.stop_reason`, for a caller that ends the loop its own way
+(a callback sets `trainer.should_stop`). Only the command line may end the whole process
+when the code will not stop (`end_process=True`): a notebook must survive its cell.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torchdoctor
+from torchdoctor.record import ProbeNote, RunInfo, RunRecord
+from torchdoctor.run.knobs.apply import KnobSet
+from torchdoctor.run.knobs.base import KnobContext
+from torchdoctor.run.probes.env import read_environment
+from torchdoctor.run.probeset import ProbeSet
+from torchdoctor.run.session import RunSession, SessionConfig, StopRun
+from torchdoctor.run.sources import executed_user_files
+from torchdoctor.run.watchdog import Watchdog
+
+RECORD_FILE = "record.json"
+
+
+@dataclass
+class ProbeOptions:
+    warmup: int = 3
+    steps: int = 30
+    max_seconds: float = 300.0
+    trace: bool | None = None  # None: capture a profiler window only when CUDA is in use
+    knobs: dict[str, Any] = field(default_factory=dict)  # parsed `--set` knobs
+    listeners: list[Any] = field(default_factory=list)  # get the session's events (on_step, on_output, ...)
+    stop: str = "raise"  # "raise" StopRun into the code at a limit, or only "flag" it
+    # Called with the record when the watchdog must end code that does not stop: it writes the
+    # run directory and returns the exit code; then the process exits. None: the record alone
+    # is saved. Only with end_process.
+    on_abandon: Callable[[RunRecord], int] | None = None
+    end_process: bool = False
+
+
+class ProbedRun:
+    def __init__(self, options: ProbeOptions, run_dir: Path, script: str, argv: list[str] | None = None,
+                 script_path: str | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.options = options
+        self.run_dir = run_dir
+        self.script_path = script_path  # the file whose module level ran (linted as executed)
+        config = SessionConfig(warmup=options.warmup, steps=options.steps, max_seconds=options.max_seconds)
+        if options.knobs.get("compile"):
+            # The op sampler's modes and hooks run Python inside the model, which TorchDynamo would
+            # trace, break on and recompile around: a compiled trial measures steps, not ops.
+            config.sampled_steps = config.backward_steps = 0
+        self.session = RunSession(config, clock, raise_on_stop=options.stop == "raise")
+        self.probes = ProbeSet(self.session, run_dir, trace=options.trace, listeners=options.listeners)
+        self.info = RunInfo(
+            script=script, argv=list(argv or []), cwd=os.getcwd(),
+            started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            torchdoctor_version=torchdoctor.__version__, warmup=options.warmup, steps_requested=options.steps,
+            max_seconds=options.max_seconds,
+        )
+        session = self.session
+        self.knobs = KnobSet(options.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=options.warmup))
+        self.watchdog = Watchdog(session, options.max_seconds, self._abandon,
+                                 raise_async=options.stop == "raise", end_process=options.end_process)
+        session.subscribe(self.watchdog)
+        self._modules_before: set[str] = set()
+
+    # ---- around the code -----------------------------------------------------------------
+    def __enter__(self) -> "ProbedRun":
+        self._modules_before = set(sys.modules)
+        # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
+        self.knobs.install("inner")
+        try:
+            self.probes.install()
+            self.knobs.install("outer")
+            self.watchdog.__enter__()
+        except BaseException:
+            self._uninstall()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        """Stop watching and take the probes out. A StopRun, ours, ends here."""
+        try:
+            try:
+                self.watchdog.__exit__(exc_type, exc, tb)
+            except StopRun:  # raised by the watchdog into our code just after the code returned
+                self.watchdog.disarm()
+        finally:
+            self._uninstall()
+        return exc_type is not None and issubclass(exc_type, StopRun)
+
+    def enter_code(self) -> None:
+        """The user's code starts: the watchdog may raise StopRun into it from now."""
+        self.watchdog.enter_script()
+
+    def leave_code(self) -> None:
+        self.watchdog.disarm()
+
+    def _uninstall(self) -> None:  # each part takes out only what it installed: safe twice
+        self.knobs.uninstall("outer")
+        self.probes.uninstall()
+        self.knobs.uninstall("inner")
+        self._installed = False
+
+    # ---- after it --------------------------------------------------------------------------
+    def settle(self, status: str, exit_code: int = 0, error: str | None = None) -> None:
+        """How the code ended. Code that caught our StopRun and then ended its own way still
+        ended because we stopped it: the status is the stop's reason, and what it did is noted."""
+        info, session = self.info, self.session
+        info.status, info.exit_code, info.error = status, exit_code, error
+        reason = session.stop_reason
+        if reason is None or status == "interrupted":
+            return
+        caught = session.stop_raises + self.watchdog.async_raises - 1  # the last one ended it
+        if caught > 0 or status not in (reason, "completed"):
+            ended = "" if status in (reason, "completed") else f", then ended as '{status}'"
+            info.ended_by = (f"the script caught the stop {caught} time{'s' if caught != 1 else ''} (a bare "
+                             f"`except:` or `except BaseException:` around the loop){ended}; torchdoctor's next "
+                             "stop ended it")
+        info.status, info.exit_code, info.error = reason, 0, None
+
+    def record(self) -> RunRecord:
+        """Everything measured so far, as a RunRecord."""
+        info, session = self.info, self.session
+        info.wall_s = session.elapsed()
+        info.step_source, info.backward_calls = session.step_source, session.backward_calls
+        info.loop_location = session.loop_location if session.step_source else None
+        if session.training_started is not None:
+            info.startup_s = session.training_started - session.t0
+        record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))
+        if not record.steps:
+            record.unfinished_step = session.unfinished_step()
+        self.knobs.contribute(record)
+        record.source_files = executed_user_files(self.script_path, self._modules_before)
+        self.probes.contribute(record)
+        if self.options.knobs.get("compile"):
+            record.probe_notes.append(
+                ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
+        return record
+
+    def _abandon(self, why: str) -> None:
+        """From the watchdog's thread: the code would not stop. Save it all, then exit, whatever
+        fails on the way (the process must end: that is the limit)."""
+        code = 0
+        try:
+            self.info.status, self.info.ended_by = self.session.stop_reason or "time-limit", why
+            self.probes.stop_background()
+            record = self.record()
+            on_abandon = self.options.on_abandon
+            code = on_abandon(record) if on_abandon else _save(record, self.run_dir)
+        except BaseException as exc:  # noqa: BLE001 - report it and still end the process
+            sys.stderr.write(f"torchdoctor: error while writing the run that would not stop: "
+                             f"{type(exc).__name__}: {exc}\n")
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+
+def _save(record: RunRecord, run_dir: Path) -> int:
+    record.save(run_dir / RECORD_FILE)
+    return 0
