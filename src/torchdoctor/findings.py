@@ -117,6 +117,18 @@ class Report:
         self.findings.sort(key=Finding.sort_key)
         return self
 
+    def to_json(self) -> str:
+        """report.json's text (DESIGN.md §3): findings ranked; this Report is left as it is."""
+        from torchdoctor.report.json_ import render_json
+
+        return render_json(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the report as report.html's content, inline."""
+        from torchdoctor.report.html import render_html_fragment
+
+        return render_html_fragment(self)
+
     def save(self, path: Path) -> None:
         write_json(path, self)
 

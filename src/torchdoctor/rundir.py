@@ -54,6 +54,18 @@ def write_run(run_dir: Path, record: RunRecord, report: Report) -> None:
     (run_dir / HTML_FILE).write_text(render(report, "html"), encoding="utf-8")
 
 
+def complete_run(run_dir: Path, record: RunRecord) -> Report:
+    """Everything after the measured code, whichever way it ran (`torchdoctor run`, `watch()`,
+    a framework callback): the lint and trace evidence, the diagnosis, the run directory."""
+    from torchdoctor.diagnose.run import analyze
+    from torchdoctor.run.afterwards import add_evidence
+
+    add_evidence(record, run_dir)
+    report = analyze(record)
+    write_run(run_dir, record, report)
+    return report
+
+
 def diagnose_run_dir(run_dir: Path) -> Report:
     """The report of a run directory, re-made from its record; the source excerpts compare
     today's files with the hashes the run's own report.json recorded."""

@@ -86,13 +86,9 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     """Everything after the script: evidence, diagnosis, the run directory, the printed
     report. Also called from the watchdog's thread when it must end a script that would not
     stop, so it never raises: it returns the exit code."""
-    from torchdoctor.diagnose.run import analyze
-    from torchdoctor.run.afterwards import add_evidence
-    from torchdoctor.rundir import HTML_FILE, write_run
+    from torchdoctor.rundir import HTML_FILE, complete_run
 
-    add_evidence(record, run_dir)
-    report = analyze(record)
-    write_run(run_dir, record, report)
+    report = complete_run(run_dir, record)
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
                    f"(open {run_dir / HTML_FILE} for the charts)")
     if record.run.error:

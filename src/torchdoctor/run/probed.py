@@ -50,6 +50,9 @@ class ProbeOptions:
     # is saved. Only with end_process.
     on_abandon: Callable[[RunRecord], int] | None = None
     end_process: bool = False
+    # The code imported its modules before the probes went in (a `watch()` block, a callback in
+    # a Trainer): every user module loaded counts as executed, not only those imported during it.
+    imported_before: bool = False
 
 
 class ProbedRun:
@@ -65,6 +68,9 @@ class ProbedRun:
             config.sampled_steps = config.backward_steps = 0
         self.session = RunSession(config, clock, raise_on_stop=options.stop == "raise")
         self.probes = ProbeSet(self.session, run_dir, trace=options.trace, listeners=options.listeners)
+        # Stopped by flag, the code goes on (a Trainer's validation, a watched loop that continues):
+        # the worker processes of its loaders are its own to end, not ours.
+        self.probes.loaders.end_workers = options.stop == "raise"
         self.info = RunInfo(
             script=script, argv=list(argv or []), cwd=os.getcwd(),
             started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -80,7 +86,7 @@ class ProbedRun:
 
     # ---- around the code -----------------------------------------------------------------
     def __enter__(self) -> "ProbedRun":
-        self._modules_before = set(sys.modules)
+        self._modules_before = set() if self.options.imported_before else set(sys.modules)
         # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
         self.knobs.install("inner")
         try:
@@ -102,6 +108,11 @@ class ProbedRun:
         finally:
             self._uninstall()
         return exc_type is not None and issubclass(exc_type, StopRun)
+
+    def adopt_optimizers(self, count: int) -> None:
+        """`count` optimizers exist that were made before the probes went in (a Trainer made
+        them, or an earlier notebook cell): steps are theirs, not each `backward()` call's."""
+        self.session.optimizers_created += count
 
     def enter_code(self) -> None:
         """The user's code starts: the watchdog may raise StopRun into it from now."""

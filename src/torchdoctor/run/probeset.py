@@ -51,10 +51,11 @@ class ProbeSet:
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
         self.lines = LineSampler(on_activate=session.note_heavy_probe)
+        self.loaders = DataLoaderProbe(session)
         # Installed in this order, uninstalled in reverse; contributed in this order (the
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [
-            StepProbe(session), DataLoaderProbe(session), PhaseProbe(session), self.sampler, self.lines,
+            StepProbe(session), self.loaders, PhaseProbe(session), self.sampler, self.lines,
             self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler,
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines

@@ -25,6 +25,8 @@ def executed_user_files(script: str | None, modules_before: set[str]) -> list[st
         if name in modules_before or not path or not path.endswith(".py"):
             continue
         path = os.path.abspath(path)
+        if not os.path.isfile(path):  # a made-up __file__ (torch.ops says "_ops.py")
+            continue
         if not path.startswith(roots) and "site-packages" not in path and path not in files:
             files.append(path)
     return files[:MAX_FILES]

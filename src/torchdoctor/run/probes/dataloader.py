@@ -74,6 +74,7 @@ class DataLoaderProbe:
             weakref.WeakKeyDictionary()
         )
         self._live_worker_iters: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.end_workers = True  # False: the code goes on iterating after the probes come out
 
     def install(self) -> None:
         self.patches.wrap(DataLoader, "__init__", self._wrap_init)
@@ -82,7 +83,8 @@ class DataLoaderProbe:
 
     def uninstall(self) -> None:
         self.patches.restore()
-        self.shutdown_workers()
+        if self.end_workers:
+            self.shutdown_workers()
 
     def shutdown_workers(self) -> None:
         """End worker processes of iterators the script left open (it was stopped mid-epoch)."""

@@ -1,0 +1,112 @@
+"""torchdoctor in a Lightning Trainer, without changing the command line:
+
+    from torchdoctor.integrations.lightning import DoctorCallback
+    trainer = L.Trainer(callbacks=[DoctorCallback(steps=30)])
+    trainer.fit(model, datamodule)
+
+From `on_fit_start` (the sanity check included, as `torchdoctor run` includes it) the same
+probes as `torchdoctor run` measure `warmup` optimizer steps unrecorded, then up to `steps`
+(Lightning's automatic optimization steps the optimizer inside a closure: the probes time it
+as forward and backward). At the limit the probes come out at the end of that batch, the run
+directory is written, the top findings go to the trainer's loggers (metrics, and the findings
+as hyperparameter text) and to stderr, and `trainer.should_stop` ends the fit the way early
+stopping does. Under DDP every rank measures and they stop at the same batch; rank 0 writes.
+
+Lightning is imported when this module is: `lightning` or, failing that, `pytorch_lightning`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from torchdoctor.integrations.common import FrameworkRun, summary_metrics, summary_params
+from torchdoctor.run.inprocess import MeasureSpec
+
+try:
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # the older package name
+    try:
+        from pytorch_lightning.callbacks import Callback
+    except ImportError:
+        raise ImportError("torchdoctor.integrations.lightning needs Lightning: pip install lightning") from None
+
+__all__ = ["DoctorCallback"]
+
+
+class DoctorCallback(Callback):
+    """Measure the first `warmup + steps` optimizer steps of `trainer.fit`, then stop the fit
+    (`stop=True`) or let it go on unmeasured (`stop=False`). The report is `self.report` (rank 0),
+    the run directory `self.run_dir`; `out`, `max_seconds`, `trace` and `knobs` as in
+    `torchdoctor.watch()`."""
+
+    def __init__(self, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
+                 max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
+                 knobs: tuple[str, ...] = ()) -> None:
+        from pathlib import Path
+
+        self.spec = MeasureSpec(steps=steps, warmup=warmup, max_seconds=max_seconds,
+                                out=Path(out) if out is not None else None, trace=trace, knobs=tuple(knobs))
+        self.spec.check()
+        self.stop = stop
+        self._fit: FrameworkRun | None = None
+
+    # ---- results -----------------------------------------------------------------------
+    @property
+    def report(self):
+        return self._fit.run.report if self._fit else None
+
+    @property
+    def record(self):
+        return self._fit.run.record if self._fit else None
+
+    @property
+    def run_dir(self):
+        return self._fit.run.run_dir if self._fit and self._fit.run.writes else None
+
+    # ---- Lightning's hooks -------------------------------------------------------------
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._fit is not None:  # one callback measures one fit: a second fit runs unmeasured
+            return
+        self._fit = FrameworkRun(self.spec, "lightning", rank=trainer.global_rank, world_size=trainer.world_size)
+        self._fit.start(optimizers=len(trainer.optimizers))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        fit = self._fit
+        if fit is None or not fit.measuring:
+            return
+        fit.micro_steps += 1
+        if not fit.should_stop():
+            return
+        report = fit.end()
+        if self.stop:
+            trainer.should_stop = True
+        if report is not None:
+            self._log(trainer, report)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self._end(trainer)  # the fit ended before the limit (max_epochs, max_steps, early stopping)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._end(trainer, exception)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._end(trainer)  # never leave the probes in: on_fit_end does not run after every failure
+
+    def _end(self, trainer: Any, exc: BaseException | None = None) -> None:
+        if self._fit is not None and self._fit.measuring:
+            report = self._fit.end(exc=exc)
+            if report is not None:
+                self._log(trainer, report)
+
+    def _log(self, trainer: Any, report) -> None:
+        fit = self._fit
+        for logger in getattr(trainer, "loggers", None) or []:
+            try:
+                logger.log_metrics(summary_metrics(report), step=trainer.global_step)
+                logger.log_hyperparams(summary_params(report, fit.run.run_dir))
+            except Exception as exc:  # a logger that refuses text must not end the training
+                warnings.warn(f"torchdoctor: could not log the findings to {type(logger).__name__}: "
+                              f"{type(exc).__name__}: {exc}", stacklevel=1)
+        fit.print_summary()

@@ -1,0 +1,92 @@
+"""torchdoctor in a Hugging Face `transformers.Trainer`, without changing the command line:
+
+    from torchdoctor.integrations.transformers import DoctorCallback
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[DoctorCallback(steps=30)])
+    trainer.train()
+
+From `on_train_begin` the same probes as `torchdoctor run` measure `warmup` optimizer steps
+unrecorded, then up to `steps`. A step is one optimizer step: with gradient accumulation its
+micro-steps (`on_substep_end`, then `on_step_end`) are counted in it, each one `backward()`.
+At the limit (`on_step_end`) the probes come out, the run directory is written, the top
+findings are printed, and `control.should_training_stop` ends the training (`stop=True`) or
+it goes on unmeasured (`stop=False`). Under torch.distributed every rank measures and they stop
+at the same step; the world's process zero writes.
+
+transformers is imported when this module is (this file's name is the package's: the import
+below is absolute, so it finds the package).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.integrations.common import FrameworkRun
+from torchdoctor.run.inprocess import MeasureSpec
+
+try:
+    from transformers import TrainerCallback
+except ImportError:
+    raise ImportError("torchdoctor.integrations.transformers needs transformers: pip install transformers") from None
+
+__all__ = ["DoctorCallback"]
+
+
+class DoctorCallback(TrainerCallback):
+    """Measure the first `warmup + steps` optimizer steps of `trainer.train()`. The report is
+    `self.report` (on process zero), the run directory `self.run_dir`; `out`, `max_seconds`,
+    `trace` and `knobs` as in `torchdoctor.watch()`."""
+
+    def __init__(self, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
+                 max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
+                 knobs: tuple[str, ...] = ()) -> None:
+        self.spec = MeasureSpec(steps=steps, warmup=warmup, max_seconds=max_seconds,
+                                out=Path(out) if out is not None else None, trace=trace, knobs=tuple(knobs))
+        self.spec.check()
+        self.stop = stop
+        self._train: FrameworkRun | None = None
+
+    @property
+    def report(self):
+        return self._train.run.report if self._train else None
+
+    @property
+    def record(self):
+        return self._train.run.record if self._train else None
+
+    @property
+    def run_dir(self):
+        return self._train.run.run_dir if self._train and self._train.run.writes else None
+
+    # ---- the Trainer's events ----------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._train is not None:
+            # transformers has no event for a train() that raised: a run left open by one ends
+            # here, so the probes never stay in; a later train() runs unmeasured
+            self._train.end("crashed")
+            return
+        self._train = FrameworkRun(self.spec, "transformers", rank=args.process_index, world_size=args.world_size)
+        self._train.start(optimizers=1 if kwargs.get("optimizer") is not None else 0)
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._train is not None and self._train.measuring:
+            self._train.micro_steps += 1  # a micro-step of gradient accumulation, before the step's last
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        train = self._train
+        if train is None or not train.measuring:
+            return
+        train.micro_steps += 1  # the step's last micro-step, then its optimizer step
+        if not train.should_stop():
+            return
+        train.end()
+        if self.stop:
+            control.should_training_stop = True
+        train.print_summary()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        train = self._train
+        if train is not None and train.measuring:  # training ended before the limit
+            train.end()
+            train.print_summary()

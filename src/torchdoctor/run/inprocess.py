@@ -1,0 +1,138 @@
+"""Measuring code that runs in this process but that torchdoctor did not start: the body of a
+`torchdoctor.watch()` block, or a Trainer's fit with a DoctorCallback.
+
+The same ProbedRun as `torchdoctor run` measures with, and the same path after it
+(`rundir.complete_run`: lint and trace evidence, the diagnosis, the run directory), so the
+three ways in measure the same things the same way.
+
+    run = InProcessRun(MeasureSpec(steps=30), label="train.py", script_path="train.py")
+    run.start(optimizers=1)     # the probes go in
+    ...training...              # a limit sets run.stop_requested (or raises StopRun, stop="raise")
+    run.stop_probes()           # the probes come out
+    report = run.finish("completed")
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from torchdoctor.errors import UsageError
+from torchdoctor.findings import Report
+from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.run.probed import ProbedRun, ProbeOptions
+
+
+@dataclass
+class MeasureSpec:
+    """What to measure, as `torchdoctor run`'s options say it."""
+
+    steps: int = 30
+    warmup: int = 3
+    max_seconds: float = 300.0
+    out: Path | None = None  # None: ./torchdoctor-runs/<time>-<label>/
+    trace: bool | None = None  # None: a profiler window only when CUDA is in use
+    knobs: Sequence[str] = field(default_factory=tuple)  # "KNOB=VALUE", as after `--set`
+
+    def check(self) -> None:
+        """A one-line UsageError for values `torchdoctor run` would refuse too."""
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise UsageError(f"steps must be a whole number of at least 1, not {self.steps!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise UsageError(f"warmup must be a whole number of at least 0, not {self.warmup!r}")
+        if not isinstance(self.max_seconds, (int, float)) or self.max_seconds <= 0:
+            raise UsageError(f"max_seconds must be a positive number, not {self.max_seconds!r}")
+        if isinstance(self.knobs, str):
+            raise UsageError(f"knobs takes a list of 'KNOB=VALUE' strings, e.g. knobs=[{self.knobs!r}]")
+
+
+class InProcessRun:
+    """`stop="raise"` ends the measured code with StopRun at a limit; `stop="flag"` only sets
+    `stop_requested`, and the caller ends its loop its own way. `writes=False` (a rank other
+    than 0) measures the same, so every rank stops at the same step, but keeps nothing."""
+
+    def __init__(self, spec: MeasureSpec, label: str, script_path: str | None, stop: str = "flag",
+                 writes: bool = True) -> None:
+        from torchdoctor.run.knobs.spec import parse_settings
+
+        spec.check()
+        self.spec, self.label, self.script_path, self.writes = spec, label, script_path, writes
+        self.options = ProbeOptions(warmup=spec.warmup, steps=spec.steps, max_seconds=float(spec.max_seconds),
+                                    trace=spec.trace, knobs=parse_settings(list(spec.knobs)), stop=stop,
+                                    end_process=False, imported_before=True)
+        self.probed: ProbedRun | None = None
+        self.run_dir: Path | None = None
+        self.record: RunRecord | None = None
+        self.report: Report | None = None
+        self._probes_in = False
+
+    @property
+    def started(self) -> bool:
+        return self.probed is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.record is not None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.probed is not None and self.probed.session.stop_reason is not None
+
+    def start(self, optimizers: int = 0) -> None:
+        """Put the probes in. `optimizers`: how many exist already (made before this)."""
+        from torchdoctor.rundir import create_run_dir
+
+        if self.writes:
+            self.run_dir = create_run_dir(self.spec.out, self.label)
+        else:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="torchdoctor-rank-"))
+        self.probed = ProbedRun(self.options, self.run_dir, self.label, sys.argv[1:], script_path=self.script_path)
+        self.probed.__enter__()
+        self._probes_in = True
+        self.probed.adopt_optimizers(optimizers)
+
+    def stop_probes(self, exc_type=None, exc=None, tb=None) -> bool:
+        """Take the probes out (safe twice). True when `exc` is our StopRun, to be swallowed."""
+        if not self._probes_in or self.probed is None:
+            return False
+        self._probes_in = False
+        self.probed.leave_code()
+        return bool(self.probed.__exit__(exc_type, exc, tb))
+
+    def finish(self, status: str = "completed", exit_code: int = 0, error: str | None = None,
+               notes: Sequence[ProbeNote] = ()) -> Report | None:
+        """How the code ended; then the record (with the caller's `notes`), and (when this
+        process writes) the report and the run directory. Returns the report; None where
+        nothing is written."""
+        if self.probed is None or self.finished:
+            return self.report
+        self.stop_probes()
+        self.probed.settle(status, exit_code, error)
+        self.record = self.probed.record()
+        self.record.probe_notes.extend(notes)
+        if self.writes:
+            from torchdoctor.rundir import complete_run
+
+            self.report = complete_run(self.run_dir, self.record)
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        return self.report
+
+
+def script_label(filename: str | None) -> tuple[str, str | None]:
+    """(label, script path) for the file the measured code runs from: the path as the user
+    would type it when it is a file on disk; "notebook" for a notebook cell or `python -c`."""
+    if filename and filename.endswith(".py") and os.path.isfile(filename):
+        rel = os.path.relpath(filename)
+        return (filename if rel.startswith("..") else rel), filename
+    return "notebook", None
+
+
+def main_script() -> str | None:
+    """The file `python` ran (`__main__`), if there is one."""
+    return getattr(sys.modules.get("__main__"), "__file__", None)
