@@ -31,9 +31,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:
-    from torchdoctor.api import Watch, diagnose, lint_source, watch
-    from torchdoctor.errors import TorchdoctorError
-    from torchdoctor.findings import Finding, Report, Severity
+    # `X as X`: re-exported names, for type checkers and editors
+    from torchdoctor.api import Watch as Watch, diagnose as diagnose, lint_source as lint_source, watch as watch
+    from torchdoctor.errors import TorchdoctorError as TorchdoctorError
+    from torchdoctor.findings import Finding as Finding, Report as Report, Severity as Severity
 
 
 def __getattr__(name: str) -> Any:

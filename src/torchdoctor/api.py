@@ -81,9 +81,7 @@ def watch(steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None =
     """
     from torchdoctor.run.inprocess import MeasureSpec
 
-    spec = MeasureSpec(steps=steps, warmup=warmup, max_seconds=max_seconds,
-                       out=Path(out) if out is not None else None, trace=trace, knobs=tuple(knobs))
-    spec.check()
+    spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
     return Watch(spec, stop=bool(stop), caller=sys._getframe(1).f_code.co_filename)
 
 

@@ -18,6 +18,7 @@ Lightning is imported when this module is: `lightning` or, failing that, `pytorc
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from typing import Any
 
@@ -44,13 +45,10 @@ class DoctorCallback(Callback):
     def __init__(self, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
                  max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
                  knobs: tuple[str, ...] = ()) -> None:
-        from pathlib import Path
-
-        self.spec = MeasureSpec(steps=steps, warmup=warmup, max_seconds=max_seconds,
-                                out=Path(out) if out is not None else None, trace=trace, knobs=tuple(knobs))
-        self.spec.check()
+        self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
         self.stop = stop
         self._fit: FrameworkRun | None = None
+        self._alarm_before: Any = None
 
     # ---- results -----------------------------------------------------------------------
     @property
@@ -70,6 +68,7 @@ class DoctorCallback(Callback):
         if self._fit is not None:  # one callback measures one fit: a second fit runs unmeasured
             return
         self._fit = FrameworkRun(self.spec, "lightning", rank=trainer.global_rank, world_size=trainer.world_size)
+        self._alarm_before = signal.getsignal(signal.SIGALRM) if hasattr(signal, "SIGALRM") else None
         self._fit.start(optimizers=len(trainer.optimizers))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -80,6 +79,7 @@ class DoctorCallback(Callback):
         if not fit.should_stop():
             return
         report = fit.end()
+        self._forget_our_alarm(trainer)
         if self.stop:
             trainer.should_stop = True
         if report is not None:
@@ -97,8 +97,17 @@ class DoctorCallback(Callback):
     def _end(self, trainer: Any, exc: BaseException | None = None) -> None:
         if self._fit is not None and self._fit.measuring:
             report = self._fit.end(exc=exc)
+            self._forget_our_alarm(trainer)
             if report is not None:
                 self._log(trainer, report)
+
+    def _forget_our_alarm(self, trainer: Any) -> None:
+        """Lightning notes every signal handler after `on_fit_start` and puts them back when
+        the fit ends: the line sampler's SIGALRM handler among them, though the sampler has
+        already taken it out. What was there before the probes goes back instead."""
+        saved = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+        if isinstance(saved, dict) and hasattr(signal, "SIGALRM") and signal.SIGALRM in saved:
+            saved[signal.SIGALRM] = self._alarm_before
 
     def _log(self, trainer: Any, report) -> None:
         fit = self._fit

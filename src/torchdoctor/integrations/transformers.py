@@ -19,7 +19,6 @@ below is absolute, so it finds the package).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from torchdoctor.integrations.common import FrameworkRun
@@ -41,9 +40,7 @@ class DoctorCallback(TrainerCallback):
     def __init__(self, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
                  max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
                  knobs: tuple[str, ...] = ()) -> None:
-        self.spec = MeasureSpec(steps=steps, warmup=warmup, max_seconds=max_seconds,
-                                out=Path(out) if out is not None else None, trace=trace, knobs=tuple(knobs))
-        self.spec.check()
+        self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
         self.stop = stop
         self._train: FrameworkRun | None = None
 

@@ -39,6 +39,15 @@ class MeasureSpec:
     trace: bool | None = None  # None: a profiler window only when CUDA is in use
     knobs: Sequence[str] = field(default_factory=tuple)  # "KNOB=VALUE", as after `--set`
 
+    @classmethod
+    def of(cls, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None,
+           max_seconds: float = 300.0, trace: bool | None = None, knobs: Sequence[str] = ()) -> "MeasureSpec":
+        """From the API's arguments (`watch()`, the callbacks), checked."""
+        spec = cls(steps=steps, warmup=warmup, max_seconds=max_seconds, out=Path(out) if out is not None else None,
+                   trace=trace, knobs=knobs if isinstance(knobs, str) else tuple(knobs))
+        spec.check()
+        return spec
+
     def check(self) -> None:
         """A one-line UsageError for values `torchdoctor run` would refuse too."""
         if not isinstance(self.steps, int) or self.steps < 1:

@@ -43,6 +43,14 @@ _TORCH_TRAMPOLINES = (
     os.path.join("utils", "_contextlib.py"),
 )
 
+# Installed files that only forward a call made by the user's code: Lightning wraps
+# `DataLoader.__init__` while its data hooks run, to keep the arguments. The loader is still
+# the user's `DataLoader(...)` line in `train_dataloader()`, one frame further out.
+_LIBRARY_TRAMPOLINES = (
+    os.path.join("lightning", "fabric", "utilities", "data.py"),
+    os.path.join("lightning_fabric", "utilities", "data.py"),
+)
+
 USER, TORCH, TRAMPOLINE, DOCTOR, STDLIB = range(5)
 
 
@@ -58,6 +66,8 @@ def classify_file(filename: str) -> int:
     if filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _INSTALLED_MARKERS):
         # (a virtual environment's platstdlib is the folder that holds its site-packages)
         return STDLIB
+    if filename.endswith(_LIBRARY_TRAMPOLINES) and any(m in filename for m in _INSTALLED_MARKERS):
+        return TRAMPOLINE
     return USER
 
 
