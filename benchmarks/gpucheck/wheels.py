@@ -33,8 +33,9 @@ GPU_MACHINE_HAS = frozenset({
     "filelock", "fsspec", "jinja2", "networkx", "sympy", "regex", "requests", "tqdm", "safetensors", "tokenizers",
 })
 # Test requirements the GPU check never uses, so never carried: Playwright drives the system
-# Chromium in the HTML report's browser test, which the GPU machine lacks (the test skips there).
-NOT_NEEDED_ON_GPU = frozenset({"playwright"})
+# Chromium in the HTML report's browser test, which the GPU machine lacks (the test skips there);
+# accelerate serves only the Hugging Face callback's CPU tests, which are not `-m gpu` (they skip without it).
+NOT_NEEDED_ON_GPU = frozenset({"playwright", "accelerate"})
 PREPARED = "prepared.json"
 PROJECT_VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 DEVICE_COMMAND = 'PYTHONUNBUFFERED=1 python3 dev.py gpu --out "$OUT"'
