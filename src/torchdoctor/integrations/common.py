@@ -78,6 +78,25 @@ class FrameworkRun:
             sys.stderr.flush()
 
 
+class CallbackResults:
+    """What a callback measured, on the rank that writes: `report`, `record`, `run_dir` (None
+    until the measuring has ended, and on every other rank)."""
+
+    _measured: FrameworkRun | None = None
+
+    @property
+    def report(self) -> Report | None:
+        return self._measured.run.report if self._measured else None
+
+    @property
+    def record(self):
+        return self._measured.run.record if self._measured and self._measured.run.writes else None
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self._measured.run.run_dir if self._measured and self._measured.run.writes else None
+
+
 def finding_line(finding: Finding) -> str:
     where = f" at {finding.location.path}:{finding.location.line}" if finding.location else ""
     estimate = f", est. {finding.estimated_speedup:.2f}x" if finding.estimated_speedup else ""

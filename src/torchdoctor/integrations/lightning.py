@@ -22,7 +22,7 @@ import signal
 import warnings
 from typing import Any
 
-from torchdoctor.integrations.common import FrameworkRun, summary_metrics, summary_params
+from torchdoctor.integrations.common import CallbackResults, FrameworkRun, summary_metrics, summary_params
 from torchdoctor.run.inprocess import MeasureSpec
 
 try:
@@ -36,7 +36,7 @@ except ImportError:  # the older package name
 __all__ = ["DoctorCallback"]
 
 
-class DoctorCallback(Callback):
+class DoctorCallback(CallbackResults, Callback):
     """Measure the first `warmup + steps` optimizer steps of `trainer.fit`, then stop the fit
     (`stop=True`) or let it go on unmeasured (`stop=False`). The report is `self.report` (rank 0),
     the run directory `self.run_dir`; `out`, `max_seconds`, `trace` and `knobs` as in
@@ -47,32 +47,18 @@ class DoctorCallback(Callback):
                  knobs: tuple[str, ...] = ()) -> None:
         self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
         self.stop = stop
-        self._fit: FrameworkRun | None = None
         self._alarm_before: Any = None
-
-    # ---- results -----------------------------------------------------------------------
-    @property
-    def report(self):
-        return self._fit.run.report if self._fit else None
-
-    @property
-    def record(self):
-        return self._fit.run.record if self._fit else None
-
-    @property
-    def run_dir(self):
-        return self._fit.run.run_dir if self._fit and self._fit.run.writes else None
 
     # ---- Lightning's hooks -------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if self._fit is not None:  # one callback measures one fit: a second fit runs unmeasured
+        if self._measured is not None:  # one callback measures one fit: a second fit runs unmeasured
             return
-        self._fit = FrameworkRun(self.spec, "lightning", rank=trainer.global_rank, world_size=trainer.world_size)
+        self._measured = FrameworkRun(self.spec, "lightning", rank=trainer.global_rank, world_size=trainer.world_size)
         self._alarm_before = signal.getsignal(signal.SIGALRM) if hasattr(signal, "SIGALRM") else None
-        self._fit.start(optimizers=len(trainer.optimizers))
+        self._measured.start(optimizers=len(trainer.optimizers))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        fit = self._fit
+        fit = self._measured
         if fit is None or not fit.measuring:
             return
         fit.micro_steps += 1
@@ -95,8 +81,8 @@ class DoctorCallback(Callback):
         self._end(trainer)  # never leave the probes in: on_fit_end does not run after every failure
 
     def _end(self, trainer: Any, exc: BaseException | None = None) -> None:
-        if self._fit is not None and self._fit.measuring:
-            report = self._fit.end(exc=exc)
+        if self._measured is not None and self._measured.measuring:
+            report = self._measured.end(exc=exc)
             self._forget_our_alarm(trainer)
             if report is not None:
                 self._log(trainer, report)
@@ -110,7 +96,7 @@ class DoctorCallback(Callback):
             saved[signal.SIGALRM] = self._alarm_before
 
     def _log(self, trainer: Any, report) -> None:
-        fit = self._fit
+        fit = self._measured
         for logger in getattr(trainer, "loggers", None) or []:
             try:
                 logger.log_metrics(summary_metrics(report), step=trainer.global_step)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from torchdoctor.integrations.common import FrameworkRun
+from torchdoctor.integrations.common import CallbackResults, FrameworkRun
 from torchdoctor.run.inprocess import MeasureSpec
 
 try:
@@ -32,7 +32,7 @@ except ImportError:
 __all__ = ["DoctorCallback"]
 
 
-class DoctorCallback(TrainerCallback):
+class DoctorCallback(CallbackResults, TrainerCallback):
     """Measure the first `warmup + steps` optimizer steps of `trainer.train()`. The report is
     `self.report` (on process zero), the run directory `self.run_dir`; `out`, `max_seconds`,
     `trace` and `knobs` as in `torchdoctor.watch()`."""
@@ -42,36 +42,23 @@ class DoctorCallback(TrainerCallback):
                  knobs: tuple[str, ...] = ()) -> None:
         self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
         self.stop = stop
-        self._train: FrameworkRun | None = None
-
-    @property
-    def report(self):
-        return self._train.run.report if self._train else None
-
-    @property
-    def record(self):
-        return self._train.run.record if self._train else None
-
-    @property
-    def run_dir(self):
-        return self._train.run.run_dir if self._train and self._train.run.writes else None
 
     # ---- the Trainer's events ----------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._train is not None:
+        if self._measured is not None:
             # transformers has no event for a train() that raised: a run left open by one ends
             # here, so the probes never stay in; a later train() runs unmeasured
-            self._train.end("crashed")
+            self._measured.end("crashed")
             return
-        self._train = FrameworkRun(self.spec, "transformers", rank=args.process_index, world_size=args.world_size)
-        self._train.start(optimizers=1 if kwargs.get("optimizer") is not None else 0)
+        self._measured = FrameworkRun(self.spec, "transformers", rank=args.process_index, world_size=args.world_size)
+        self._measured.start(optimizers=1 if kwargs.get("optimizer") is not None else 0)
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._train is not None and self._train.measuring:
-            self._train.micro_steps += 1  # a micro-step of gradient accumulation, before the step's last
+        if self._measured is not None and self._measured.measuring:
+            self._measured.micro_steps += 1  # a micro-step of gradient accumulation, before the step's last
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        train = self._train
+        train = self._measured
         if train is None or not train.measuring:
             return
         train.micro_steps += 1  # the step's last micro-step, then its optimizer step
@@ -83,7 +70,7 @@ class DoctorCallback(TrainerCallback):
         train.print_summary()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        train = self._train
+        train = self._measured
         if train is not None and train.measuring:  # training ended before the limit
             train.end()
             train.print_summary()
