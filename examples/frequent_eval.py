@@ -25,7 +25,7 @@ opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
 
 def validate():
-    model.eval()  # expect: TD701
+    model.eval()  # trap: TD701 (the phase is blamed on the loop's call below)
     correct = torch.zeros((), device=device)
     with torch.no_grad():
         for x, y in val:
@@ -45,5 +45,5 @@ for epoch in range(args.epochs):
         opt.step()
         step += 1
         if step % args.eval_every == 0:
-            acc = validate()
+            acc = validate()  # expect: TD701
     print(f"epoch {epoch} step {step} val acc {acc.item():.3f}")

@@ -44,6 +44,8 @@ class HotLine(Rule):
         if profile.total_samples < MIN_SAMPLES or not facts.step_s:
             return []
         taken = {(f.location.path, f.location.line) for f in facts.earlier if f.location is not None}
+        # code inside an evaluation, a checkpoint or a print: the phase's own finding or row says it
+        in_phases = {(p.inner_location.path, p.inner_location.function) for p in record.phases if p.inner_location}
         step_lines = {(o.step_location.path, o.step_location.line) for o in record.optimizers if o.step_location}
         findings = []
         for hits in profile.lines:
@@ -51,7 +53,8 @@ class HotLine(Rule):
             if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
                 break
             where = (hits.location.path, hits.location.line)
-            if where in taken or where in step_lines or hits.library or _explained(hits):
+            if where in taken or where in step_lines or hits.library or _explained(hits) \
+                    or (hits.location.path, hits.location.function) in in_phases:
                 continue
             ops_s = _op_time_per_step(record, hits)
             if ops_s is not None and ops_s >= COMPUTE_SHARE * share * facts.step_s:

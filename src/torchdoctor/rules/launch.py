@@ -111,11 +111,16 @@ class PythonLoopOps(Rule):
                     speedup=None if pacer else cost.speedup,
                     basis=("not estimated: a loop paced by the host's reads cannot become one op" if pacer else
                            cost.basis(record, "replaced by one op per op kind at the line's mean time per op")),
-                    severity=(Severity.LOW if site.library or pacer else
-                              severity_for(cost.speedup) if cost.speedup >= MIN_REPORTED_SPEEDUP else Severity.MEDIUM),
+                    # a loop of this many ops is worth changing whatever this machine's noise made of the
+                    # estimate: at least medium, unless it is not the user's or cannot be vectorized
+                    severity=(Severity.LOW if site.library or pacer else _at_least_medium(cost.speedup)),
                 )
             )
         return findings
+
+
+def _at_least_medium(speedup: float) -> Severity:
+    return Severity.HIGH if severity_for(speedup) is Severity.HIGH else Severity.MEDIUM
 
 
 def _one_per_loop(sites, windows: int):
@@ -326,7 +331,6 @@ class PerParameterUpdate(Rule):
                 basis=(cost.basis(record, "replaced by one foreach op per op kind") if measurable else
                        f"below this run's noise: the loop took {ms(cost.line_s):.2f} ms per step here; "
                        "on a GPU its cost is one kernel launch per tensor"),
-                severity=max(Severity.MEDIUM, severity_for(cost.speedup), key=lambda s: -s.rank)
-                if measurable else Severity.MEDIUM,
+                severity=_at_least_medium(cost.speedup),
             ))
         return findings

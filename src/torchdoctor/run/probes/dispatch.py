@@ -21,20 +21,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
+                                          TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
 from torchdoctor.run.probes.frames import display_path, library_of, user_frame
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import ApiCall, Location, OpSite, RunRecord
-
-# Tensor APIs whose result needs the device to finish first (a host sync on CUDA).
-HOST_SYNC_APIS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__",
-                  "__format__", "__repr__"}
-DEVICE_TO_HOST_APIS = {"cpu", "numpy"}
-# Ops whose output shape depends on the data: the host must wait for the device.
-DATA_DEPENDENT_APIS = {"nonzero", "argwhere", "masked_select", "unique",
-                       "unique_consecutive", "bincount"}
-TRANSFER_APIS = {"to", "cuda"}
-MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"}
 
 EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
 MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead
@@ -54,49 +46,6 @@ class _SiteAcc:
     op_counts: Counter = field(default_factory=Counter)
     devices: set = field(default_factory=set)
     numels: list = field(default_factory=list)
-
-
-def _first_tensor(values) -> torch.Tensor | None:
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            return value
-        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-            return value[0]
-    return None
-
-
-def _target_device(args, kwargs) -> torch.device | None:
-    candidates = [kwargs.get("device")] + list(args[1:])
-    for value in candidates:
-        if isinstance(value, torch.device):
-            return value
-        if isinstance(value, torch.Tensor):
-            return value.device
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
-            try:
-                return torch.device(value)
-            except (RuntimeError, TypeError):
-                continue
-    return None
-
-
-def _matmul_flops(name: str, args, out) -> float:
-    try:
-        if name == "aten::mm":
-            (m, k), n = args[0].shape, args[1].shape[1]
-            return 2.0 * m * k * n
-        if name == "aten::addmm":
-            (m, k), n = args[1].shape, args[2].shape[1]
-            return 2.0 * m * k * n
-        if name in ("aten::bmm", "aten::baddbmm"):
-            a, b = (args[0], args[1]) if name == "aten::bmm" else (args[1], args[2])
-            return 2.0 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
-        if name == "aten::convolution":
-            weight = args[1]
-            return 2.0 * out.numel() * weight[0].numel()
-    except (AttributeError, IndexError, TypeError):
-        pass
-    return 0.0
 
 
 class _ApiWatcher(TorchFunctionMode):
@@ -284,13 +233,13 @@ class DispatchSampler:
                 site.param_updates += 1
         site.time_s += (ended - started) + gap
         site.op_counts[name] += 1
-        tensor = _first_tensor(args)
+        tensor = first_tensor(args)
         if tensor is not None:
             site.devices.add(str(tensor.device))
             if len(site.numels) < 256:
                 site.numels.append(tensor.numel())
         if name in MATMUL_OPS:
-            self.flops.append(_matmul_flops(name, args, out))
+            self.flops.append(matmul_flops(name, args, out))
             if tensor is not None and tensor.is_cuda:
                 if tensor.dtype == torch.float32:
                     self.fp32_matmul_cuda += 1
@@ -301,10 +250,10 @@ class DispatchSampler:
     def _record_api(self, name: str, args, kwargs, frame) -> None:
         if self.phase == "train" and self.outside_step():
             return  # an eval inside a sampled step is sampled as eval, separately
-        tensor = args[0] if isinstance(args[0], torch.Tensor) else _first_tensor(args)
+        tensor = args[0] if isinstance(args[0], torch.Tensor) else first_tensor(args)
         if tensor is None:
             return
-        kind, detail = self._classify(name, tensor, args, kwargs)
+        kind, detail = classify_call(name, tensor, args, kwargs)
         if kind is None:
             return
         key, internal = self._key(frame)
@@ -313,38 +262,6 @@ class DispatchSampler:
         placement = "device" if kind.startswith("transfer-h2d") or on_device(tensor) else "host"
         self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
                     placement)
-
-    def _classify(self, name: str, tensor, args, kwargs) -> tuple[str | None, dict]:
-        if name in HOST_SYNC_APIS:
-            return "host-sync", {}
-        if name in DEVICE_TO_HOST_APIS:
-            return "transfer-d2h", {}
-        if name in DATA_DEPENDENT_APIS:
-            return "data-dependent", {}
-        if name == "where" and len(args) == 1 and not kwargs:
-            return "data-dependent", {}
-        if name == "repeat_interleave" and "output_size" not in kwargs and isinstance(
-            args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor
-        ):
-            return "data-dependent", {}
-        if name == "__getitem__" and len(args) > 1:
-            index = args[1] if isinstance(args[1], tuple) else (args[1],)
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index):
-                return "data-dependent", {"boolean_mask": True}
-            return None, {}
-        if name in TRANSFER_APIS:
-            target = torch.device("cuda") if name == "cuda" else _target_device(args, kwargs)
-            if target is None:
-                return None, {}
-            if tensor.device.type == "cpu" and target.type != "cpu":
-                return "transfer-h2d", {
-                    "pinned": bool(tensor.is_pinned()),
-                    "non_blocking": bool(kwargs.get("non_blocking", False)),
-                    "bytes": tensor.numel() * tensor.element_size(),
-                }
-            if tensor.device.type != "cpu" and target.type == "cpu":
-                return "transfer-d2h", {}
-        return None, {}
 
     def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict, placement: str = "device") -> None:
         phase = self.phase or "train"
