@@ -1,0 +1,119 @@
+"""One batch-size trial, in its own process: `python -m torchdoctor.memory.child ...`.
+
+The script runs under the probes as in `torchdoctor run`, with only the memory window (the
+warmup steps, accounted) and plain timed steps after it; the batch size comes from the
+batch_size knob. The record is written to OUT/record.json whatever happens to the script (an
+out-of-memory error is a result here, not a failure of the trial). Under torch.distributed.run
+every rank writes OUT/rank-K/record.json and rank 0 writes OUT/verdict.json once all ranks have
+agreed (see agreement.py).
+
+A limit, when given, is made real for this process at the first training activity, so that a
+batch that does not fit fails the way it would on the device:
+- `rlimit`: RLIMIT_AS at the address space in use then plus the limit (CPU: the allocator's
+  own failure);
+- `cuda`: torch.cuda.set_per_process_memory_fraction(limit / device memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+TRIAL_SCHEDULE = {"sampled_steps": 0, "backward_steps": 0, "profiled_steps": 0, "line_steps": 0}
+VERDICT_FILE = "verdict.json"
+
+
+class _Limit:
+    """Imposes the trial's memory limit at the first training activity."""
+
+    def __init__(self, mode: str, limit_bytes: int) -> None:
+        self.mode, self.limit_bytes = mode, limit_bytes
+        self.applied = ""
+
+    def on_training_start(self, kind: str) -> None:
+        if self.mode == "rlimit":
+            import resource
+
+            in_use = _address_space_bytes()
+            if in_use is None:
+                return
+            soft = in_use + self.limit_bytes
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            if hard != resource.RLIM_INFINITY:
+                soft = min(soft, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+            self.applied = f"RLIMIT_AS {soft} (address space at training start {in_use} + {self.limit_bytes})"
+        elif self.mode == "cuda":
+            import torch
+
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                device = torch.cuda.current_device()
+                total = torch.cuda.get_device_properties(device).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, self.limit_bytes / total), device)
+                self.applied = f"CUDA memory fraction {self.limit_bytes / total:.4f} of {total}"
+
+
+def _address_space_bytes() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m torchdoctor.memory.child")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--limit-bytes", type=int)
+    p.add_argument("--limit-mode", choices=("rlimit", "cuda"))
+    p.add_argument("--module", action="store_true")
+    p.add_argument("target")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    opts = parser().parse_args(argv)
+    from torchdoctor.run.runner import RunRequest, execute
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    out = opts.out / f"rank-{rank}" if world > 1 else opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    listeners = []
+    limit = _Limit(opts.limit_mode, opts.limit_bytes) if opts.limit_mode and opts.limit_bytes else None
+    if limit is not None:
+        listeners.append(limit)
+    request = RunRequest(target=opts.target, args=list(opts.args), module=opts.module, warmup=opts.warmup,
+                         steps=opts.steps, max_seconds=opts.max_seconds, trace=False,
+                         knobs={"batch_size": opts.batch_size} if opts.batch_size else {},
+                         listeners=listeners, schedule=dict(TRIAL_SCHEDULE))
+    record = execute(request, out)
+    if limit is not None and limit.applied:
+        from torchdoctor.record import ProbeNote
+
+        record.probe_notes.append(ProbeNote("memory", f"limit imposed for this trial: {limit.applied}"))
+    record.save(out / "record.json")
+    if record.run.error:
+        sys.stderr.write(record.run.error)
+    if world > 1:
+        from torchdoctor.memory.agreement import agree
+
+        verdict = agree(record, rank, world)
+        if rank == 0 and verdict is not None:
+            (opts.out / VERDICT_FILE).write_text(json.dumps(verdict), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
