@@ -37,6 +37,7 @@ class ModuleMemory:
     input_bytes: int = 0  # its forward's tensor inputs: what checkpointing it would still keep
     calls: int = 0  # forward calls in the step
     container: str | None = None  # the ModuleList/Sequential it is an item of (a checkpointable block)
+    container_size: int = 0  # items in that container, whether or not they ran before a failure
 
 
 @dataclass

@@ -23,6 +23,9 @@ def parser() -> CommandParser:
     target = p.add_mutually_exclusive_group()
     target.add_argument("--device-memory", metavar="SIZE", help="memory to fit in, e.g. 24GiB (default: this GPU's)")
     target.add_argument("--for-gpu", metavar="NAME", help="fit a GPU by name, e.g. H100-80GB, A100-40GB, RTX4090-24GB")
+    p.add_argument("--headroom", metavar="SIZE",
+                   help="memory to keep free for what PyTorch does not see (default: measured on CUDA; "
+                        "0.5 GiB + 5%% of the device when the trials run on the CPU); 0 for none")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                    help="DDP: every trial runs N ranks (torch.distributed.run); a size fits when every rank fits")
     p.add_argument("--estimate", action="store_true",
@@ -52,6 +55,11 @@ def _requested_capacity(opts) -> tuple[int | None, str]:
 def main(argv: Sequence[str]) -> int:
     opts = parser().parse_args(list(argv))
     total, source = _requested_capacity(opts)  # a bad size or GPU name fails before anything runs
+    headroom = None
+    if opts.headroom is not None:
+        headroom = 0 if opts.headroom.strip() == "0" else parse_size(opts.headroom, "--headroom")
+        if total is not None and headroom >= total:
+            raise UsageError(f"--headroom {opts.headroom} leaves nothing of {source}; keep it below the capacity")
     if opts.nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be at least 1")
     if opts.warmup < 1:
@@ -66,10 +74,10 @@ def main(argv: Sequence[str]) -> int:
     if opts.estimate:
         from torchdoctor.memory.estimate_command import run_estimate
 
-        return run_estimate(opts, out, total, source)
+        return run_estimate(opts, out, total, source, headroom)
     from torchdoctor.memory.summary import measure_batch_scaling
 
-    record, report = measure_batch_scaling(opts, out, total, source, progress=_progress)
+    record, report = measure_batch_scaling(opts, out, total, source, headroom, progress=_progress)
     emit(report, opts.format)
     sys.stderr.write(f"torchdoctor memory: {len(record.batch_scaling.trials)} trials; memory directory: {out}\n")
     if record.run.status == "crashed" and (record.memory is None or record.memory.failure is None):

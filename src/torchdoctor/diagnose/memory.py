@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torchdoctor.figures import MemoryFigure, ScalingFigure, ScalingPoint
 from torchdoctor.findings import Table
-from torchdoctor.memory_record import (ACTIVATIONS, FITS, PARTS, BatchScaling, LiveAllocation, MemoryBreakdown,
+from torchdoctor.memory_record import (FITS, PARTS, BatchScaling, LiveAllocation, MemoryBreakdown,
                                        OomEvent)
 from torchdoctor.record import RunRecord
 from torchdoctor.report.common import fmt_bytes
@@ -60,15 +60,15 @@ def breakdown_table(memory: MemoryBreakdown) -> Table:
 
 
 def module_table(memory: MemoryBreakdown) -> Table | None:
-    activations = memory.parts.get(ACTIVATIONS, 0)
+    saved = max((m.saved_bytes for m in memory.modules), default=0)  # the model's own: everything inside it
     shown = [m for m in memory.modules if m.module and m.saved_bytes][:MODULE_ROWS]
-    if not shown or not activations:
+    if not shown or not saved:
         return None
-    rows = [[m.module, m.kind, fmt_bytes(m.saved_bytes), _share(m.saved_bytes, activations),
+    rows = [[m.module, m.kind, fmt_bytes(m.saved_bytes), _share(m.saved_bytes, saved),
              fmt_bytes(m.input_bytes) if m.input_bytes else ""] for m in shown]
     return Table("Modules holding the most activations", ["module", "kind", "saved for backward", "share", "its input"],
-                 rows, "Saved by the module and the modules inside it, in the peak step. Checkpointing a module "
-                       "keeps only its input and recomputes the rest in backward.")
+                 rows, "Saved by the module and the modules inside it in the peak step (share: of all the model "
+                       "saved). Checkpointing a module keeps only its input and recomputes the rest in backward.")
 
 
 def allocation_table(title: str, allocations: list[LiveAllocation], caption: str) -> Table:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from torchdoctor.errors import ScriptFailed
+from torchdoctor.errors import ScriptFailed, UsageError
 from torchdoctor.findings import Report
 from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings
@@ -37,7 +37,9 @@ class _Baseline:
         return self.runner.at(batch)
 
 
-def capacity_for(record: RunRecord | None, total: int | None, source: str) -> Capacity | None:
+def capacity_for(record: RunRecord | None, total: int | None, source: str,
+                 headroom: int | None = None) -> Capacity | None:
+    """What a batch must fit in. `headroom`: the user's own (--headroom), else measured or assumed."""
     memory = record.memory if record is not None else None
     on_cuda = memory is not None and memory.device_total_bytes is not None
     if total is None:
@@ -45,18 +47,23 @@ def capacity_for(record: RunRecord | None, total: int | None, source: str) -> Ca
             return None
         total = memory.device_total_bytes
         source = f"this GPU ({record.environment.device_name or memory.device})"
+    if headroom is not None:
+        return Capacity(total, headroom, source, "given with --headroom")
     if on_cuda:
         outside = memory.outside_pytorch_bytes or 0
         return Capacity(total, outside, source,
                         "measured in the first trial: device memory in use outside PyTorch's allocator (CUDA "
                         "context, libraries, other processes); the allocator's own overhead is in its reserved peak")
-    headroom = ASSUMED_CONTEXT_BYTES + int(ASSUMED_ALLOCATOR_SHARE * total)
-    return Capacity(total, headroom, source,
+    assumed = ASSUMED_CONTEXT_BYTES + int(ASSUMED_ALLOCATOR_SHARE * total)
+    if assumed >= total:
+        raise UsageError(f"{source} is smaller than the {assumed / 2**20:.0f} MiB torchdoctor keeps free for a CUDA "
+                         "context when the trials run on the CPU; pass --headroom SIZE (0 for none)")
+    return Capacity(total, assumed, source,
                     "assumed, not measured (the trials ran on the CPU): 0.5 GiB for a CUDA context and 5 % of the "
                     "device for the caching allocator's rounding and cache; run this on the GPU to measure them")
 
 
-def measure_batch_scaling(opts, out: Path, total: int | None, source: str,
+def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headroom: int | None,
                           progress: Callable[[int | None, BatchTrial], None]) -> tuple[RunRecord, Report]:
     from torchdoctor.diagnose.run import analyze
     from torchdoctor.rundir import write_run
@@ -70,7 +77,7 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str,
     if record is None:
         raise ScriptFailed(f"the first trial (the script's own batch size) left no record: {first.detail}; "
                            f"see {out / first.run_dir / 'output.log'}")
-    capacity = capacity_for(record, total, source)
+    capacity = capacity_for(record, total, source, headroom)
     memory = record.memory
     if capacity is not None and memory is not None and memory.device_total_bytes and capacity.total_bytes < memory.device_total_bytes:
         settings.limit_bytes, settings.limit_mode = capacity.total_bytes, "cuda"  # a real limit from the next trial

@@ -77,23 +77,30 @@ def checkpoint_blocks(modules: list[ModuleMemory]) -> Advice | None:
     for m in modules:
         if m.container is not None and m.saved_bytes:
             containers.setdefault(m.container, []).append(m)
+    unseen = 0
     if containers:
         name, blocks = max(containers.items(), key=lambda kv: sum(b.saved_bytes for b in kv[1]))
-        label = f"the {len(blocks)} {blocks[0].kind} blocks of {name or 'the model'}"
+        # a failure can come before the last blocks ran: they would save as much as the largest that did
+        unseen = max(0, blocks[0].container_size - len(blocks))
+        label = f"the {len(blocks) + unseen} {blocks[0].kind} modules in {name or 'the model'}"
     else:
         blocks = [m for m in modules if m.module and "." not in m.module and m.saved_bytes][:3]
         if len(blocks) < 2:
             return None
         label = ", ".join(b.module for b in blocks)
-    saved = sum(b.saved_bytes for b in blocks)
-    kept = sum(min(b.input_bytes, b.saved_bytes) for b in blocks) + max(b.saved_bytes for b in blocks)
+    largest = max(b.saved_bytes for b in blocks)
+    saved = sum(b.saved_bytes for b in blocks) + unseen * largest
+    kept = sum(min(b.input_bytes, b.saved_bytes) for b in blocks) + unseen * min(blocks[0].input_bytes, largest) \
+        + largest
     if saved <= kept:
         return None
     first = blocks[0].module.rsplit(".", 1)
     loop = f"self.{first[0].split('.')[-1]}" if len(first) == 2 else "blocks"
+    ran = (f"the {len(blocks)} that ran before the failure saved {gib(saved - unseen * largest)}, all "
+           f"{len(blocks) + unseen} would save ~{gib(saved)}" if unseen else f"they save {gib(saved)}")
     return Advice(f"activation checkpointing of {label}", saved - kept,
-                  f"they save {gib(saved)} for backward; checkpointed they keep their inputs and one block's "
-                  "activations at a time during backward (a second forward of each block)",
+                  f"{ran} for backward; checkpointed they keep their inputs and one block's activations at a "
+                  "time during backward (a second forward of each block)",
                   f"from torch.utils.checkpoint import checkpoint\nfor block in {loop}:\n"
                   "    x = checkpoint(block, x, use_reentrant=False)")
 

@@ -120,11 +120,8 @@ class MemoryProbe:
             return
         self._active = True
         self.session.note_heavy_probe()
-        ledger = self.ledger
-        for part, tensors in self._held().items():
-            for tensor in tensors:
-                ledger.hold(tensor, part)
-        ledger.start()
+        self._hold_all()
+        self.ledger.start()
         nn_modules = torch.nn.modules.module
         try:
             post = nn_modules.register_module_forward_hook(self._leave, always_call=True)
@@ -185,6 +182,12 @@ class MemoryProbe:
         # or when the forward came after (autograd saved tensors in the window)
         complete = step.index > 1 or self._opened_by in ("batch", "optimizer") or self.ledger.saved_in_step > 0
         self.accounts.append(self.ledger.close_step(step.index, step.samples, complete, self.parts_now()))
+        self._hold_all()  # states made outside any op (Adam's step counters) join the next step
+
+    def _hold_all(self) -> None:
+        for part, tensors in self._held().items():
+            for tensor in tensors:
+                self.ledger.hold(tensor, part)
 
     # ---- what the storages are -------------------------------------------------------------
     def _held(self) -> dict[str, list[torch.Tensor]]:

@@ -105,6 +105,7 @@ class StorageLedger:
         self.modules: dict[str, _ModuleAcc] = {}
         self.roots: list[torch.nn.Module] = []
         self._names: dict[int, tuple[str, str | None]] = {}  # id(module) -> (name, container)
+        self.container_sizes: dict[str, int] = {}
         self.frames = clock_frames  # look up the user line of each allocation
         self.failure: dict[str, Any] | None = None  # filled by `capture_failure`
         self.saved_in_step = 0  # storages autograd saved in the open step
@@ -201,8 +202,8 @@ class StorageLedger:
         entry = self.live.get(key)
         if entry is None:  # made outside any op we saw (a batch from a worker process)
             nbytes = storage.nbytes()
-            if not nbytes:
-                return
+            if not nbytes or tensor.numel() * tensor.element_size() < nbytes:
+                return  # a slice of something older (a dataset held in memory): not the step's
             entry = self._add(key, storage, nbytes, None, new=True)
             entry.op, entry.shape = "(input)", list(tensor.shape)
             entry.dtype = str(tensor.dtype).removeprefix("torch.")
@@ -256,6 +257,7 @@ class StorageLedger:
             full = ".".join(p for p in (prefix, name) if p)
             self._names.setdefault(id(module), (full, None))
             if isinstance(module, _CONTAINERS):
+                self.container_sizes[full] = len(module)
                 for child_name, child in module.named_children():
                     child_full = ".".join(p for p in (full, child_name) if p)
                     self._names[id(child)] = (child_full, full)
@@ -357,7 +359,8 @@ class StorageLedger:
                 if enclosing in inclusive:
                     inclusive[enclosing] += acc.own_saved
         table = [ModuleMemory(module=name, kind=acc.kind, saved_bytes=inclusive[name], own_saved_bytes=acc.own_saved,
-                              input_bytes=acc.input_bytes, calls=acc.calls, container=acc.container)
+                              input_bytes=acc.input_bytes, calls=acc.calls, container=acc.container,
+                              container_size=self.container_sizes.get(acc.container or "", 0))
                  for name, acc in self.modules.items() if inclusive[name]]
         table.sort(key=lambda m: (-m.saved_bytes, m.module))
         blocks = [m for m in table if m.container is not None]
