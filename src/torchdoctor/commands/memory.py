@@ -71,10 +71,6 @@ def main(argv: Sequence[str]) -> int:
 
     check_target(opts.target, opts.module)
     out = create_run_dir(opts.out, opts.target, parent=DEFAULT_PARENT)
-    if opts.estimate:
-        from torchdoctor.memory.estimate_command import run_estimate
-
-        return run_estimate(opts, out, total, source, headroom)
     from torchdoctor.memory.summary import measure_batch_scaling
 
     record, report = measure_batch_scaling(opts, out, total, source, headroom, progress=_progress)

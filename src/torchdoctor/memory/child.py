@@ -77,6 +77,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit-bytes", type=int)
     p.add_argument("--limit-mode", choices=("rlimit", "cuda"))
     p.add_argument("--module", action="store_true")
+    p.add_argument("--estimate", action="store_true", help="run on fake tensors: no memory, no device")
     p.add_argument("target")
     p.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -94,11 +95,18 @@ def main(argv: list[str]) -> int:
     limit = _Limit(opts.limit_mode, opts.limit_bytes) if opts.limit_mode and opts.limit_bytes else None
     if limit is not None:
         listeners.append(limit)
+    knobs = {"batch_size": opts.batch_size} if opts.batch_size else {}
+    if opts.estimate:
+        knobs["workers"] = 0  # a worker process would make real tensors outside the fake mode
     request = RunRequest(target=opts.target, args=list(opts.args), module=opts.module, warmup=opts.warmup,
-                         steps=opts.steps, max_seconds=opts.max_seconds, trace=False,
-                         knobs={"batch_size": opts.batch_size} if opts.batch_size else {},
+                         steps=opts.steps, max_seconds=opts.max_seconds, trace=False, knobs=knobs,
                          listeners=listeners, schedule=dict(TRIAL_SCHEDULE))
-    record = execute(request, out)
+    if opts.estimate:
+        from torchdoctor.memory.estimate import on_fake_tensors
+
+        record = on_fake_tensors(lambda: execute(request, out))
+    else:
+        record = execute(request, out)
     if limit is not None and limit.applied:
         from torchdoctor.record import ProbeNote
 

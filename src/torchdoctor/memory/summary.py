@@ -69,7 +69,8 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
     from torchdoctor.rundir import write_run
 
     settings = TrialSettings(opts.target, list(opts.args), opts.module, warmup=opts.warmup, steps=opts.steps,
-                             max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node)
+                             max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node,
+                             estimate=opts.estimate)
     runner = ProcessTrials(settings, out, on_trial=progress)
     search_runner: TrialRunner = _Baseline(runner)
     first, _ = search_runner.baseline()
@@ -81,7 +82,11 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
     memory = record.memory
     if capacity is not None and memory is not None and memory.device_total_bytes and capacity.total_bytes < memory.device_total_bytes:
         settings.limit_bytes, settings.limit_mode = capacity.total_bytes, "cuda"  # a real limit from the next trial
-    scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials).run()
+    if opts.estimate:  # nothing to verify on fake tensors: the points of the fit, then its prediction
+        scaling = BatchSearch(search_runner, None, max_trials=opts.max_trials).run()
+        _predict_only(scaling, capacity)
+    else:
+        scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials).run()
     scaling.nproc_per_node = opts.nproc_per_node
     scaling.loader = _knob_detail(runner)
     record.batch_scaling = scaling
@@ -96,3 +101,17 @@ def _knob_detail(runner: ProcessTrials) -> str:
         if knob is not None:
             return knob.detail.split(" batch_size ")[0]
     return ""
+
+
+def _predict_only(scaling, capacity: Capacity | None) -> None:
+    from torchdoctor.memory.fit import grid_step, max_batch
+
+    scaling.notes.insert(0, "estimate on fake tensors: every step ran without memory or a device; samples/s is not "
+                            "measured and no batch size was checked by a real step")
+    if capacity is None:
+        return
+    scaling.capacity_bytes, scaling.capacity_source = capacity.total_bytes, capacity.source
+    scaling.headroom_bytes, scaling.headroom_basis = capacity.headroom_bytes, capacity.headroom_basis
+    scaling.predicted_max_batch = max_batch(scaling.fits, capacity.usable_bytes)
+    if scaling.predicted_max_batch:
+        scaling.search_step = grid_step(scaling.predicted_max_batch)

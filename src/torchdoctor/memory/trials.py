@@ -43,6 +43,7 @@ class TrialSettings:
     limit_bytes: int | None = None  # made real in the trial process (see child.py)
     limit_mode: str | None = None  # rlimit | cuda
     nproc_per_node: int = 1
+    estimate: bool = False  # on fake tensors (estimate.py): memory without a device, no timings
 
 
 class ProcessTrials:
@@ -91,6 +92,8 @@ class ProcessTrials:
             cmd += ["--limit-bytes", str(s.limit_bytes), "--limit-mode", s.limit_mode]
         if s.module:
             cmd.append("--module")
+        if s.estimate:
+            cmd.append("--estimate")
         return cmd + [s.target, *s.args]
 
     def _run(self, batch: int | None) -> tuple[RunRecord | None, BatchTrial]:
@@ -114,6 +117,8 @@ class ProcessTrials:
                                detail=detail)
         else:
             trial = to_trial(record, batch, seconds, relative)
+            if self.settings.estimate:  # fake tensors compute nothing: their step times mean nothing
+                trial.samples_per_s = trial.step_s = trial.relative_sem = None
             self.records[trial.batch_size] = record
             if self.settings.nproc_per_node > 1:
                 _apply_verdict(trial, run_dir)

@@ -139,6 +139,8 @@ class MemoryProbe:
     def deactivate(self) -> None:
         if not self._active:
             return
+        if self.ledger.event > 0:  # the window ends inside a step
+            self._close_unfinished_step()
         self._active = False
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
@@ -183,6 +185,12 @@ class MemoryProbe:
         complete = step.index > 1 or self._opened_by in ("batch", "optimizer") or self.ledger.saved_in_step > 0
         self.accounts.append(self.ledger.close_step(step.index, step.samples, complete, self.parts_now()))
         self._hold_all()  # states made outside any op (Adam's step counters) join the next step
+
+    def _close_unfinished_step(self) -> None:
+        """The window ends inside a step (the code stopped or failed in it): keep what that
+        step did so far, marked incomplete."""
+        self.accounts.append(self.ledger.close_step(len(self.session.steps) + 1, self.session.ledger.samples,
+                                                    False, self.parts_now()))
 
     def _hold_all(self) -> None:
         for part, tensors in self._held().items():
