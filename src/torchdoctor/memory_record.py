@@ -20,10 +20,12 @@ ACTIVATIONS, TEMPORARIES, OTHER = "activations", "temporaries", "other"
 # other: tensors alive before the step that are none of the first three (buffers, a batch
 # made in a worker process, a wrapper's gradient buckets, tensors the script keeps)
 PARTS = (PARAMETERS, GRADIENTS, OPTIMIZER_STATES, ACTIVATIONS, TEMPORARIES, OTHER)
-# Where a step's peak can fall. A peak in the optimizer step grows with the parameters, one in
-# forward/backward with the batch: fitted apart, the larger decides (see memory/fit.py).
-FORWARD_BACKWARD, OPTIMIZER = "forward-backward", "optimizer"
-PHASES = (FORWARD_BACKWARD, OPTIMIZER)
+# Where a step's peak can fall: at the end of forward (activations), in backward (activations
+# still held while gradients and communication buffers appear) or in the optimizer step (its
+# temporaries grow with the parameters). Each grows with the batch at its own rate: fitted apart,
+# the largest decides (see memory/fit.py).
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+PHASES = (FORWARD, BACKWARD, OPTIMIZER)
 
 
 @dataclass
@@ -95,7 +97,7 @@ class OomEvent:
     location: Location | None = None  # the user line whose op failed
     op: str = ""
     module: str | None = None
-    phase: str = ""  # forward-backward | optimizer | "" (outside the accounted steps)
+    phase: str = ""  # forward | backward | optimizer | "" (outside the accounted steps)
     step: int = 0  # the step that failed (1-based)
     batch_size: int | None = None  # rows of the batch being trained on, when known
     batch_basis: str = ""  # how it is known: the DataLoader's rows, or the model input's first dimension
@@ -164,7 +166,7 @@ class BatchTrial:
 class MemoryFit:
     """peak(b) = fixed + b * per_sample, fitted on the trials that measured a peak."""
 
-    phase: str  # forward-backward | optimizer | peak
+    phase: str  # forward | backward | optimizer | peak
     fixed_bytes: float
     per_sample_bytes: float
     points: int

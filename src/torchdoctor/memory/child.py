@@ -115,10 +115,12 @@ def main(argv: list[str]) -> int:
     if record.run.error:
         sys.stderr.write(record.run.error)
     if world > 1:
-        from torchdoctor.memory.agreement import agree
+        from torchdoctor.memory.agreement import agree, fits
 
+        if not fits(record):
+            return 1  # the launcher stops the ranks still waiting for this one in a collective
         verdict = agree(record, rank, world)
-        if rank == 0 and verdict is not None:
+        if rank == 0:
             (opts.out / VERDICT_FILE).write_text(json.dumps(verdict), encoding="utf-8")
     return 0
 

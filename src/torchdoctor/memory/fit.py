@@ -35,9 +35,19 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def fit_points(points: list[FitPoint]) -> list[MemoryFit]:
-    """One line per phase every point measured (the overall peak when they have none)."""
-    if len({p.batch for p in points}) < 2:
+TOP_POINTS = 3  # the fit is made where it is used: on the largest batches measured
+
+
+def fit_points(points: list[FitPoint], top: int = TOP_POINTS) -> list[MemoryFit]:
+    """One line per phase every point measured (the overall peak when they have none), through
+    the `top` largest batches. A phase's peak can fall at a different moment at small batches
+    (in backward: gradients against activations), so the largest batches set the slope."""
+    largest: dict[int, FitPoint] = {}
+    for p in sorted(points, key=lambda p: -p.batch):
+        if p.batch not in largest and len(largest) < top:
+            largest[p.batch] = p
+    points = list(largest.values())
+    if len(points) < 2:
         return []
     phases = [ph for ph in PHASES if all(ph in p.phase_peaks for p in points)] or [PEAK]
     fits = []

@@ -152,25 +152,45 @@ def to_trial(record: RunRecord, requested: int | None, seconds: float, run_dir: 
 
 
 def _apply_verdict(trial: BatchTrial, run_dir: Path) -> None:
-    """A DDP trial fits only if every rank fitted; its peak is the largest rank's."""
+    """A DDP trial fits only if every rank fitted; its peak is the largest rank's. Without the
+    ranks' verdict a rank failed: its own record says how."""
     import json
 
     try:
         verdict = json.loads((run_dir / VERDICT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        trial.outcome, trial.detail = FAILED, "the ranks did not reach agreement (a rank ended early)"
+        verdict = None
+    if verdict is not None and verdict.get("all_fit"):
+        trial.outcome = FITS
+        if isinstance(verdict.get("max_peak_bytes"), int):
+            trial.peak_bytes = verdict["max_peak_bytes"]
+        phases = verdict.get("max_phase_peaks")
+        if isinstance(phases, dict) and all(isinstance(v, int) for v in phases.values()):
+            trial.phase_peaks = dict(phases)
+        trial.device_peak_bytes = verdict.get("max_device_peak_bytes") or trial.device_peak_bytes
         return
-    if not verdict.get("all_fit"):
-        trial.outcome = OOM if verdict.get("any_oom") else FAILED
-        trial.detail = trial.detail or f"rank {verdict.get('first_failed_rank')} did not fit"
-    if isinstance(verdict.get("max_peak_bytes"), int):
-        trial.peak_bytes = verdict["max_peak_bytes"]
+    for rank, record in _rank_records(run_dir):
+        failed = to_trial(record, trial.batch_size, 0.0, "")
+        if failed.outcome != FITS:
+            trial.outcome, trial.detail = failed.outcome, f"rank {rank}: {failed.detail}"
+            trial.samples_per_s = trial.step_s = None
+            return
+    trial.outcome, trial.detail = FAILED, "the ranks did not reach a verdict (a rank ended without a record)"
+
+
+def _rank_records(run_dir: Path):
+    for path in sorted(run_dir.glob("rank-*/record.json"), key=lambda p: int(p.parent.name.split("-")[1])):
+        try:
+            yield int(path.parent.name.split("-")[1]), RunRecord.load(path)
+        except (SchemaError, ValueError):
+            continue
 
 
 def _load(run_dir: Path, nproc: int) -> RunRecord | None:
-    path = run_dir / ("rank-0/record.json" if nproc > 1 else "record.json")
+    if nproc > 1:  # rank 0's, or any rank's when rank 0 left none
+        return next((record for _, record in _rank_records(run_dir)), None)
     try:
-        return RunRecord.load(path)
+        return RunRecord.load(run_dir / "record.json")
     except SchemaError:
         return None
 

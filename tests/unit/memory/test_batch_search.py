@@ -7,7 +7,7 @@ from torchdoctor.errors import UsageError
 from torchdoctor.memory.fit import FitPoint, fit_line, fit_points, grid_step, max_batch, predict
 from torchdoctor.memory.search import MAX_TRIALS, BatchSearch, Capacity, Unreachable
 from torchdoctor.memory.sizes import gpu_memory, parse_size
-from torchdoctor.memory_record import FAILED, FITS, FORWARD_BACKWARD, OOM, OPTIMIZER, OVER_LIMIT, BatchTrial
+from torchdoctor.memory_record import FAILED, FITS, FORWARD, OOM, OPTIMIZER, OVER_LIMIT, BatchTrial
 
 MIB = 2**20
 
@@ -38,7 +38,7 @@ class LineTrials:
             return BatchTrial(batch, FAILED, detail="ValueError: Tried to step 7 times")
         if self.device_limit is not None and self.peak(batch) > self.device_limit:
             return BatchTrial(batch, OOM, detail="CUDA out of memory")
-        phases = {FORWARD_BACKWARD: self.fixed + batch * self.per_sample, OPTIMIZER: self.optimizer}
+        phases = {FORWARD: self.fixed + batch * self.per_sample, OPTIMIZER: self.optimizer}
         return BatchTrial(batch, FITS, samples=batch, peak_bytes=self.peak(batch), phase_peaks=phases,
                           samples_per_s=100.0 * batch ** 0.5, step_s=0.01)
 
@@ -56,7 +56,7 @@ def test_the_largest_batch_is_found_within_one_search_step_in_at_most_8_trials(u
     assert abs(scaling.verified_max_batch - truth) <= scaling.search_step
     assert scaling.verified_max_batch <= truth  # what a trial ran within the capacity
     assert abs(scaling.predicted_max_batch - truth) <= scaling.search_step
-    assert [f.phase for f in scaling.fits] == [FORWARD_BACKWARD, OPTIMIZER]
+    assert [f.phase for f in scaling.fits] == [FORWARD, OPTIMIZER]
     fb = scaling.fits[0]
     assert fb.fixed_bytes == pytest.approx(200 * MIB) and fb.per_sample_bytes == pytest.approx(2 * MIB)
 
@@ -113,7 +113,7 @@ def test_a_size_at_which_the_script_fails_bounds_the_search():
 
 def test_fit_and_max_batch_arithmetic():
     assert fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((1, 2))
-    points = [FitPoint(b, 0, {FORWARD_BACKWARD: 10 + 2 * b, OPTIMIZER: 30 + b // 8}) for b in (8, 16, 32)]
+    points = [FitPoint(b, 0, {FORWARD: 10 + 2 * b, OPTIMIZER: 30 + b // 8}) for b in (8, 16, 32)]
     fits = fit_points(points)
     assert predict(fits, 4) == pytest.approx(30.5)  # the optimizer's line is higher at small batches
     assert predict(fits, 64) == pytest.approx(138)

@@ -4,7 +4,7 @@ bytes saved, each with its number; batch trials give TD401 and TD501 their measu
 from helpers.records import optimizer, record
 
 from torchdoctor.diagnose.run import analyze
-from torchdoctor.memory_record import (ACTIVATIONS, FITS, FORWARD_BACKWARD, GRADIENTS, OPTIMIZER_STATES, OVER_LIMIT,
+from torchdoctor.memory_record import (ACTIVATIONS, FITS, FORWARD, GRADIENTS, OPTIMIZER_STATES, OVER_LIMIT,
                                        PARAMETERS, TEMPORARIES, BatchScaling, BatchTrial, LiveAllocation,
                                        MemoryBreakdown, MemoryFit, ModuleMemory, OomEvent, ParallelMemory)
 from torchdoctor.location import Location
@@ -67,7 +67,7 @@ def test_fragmentation_and_ddp_buckets_join_the_advice_when_they_are_large():
 def test_the_batch_that_fits_comes_from_the_trials_when_there_are_some():
     rec = oom_record()
     rec.batch_scaling = BatchScaling(user_batch_size=64, capacity_bytes=8192 * MIB, verified_max_batch=40,
-                                     fits=[MemoryFit(FORWARD_BACKWARD, 2000 * MIB, 90 * MIB, 4, 0.02)],
+                                     fits=[MemoryFit(FORWARD, 2000 * MIB, 90 * MIB, 4, 0.02)],
                                      trials=[BatchTrial(b, FITS) for b in (8, 16, 32, 40)])
     advice = finding(analyze(rec), "TD503").evidence["advice"]
     batch = next(a for a in advice if a["change"].startswith("batch"))

@@ -185,6 +185,7 @@ class MemoryProbe:
         complete = step.index > 1 or self._opened_by in ("batch", "optimizer") or self.ledger.saved_in_step > 0
         self.accounts.append(self.ledger.close_step(step.index, step.samples, complete, self.parts_now()))
         self._hold_all()  # states made outside any op (Adam's step counters) join the next step
+        self.ledger.start()  # ...as what it starts with, not as its first allocations
 
     def _close_unfinished_step(self) -> None:
         """The window ends inside a step (the code stopped or failed in it): keep what that

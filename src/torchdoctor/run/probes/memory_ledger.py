@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from torchdoctor.location import Location
-from torchdoctor.memory_record import (ACTIVATIONS, FORWARD_BACKWARD, GRADIENTS, OPTIMIZER, OPTIMIZER_STATES, OTHER,
+from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, GRADIENTS, OPTIMIZER, OPTIMIZER_STATES, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
 from torchdoctor.run.probes.frames import location_of, user_frame
 
@@ -94,7 +94,7 @@ class StorageLedger:
         self.step_entries: list[_Entry] = []  # everything live at some point of the open step
         self.total = 0
         self.event = 0
-        self.phase = FORWARD_BACKWARD
+        self.phase = FORWARD
         self.phase_peaks: dict[str, int] = {}
         self.peak = 0
         self.peak_event = 0
@@ -217,8 +217,10 @@ class StorageLedger:
             self.modules[module].own_saved += entry.nbytes
 
     def on_backward(self) -> None:
-        if self.backward_event is None:
+        if self.backward_event is None and self.phase == FORWARD:
             self.backward_event = self.event
+            self.phase = BACKWARD
+            self.phase_peaks[BACKWARD] = max(self.phase_peaks.get(BACKWARD, 0), self.total)
 
     def on_optimizer(self) -> None:
         if self.optimizer_event is None:
@@ -324,9 +326,9 @@ class StorageLedger:
         """A step starts from what the ledger holds now."""
         self.event = 0
         self.points = [(0, self.total)]
-        self.phase = FORWARD_BACKWARD
+        self.phase = FORWARD
         self.peak, self.peak_event = self.total, 0
-        self.phase_peaks = {FORWARD_BACKWARD: self.total}
+        self.phase_peaks = {FORWARD: self.total}
         self.backward_event = self.optimizer_event = None
         self.modules = {}
         self.module_stack = []
