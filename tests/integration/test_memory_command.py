@@ -162,3 +162,53 @@ def test_running_out_of_memory_under_an_address_space_limit_explains_itself(tmp_
     changes = [a["change"] for a in oom["evidence"]["advice"]]
     assert oom["severity"] == "high" and any("checkpointing of the 6 Gate modules in blocks" in c for c in changes)
     assert any(c.startswith("batch at most") for c in changes)
+
+
+DDP = """
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(2048, 32), torch.randint(0, 4, (2048,)))
+sampler = DistributedSampler(data)
+loader = DataLoader(data, batch_size=16, sampler=sampler)
+model = DDP(nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 4)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+try:
+    for epoch in range(5):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if dist.get_rank() == 1 and len(x) > 8:  # rank 1 runs out of memory above batch 8
+                torch.empty(2**60)
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_ddp_trials_fail_together_when_one_rank_runs_out_and_agree_when_all_fit(tmp_path):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "mem"
+    assert main(["memory", "--nproc-per-node", "2", "--max-trials", "2", "--warmup", "1", "--steps", "2",
+                 "--out", str(out), str(script)]) == 0
+    scaling = json.loads((out / "record.json").read_text())["batch_scaling"]
+    trials = {t["batch_size"]: t for t in scaling["trials"]}
+    assert scaling["nproc_per_node"] == 2 and set(trials) == {16, 8}
+    assert trials[16]["outcome"] == "oom" and trials[16]["detail"].startswith("rank 1: ")
+    assert trials[8]["outcome"] == "fits" and trials[8]["peak_bytes"]
+    verdict = json.loads((out / trials[8]["run_dir"] / "verdict.json").read_text())
+    assert verdict["all_fit"] and verdict["world_size"] == 2 and verdict["max_peak_bytes"] == trials[8]["peak_bytes"]
+    ranks = [json.loads((out / trials[8]["run_dir"] / f"rank-{r}" / "record.json").read_text()) for r in (0, 1)]
+    assert max(r["memory"]["peak_bytes"] for r in ranks) == verdict["max_peak_bytes"]
+    parallel = ranks[0]["memory"]["parallel"]
+    assert parallel["wrapper"] == "DistributedDataParallel" and parallel["replicas"] == 2
+    assert parallel["bucket_bytes"] == (32 * 128 + 128 + 128 * 4 + 4) * 4  # a second copy of the gradients

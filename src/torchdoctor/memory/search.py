@@ -98,10 +98,12 @@ class BatchSearch:
             size = max(1, size // 2)
             self._try(size)
         low = self.trials[-1].batch_size
-        self._try(low // 2 if low >= 2 else 2)
+        if self._left():
+            self._try(low // 2 if low >= 2 else 2)
         for factor in (2, 4):
             target = low * factor
-            if self.trial(target) is None and self._fits_by_fit(target) and not self._bounded_below(target):
+            if self._left() and self.trial(target) is None and self._fits_by_fit(target) \
+                    and not self._bounded_below(target):
                 self._try(target)
         if self.capacity is not None:
             self._bracket()

@@ -169,8 +169,10 @@ def _apply_verdict(trial: BatchTrial, run_dir: Path) -> None:
             trial.phase_peaks = dict(phases)
         trial.device_peak_bytes = verdict.get("max_device_peak_bytes") or trial.device_peak_bytes
         return
-    for rank, record in _rank_records(run_dir):
-        failed = to_trial(record, trial.batch_size, 0.0, "")
+    # a rank that ran out of memory explains the others (they lost their peer in a collective)
+    judged = sorted(((to_trial(record, trial.batch_size, 0.0, ""), rank) for rank, record in _rank_records(run_dir)),
+                    key=lambda tr: (tr[0].outcome != OOM, tr[1]))
+    for failed, rank in judged:
         if failed.outcome != FITS:
             trial.outcome, trial.detail = failed.outcome, f"rank {rank}: {failed.detail}"
             trial.samples_per_s = trial.step_s = None
@@ -187,8 +189,10 @@ def _rank_records(run_dir: Path):
 
 
 def _load(run_dir: Path, nproc: int) -> RunRecord | None:
-    if nproc > 1:  # rank 0's, or any rank's when rank 0 left none
-        return next((record for _, record in _rank_records(run_dir)), None)
+    if nproc > 1:  # the rank that ran out of memory, else rank 0's (or the first there is)
+        records = [record for _, record in _rank_records(run_dir)]
+        failed = [r for r in records if r.memory is not None and r.memory.failure is not None]
+        return (failed or records or [None])[0]
     try:
         return RunRecord.load(run_dir / "record.json")
     except SchemaError:

@@ -131,3 +131,8 @@ def test_sizes_and_gpu_names():
     assert gpu_memory("h100-80gb") == ("H100-80GB", 81_559 * MIB)
     with pytest.raises(UsageError, match="--device-memory"):
         gpu_memory("B300")
+
+
+def test_the_trial_budget_holds_whatever_the_first_trials_show():
+    for trials in (LineTrials(b0=512), LineTrials(b0=1), LineTrials(fail_at=40)):
+        assert len(BatchSearch(trials, Capacity(700 * MIB, 0, "test"), max_trials=3).run().trials) <= 3
