@@ -10,8 +10,11 @@ agreed (see agreement.py).
 A limit, when given, is made real for this process at the first training activity, so that a
 batch that does not fit fails the way it would on the device:
 - `rlimit`: RLIMIT_AS at the address space in use then plus the limit (CPU: the allocator's
-  own failure);
-- `cuda`: torch.cuda.set_per_process_memory_fraction(limit / device memory).
+  own failure; everything the process maps counts, BLAS buffers and malloc's cache included);
+- `cuda`: torch.cuda.set_per_process_memory_fraction(limit / device memory);
+- `tensors`: an emulated device holding the accounted tensors: the allocation that takes them
+  past the limit fails with an out-of-memory error (in the accounted steps).
+`measure` imposes nothing and writes the address space's growth to OUT/address_space.json.
 """
 
 from __future__ import annotations
@@ -27,13 +30,23 @@ VERDICT_FILE = "verdict.json"
 
 
 class _Limit:
-    """Imposes the trial's memory limit at the first training activity."""
+    """Imposes the trial's memory limit at the first training activity (mode `measure`: none,
+    but the address space's growth from there is written to OUT/address_space.json, for
+    benchmarks that set a limit on it)."""
 
     def __init__(self, mode: str, limit_bytes: int) -> None:
         self.mode, self.limit_bytes = mode, limit_bytes
         self.applied = ""
+        self.start: int | None = None
+        self.largest_growth = 0
+
+    def on_step(self, step) -> None:
+        now = _address_space_bytes()
+        if self.start is not None and now is not None:
+            self.largest_growth = max(self.largest_growth, now - self.start)
 
     def on_training_start(self, kind: str) -> None:
+        self.start = _address_space_bytes()
         if self.mode == "rlimit":
             import resource
 
@@ -75,7 +88,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--limit-bytes", type=int)
-    p.add_argument("--limit-mode", choices=("rlimit", "cuda"))
+    p.add_argument("--limit-mode", choices=("rlimit", "cuda", "measure", "tensors"))
     p.add_argument("--module", action="store_true")
     p.add_argument("--estimate", action="store_true", help="run on fake tensors: no memory, no device")
     p.add_argument("target")
@@ -92,7 +105,10 @@ def main(argv: list[str]) -> int:
     out = opts.out / f"rank-{rank}" if world > 1 else opts.out
     out.mkdir(parents=True, exist_ok=True)
     listeners = []
-    limit = _Limit(opts.limit_mode, opts.limit_bytes) if opts.limit_mode and opts.limit_bytes else None
+    schedule = dict(TRIAL_SCHEDULE)
+    if opts.limit_mode == "tensors":  # the memory probe fails an allocation beyond it, as a device would
+        schedule["memory_limit_bytes"] = opts.limit_bytes
+    limit = _Limit(opts.limit_mode, opts.limit_bytes or 0) if opts.limit_mode not in (None, "tensors") else None
     if limit is not None:
         listeners.append(limit)
     knobs = {"batch_size": opts.batch_size} if opts.batch_size else {}
@@ -100,7 +116,7 @@ def main(argv: list[str]) -> int:
         knobs["workers"] = 0  # a worker process would make real tensors outside the fake mode
     request = RunRequest(target=opts.target, args=list(opts.args), module=opts.module, warmup=opts.warmup,
                          steps=opts.steps, max_seconds=opts.max_seconds, trace=False, knobs=knobs,
-                         listeners=listeners, schedule=dict(TRIAL_SCHEDULE))
+                         listeners=listeners, schedule=schedule)
     if opts.estimate:
         from torchdoctor.memory.estimate import on_fake_tensors
 
@@ -112,6 +128,8 @@ def main(argv: list[str]) -> int:
 
         record.probe_notes.append(ProbeNote("memory", f"limit imposed for this trial: {limit.applied}"))
     record.save(out / "record.json")
+    if limit is not None and limit.mode == "measure":
+        (out / "address_space.json").write_text(json.dumps({"growth_at_step_ends": limit.largest_growth}))
     if record.run.error:
         sys.stderr.write(record.run.error)
     if world > 1:

@@ -41,7 +41,7 @@ class TrialSettings:
     steps: int = 6
     max_seconds: float = 120.0
     limit_bytes: int | None = None  # made real in the trial process (see child.py)
-    limit_mode: str | None = None  # rlimit | cuda
+    limit_mode: str | None = None  # rlimit | cuda | measure (benchmarks: the address space's growth)
     nproc_per_node: int = 1
     estimate: bool = False  # on fake tensors (estimate.py): memory without a device, no timings
 
@@ -88,8 +88,8 @@ class ProcessTrials:
                 "--max-seconds", str(s.max_seconds)]
         if batch is not None:
             cmd += ["--batch-size", str(batch)]
-        if s.limit_bytes and s.limit_mode:
-            cmd += ["--limit-bytes", str(s.limit_bytes), "--limit-mode", s.limit_mode]
+        if s.limit_mode:
+            cmd += ["--limit-bytes", str(s.limit_bytes or 0), "--limit-mode", s.limit_mode]
         if s.module:
             cmd.append("--module")
         if s.estimate:

@@ -62,6 +62,9 @@ class SessionConfig:
     # memory-accounted steps: the warmup steps (they are never timed), from the first training
     # activity; at least one; 0 turns the accounting off
     memory_steps: int | None = None
+    # an emulated device of this many bytes of tensors: an allocation beyond it fails as an
+    # out-of-memory error would, in the accounted steps (memory trials and benchmarks)
+    memory_limit_bytes: int | None = None
 
 
 class StepLedger:

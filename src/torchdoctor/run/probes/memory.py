@@ -55,7 +55,14 @@ class _LedgerMode(TorchDispatchMode):
                 probe.ledger.capture_failure(_op_name(func), sys._getframe(1), probe.parts_now)
             raise
         if os.getpid() == probe.pid:  # not in a DataLoader worker forked while the window was open
-            probe.ledger.on_outputs(func, args, kwargs, out, sys._getframe(1))
+            ledger = probe.ledger
+            before = ledger.total
+            ledger.on_outputs(func, args, kwargs, out, sys._getframe(1))
+            limit = probe.session.config.memory_limit_bytes
+            if limit is not None and ledger.total > limit:
+                ledger.capture_failure(_op_name(func), sys._getframe(1), probe.parts_now)
+                raise RuntimeError(f"torchdoctor's emulated device of {limit} bytes: can't allocate memory: you "
+                                   f"tried to allocate {ledger.total - before} bytes")
         return out
 
 
