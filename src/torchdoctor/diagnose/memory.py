@@ -17,8 +17,8 @@ PART_WORDS = {"parameters": "parameters", "gradients": "gradients", "optimizer_s
 SHORT_PART = {"parameters": "parameter", "gradients": "gradient", "optimizer_states": "optimizer state",
               "activations": "activation", "temporaries": "temporary", "other": "other"}
 SMALLEST_PART_SHARE = 0.001  # parts under 0.1 % of the peak (a running loss) are left out of the table
-MODULE_ROWS = 8
-ALLOCATION_ROWS = 6
+MODULE_ROWS = 5
+ALLOCATION_ROWS = 3  # at a peak; at a failure, every one the record keeps
 
 
 def memory_tables(record: RunRecord) -> list[Table]:
@@ -30,10 +30,14 @@ def memory_tables(record: RunRecord) -> list[Table]:
         if modules is not None:
             tables.append(modules)
         if memory.largest:
-            tables.append(allocation_table("Largest tensors live at the peak", memory.largest,
+            tables.append(allocation_table("Largest tensors live at the peak", memory.largest[:ALLOCATION_ROWS],
                                            "Each is one tensor storage; where: the line that created it."))
     if memory is not None and memory.failure is not None:
         tables.append(failure_table(memory.failure))
+        if memory.failure.largest:
+            tables.append(allocation_table("Largest tensors live when it ran out", memory.failure.largest,
+                                           "Each is one tensor storage (on CUDA after the accounted steps: an "
+                                           "allocator block); where: the line that created it."))
     if record.batch_scaling is not None:
         tables.extend(scaling_tables(record.batch_scaling))
     return tables
@@ -73,7 +77,7 @@ def module_table(memory: MemoryBreakdown) -> Table | None:
 
 def allocation_table(title: str, allocations: list[LiveAllocation], caption: str) -> Table:
     rows = []
-    for a in allocations[:ALLOCATION_ROWS]:
+    for a in allocations:
         where = f"{a.location.path}:{a.location.line}" if a.location else "(autograd or before the step)"
         tensor = " ".join(p for p in (a.op.removeprefix("aten::"), a.dtype, "x".join(map(str, a.shape))) if p)
         rows.append([fmt_bytes(a.bytes), SHORT_PART.get(a.part, a.part), where, tensor, a.module or ""])
@@ -105,8 +109,6 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
     for t in scaling.trials:
         per_sample = f"{1000 / t.samples_per_s:.3f}" if t.samples_per_s else ""
         notes = t.detail
-        if t.epoch_steps is not None and t.epoch_steps < 4:
-            notes = (notes + "; " if notes else "") + f"an epoch is {t.epoch_steps} steps at this size"
         if t.samples and t.samples < t.batch_size:
             notes = (notes + "; " if notes else "") + f"only {t.samples} rows per step (the dataset is smaller)"
         mine = " (the script's)" if t.batch_size == scaling.user_batch_size else ""
@@ -117,6 +119,9 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
                f"peak: tensor memory of the accounted steps; samples/s over the timed steps.")
     if scaling.nproc_per_node > 1:
         caption += f" Each trial ran {scaling.nproc_per_node} DDP ranks; a size fits when every rank fits."
+    if scaling.unreachable:
+        caption += (f" The batch size could not be changed: {scaling.unreachable}; only the script's own batch "
+                    "was measured.")
     tables = [Table("Batch size trials", ["batch", "outcome", "peak", "device peak", "samples/s", "ms per sample",
                                            "notes"], rows, caption)]
     if scaling.fits:

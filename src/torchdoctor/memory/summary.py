@@ -11,7 +11,7 @@ from torchdoctor.errors import ScriptFailed, UsageError
 from torchdoctor.findings import Report
 from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings
-from torchdoctor.memory_record import BatchTrial
+from torchdoctor.memory_record import FITS, BatchTrial
 from torchdoctor.record import RunRecord
 
 # A CUDA context and the libraries it loads take 0.3-0.6 GiB depending on the GPU, driver and
@@ -89,6 +89,8 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
         scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials).run()
     scaling.nproc_per_node = opts.nproc_per_node
     scaling.loader = _knob_detail(runner)
+    if scaling.trials and capacity is not None and not any(t.outcome == FITS for t in scaling.trials):
+        scaling.notes.append(_nothing_fits(scaling, runner, capacity))
     record.batch_scaling = scaling
     report = analyze(record)
     write_run(out, record, report)
@@ -115,3 +117,16 @@ def _predict_only(scaling, capacity: Capacity | None) -> None:
     scaling.predicted_max_batch = max_batch(scaling.fits, capacity.usable_bytes)
     if scaling.predicted_max_batch:
         scaling.search_step = grid_step(scaling.predicted_max_batch)
+
+
+def _nothing_fits(scaling, runner: ProcessTrials, capacity: Capacity) -> str:
+    """Not even the smallest batch fits: what its memory was made of."""
+    smallest = min(scaling.trials, key=lambda t: t.batch_size)
+    record = runner.records.get(smallest.batch_size)
+    memory = record.memory if record is not None else None
+    parts = (memory.failure.parts if memory is not None and memory.failure is not None else
+             memory.parts if memory is not None else {})
+    held = ", ".join(f"{name.replace('_', ' ')} {value / 2**20:,.1f} MiB" for name, value in parts.items() if value)
+    return (f"not even batch {smallest.batch_size} fits in {capacity.usable_bytes / 2**20:,.1f} MiB usable: "
+            f"{held or 'no breakdown'}; what does not shrink with the batch must shrink first (an optimizer with "
+            f"fewer states, bf16 parameters, sharding): the trial's run directory is {smallest.run_dir}")

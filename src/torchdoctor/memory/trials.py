@@ -148,6 +148,9 @@ def to_trial(record: RunRecord, requested: int | None, seconds: float, run_dir: 
     if loader is not None and loader.dataset_len and batch:
         per_epoch = loader.dataset_len / batch
         trial.epoch_steps = int(per_epoch) if loader.drop_last else math.ceil(per_epoch)
+        if trial.epoch_steps < record.run.warmup + record.run.steps_requested and trial.outcome == FITS:
+            trial.detail = (f"an epoch is {trial.epoch_steps} steps at this size: the trial's steps cross epoch "
+                            "ends (loader restarts, evaluation), so its samples/s is not a steady step's")
     return trial
 
 

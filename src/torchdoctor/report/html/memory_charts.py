@@ -13,11 +13,17 @@ PART_CLASS = {"parameters": "c-fwd", "gradients": "c-bwd", "optimizer_states": "
               "temporaries": "c-eval", "other": "c-log"}
 PART_LABEL = {"parameters": "parameters", "gradients": "gradients", "optimizer_states": "optimizer states",
               "activations": "activations (saved for backward)", "temporaries": "temporaries", "other": "other"}
+SMALLEST_SHARE = 0.001  # a part under 0.1 % of the peak (a running loss) is a sliver: left out of the key
 OUTCOME_CLASS = {"fits": "dot-fits", "over-limit": "dot-over", "oom": "dot-over", "failed": "dot-failed"}
 
 
-def _mib(value: float) -> str:
-    return f"{value / 2**30:g} GiB" if value >= 2**30 else f"{value / 2**20:g} MiB"
+def _unit(top_bytes: float) -> tuple[float, str]:
+    """Charts are drawn in MiB, or GiB from 4 GiB up, so the axis ticks are round numbers."""
+    return (2**30, "GiB") if top_bytes >= 4 * 2**30 else (2**20, "MiB")
+
+
+def _axis(unit: str):
+    return lambda v: f"{v:g} {unit}"
 
 
 def breakdown_bar(fig: MemoryFigure) -> str:
@@ -32,7 +38,7 @@ def breakdown_bar(fig: MemoryFigure) -> str:
     rows = "".join(f'<tr><td><span class="key {PART_CLASS[p]}"></span>{esc_line(PART_LABEL[p])}</td>'
                    f'<td class="num">{fmt_bytes(fig.parts[p])}</td>'
                    f'<td class="num">{fig.parts[p] / fig.peak_bytes:.0%}</td></tr>'
-                   for p in PARTS if fig.parts.get(p, 0) > 0)
+                   for p in PARTS if fig.parts.get(p, 0) > SMALLEST_SHARE * fig.peak_bytes)
     table = ('<table class="grid split"><thead><tr><th>part</th><th class="num">bytes</th>'
              f'<th class="num">share</th></tr></thead><tbody>{rows}</tbody></table>')
     return plot.svg(f"tensor memory at the {fig.title}, stacked") + table
@@ -42,16 +48,17 @@ def timeline_chart(fig: MemoryFigure) -> str | None:
     if len(fig.timeline) < 2:
         return None
     events = [e for e, _ in fig.timeline]
-    top = upper([b for _, b in fig.timeline], 1.0)
-    plot = Plot((0.0, float(max(events[-1], 1))), (0.0, top), height=170)
-    plot.axes(lambda v: f"{v:.0f}", _mib, "allocations and frees in the step, in order")
+    size, unit = _unit(max(b for _, b in fig.timeline))
+    values = [b / size for _, b in fig.timeline]
+    plot = Plot((0.0, float(max(events[-1], 1))), (0.0, upper(values, 1e-3)), height=170)
+    plot.axes(lambda v: f"{v:.0f}", _axis(unit), "allocations and frees in the step, in order")
     keys = [("k-line", "live tensor memory")]
     for event, label, kind in ((fig.backward_event, "backward begins", "eval"),
                                (fig.optimizer_event, "optimizer step begins", "checkpoint")):
         if event is not None:
             plot.vline(event, f"mk mk-{kind}", label)
             keys.append((f"k-{kind}", label))
-    plot.line(events, [b for _, b in fig.timeline], "l-mem", "live tensor memory")
+    plot.line(events, values, "l-mem", "live tensor memory")
     return legend(keys) + plot.svg("live tensor memory through the peak step")
 
 
@@ -63,21 +70,23 @@ def scaling_charts(fig: ScalingFigure) -> list[tuple[str, str]]:
     charts = []
     needs = [p.need_bytes for p in points if p.need_bytes]
     if needs:
-        top = upper([*needs, fig.usable_bytes, fig.capacity_bytes], 1.0)
+        size, unit = _unit(max([*needs, fig.capacity_bytes or 0]))
+        top = upper([v / size for v in (*needs, fig.usable_bytes, fig.capacity_bytes) if v], 1e-3)
         plot = Plot((0.0, right), (0.0, top), height=200)
-        plot.axes(lambda v: f"{v:.0f}", _mib, "batch size (samples per step)")
+        plot.axes(lambda v: f"{v:.0f}", _axis(unit), "batch size (samples per step)")
         keys = [("k-fits", "measured: fits"), ("k-over", "measured: does not fit")]
         if fig.fits:
             xs = [right * i / 40 for i in range(41)]
-            plot.line(xs, [max(f + b * x for _, f, b in fig.fits) for x in xs], "l-fit", "the fit: peak(b)")
+            plot.line(xs, [max(f + b * x for _, f, b in fig.fits) / size for x in xs], "l-fit", "the fit: peak(b)")
             keys.append(("k-fit", "fit: fixed + b × per sample"))
         for value, label in ((fig.capacity_bytes, "capacity"), (fig.usable_bytes, "usable (capacity − headroom)")):
             if value:
-                plot.hline(value, "ref ref-limit" if label == "capacity" else "ref", f"{label} {fmt_bytes(value)}")
+                plot.hline(value / size, "ref ref-limit" if label == "capacity" else "ref",
+                           f"{label} {fmt_bytes(value)}")
                 keys.append(("k-limit" if label == "capacity" else "k-ref", f"{label} {fmt_bytes(value)}"))
         for outcome, cls in OUTCOME_CLASS.items():
             chosen = [p for p in points if p.outcome == outcome and p.need_bytes]
-            plot.dots([p.batch for p in chosen], [p.need_bytes for p in chosen], cls,
+            plot.dots([p.batch for p in chosen], [p.need_bytes / size for p in chosen], cls,
                       [f"batch {p.batch}: {outcome}, {fmt_bytes(p.need_bytes)}" for p in chosen])
             plot.points += len(chosen)
         charts.append(("Peak memory against batch size", legend(keys) + plot.svg("peak memory against batch size")))

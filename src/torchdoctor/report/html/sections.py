@@ -139,7 +139,8 @@ def memory(report: Report) -> Section | None:
         if timeline:
             parts.append("<h3>Live tensor memory through that step</h3>" + timeline)
         if breakdown.device_missing:
-            parts.append(not_measured(breakdown.device_missing))
+            parts.append(note(breakdown.device_missing[0].upper() + breakdown.device_missing[1:] + ".",
+                              "not-measured"))
     chart = charts.memory_chart(figures.gpu, figures.memory_peaks)
     if chart is not None:
         parts.append("<h3>Device memory</h3>" + chart)
