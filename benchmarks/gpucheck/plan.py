@@ -152,11 +152,11 @@ STEPS: tuple[Step, ...] = (
     Step("demo", "the demo's nested-loop encoder: the doctor's estimate vs the fixed script's measured gain", 40,
          _demo, "demo.json", (_module("demo_cuda"),), _examples(DEMO), exit_codes={1: "a demo run failed (below)"}),
     Step("memory", "torchdoctor memory within 1 GiB of the card: real CUDA out-of-memory trials, the allocator's "
-         "reserved peak, memory outside PyTorch, the fit's prediction against the verified batch", 35, _memory,
+         "reserved peak, memory outside PyTorch, the fit's prediction against the verified batch", 40, _memory,
          "memory.json", (_module("memory_cuda"),), _examples(("clean_cnn.py",)),
          exit_codes={1: "the memory command failed or left no record (below)"}),
     Step("tune", "tune on the examples where amp, tf32, channels_last, cudnn_benchmark, compile and "
-         "pinned/non-blocking copies apply: estimate vs measured", 75, _tune, "tune.json", (_module("tune_cuda"),),
+         "pinned/non-blocking copies apply: estimate vs measured", 70, _tune, "tune.json", (_module("tune_cuda"),),
          _examples(e for e, _ in TUNE_PLAN + REHEARSAL_TUNE_PLAN), exit_codes={1: "a baseline run failed (below)"}),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)

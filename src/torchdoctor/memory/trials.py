@@ -25,6 +25,7 @@ from torchdoctor.memory_record import FAILED, FITS, OOM, BatchTrial
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.serialize import SchemaError
+from torchdoctor.tune.trials import stop_child
 
 KILL_GRACE_S = 30.0
 ERROR_TAIL_CHARS = 400
@@ -211,23 +212,11 @@ def _run_process(cmd: list[str], log_path: Path, timeout_s: float) -> int | None
         try:
             return child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(child)
+            stop_child(child)
             return None
         except KeyboardInterrupt:
-            _stop(child)
+            stop_child(child)
             raise
-
-
-def _stop(child: subprocess.Popen) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGINT)
-        child.wait(timeout=10)
-    except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        child.wait()
 
 
 def _last_line(text: str | None) -> str:
