@@ -59,7 +59,8 @@ def _tar_gz(path: Path, members: list[tuple[str, bytes]]) -> None:
 def _log_members(work: Path) -> list[tuple[str, bytes]]:
     members = []
     for path in sorted(work.iterdir()):
-        if path.is_file() and (path.suffix in LOG_SUFFIXES or path.name in ("install.json", "machine.json")):
+        if path.is_file() and (path.suffix in LOG_SUFFIXES or path.name in ("install.json", "machine.json",
+                                                                             "memory.json")):
             data = path.read_bytes()
             if len(data) > LOG_KEEP_BYTES:
                 data = b"[... earlier output left out ...]\n" + data[-LOG_KEEP_BYTES:]

@@ -110,6 +110,11 @@ def _demo(ctx: Context, budget: float) -> list[str]:
             *(["--repeats", "1", "--steps", "10"] if ctx.rehearse else [])]
 
 
+def _memory(ctx: Context, budget: float) -> list[str]:
+    return [ctx.python, "-m", "benchmarks.gpucheck.memory_cuda", "--out", str(ctx.work / "memory.json"),
+            *(["--rehearse"] if ctx.rehearse else [])]
+
+
 def _fixtures(ctx: Context, budget: float) -> list[str]:
     return [ctx.python, "-m", "benchmarks.gpucheck.record_fixtures", "--out", str(ctx.work / "fixtures"),
             "--machine", str(ctx.work / "machine.json"), *(["--rehearse"] if ctx.rehearse else [])]
@@ -146,8 +151,12 @@ STEPS: tuple[Step, ...] = (
          exit_codes={1: "the overhead outside sampled steps is over the 2 % target (numbers below)"}),
     Step("demo", "the demo's nested-loop encoder: the doctor's estimate vs the fixed script's measured gain", 40,
          _demo, "demo.json", (_module("demo_cuda"),), _examples(DEMO), exit_codes={1: "a demo run failed (below)"}),
+    Step("memory", "torchdoctor memory within 1 GiB of the card: real CUDA out-of-memory trials, the allocator's "
+         "reserved peak, memory outside PyTorch, the fit's prediction against the verified batch", 40, _memory,
+         "memory.json", (_module("memory_cuda"),), _examples(("clean_cnn.py",)),
+         exit_codes={1: "the memory command failed or left no record (below)"}),
     Step("tune", "tune on the examples where amp, tf32, channels_last, cudnn_benchmark, compile and "
-         "pinned/non-blocking copies apply: estimate vs measured", 110, _tune, "tune.json", (_module("tune_cuda"),),
+         "pinned/non-blocking copies apply: estimate vs measured", 70, _tune, "tune.json", (_module("tune_cuda"),),
          _examples(e for e, _ in TUNE_PLAN + REHEARSAL_TUNE_PLAN), exit_codes={1: "a baseline run failed (below)"}),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)

@@ -125,7 +125,19 @@ def _fixtures(work: Path) -> list[str]:
     return lines + [""] + [f"- not recorded: {n}: {why}" for n, why in meta["skipped"].items()]
 
 
-DIGESTS = {"install": _install, "machine": _machine, "gpu-tests": lambda w: _tests(w, "gpu-tests.xml"),
+def _memory(work: Path) -> list[str]:
+    m = _json(work, "memory.json")
+    device = m.get("device") or {}
+    lines = [f"`torchdoctor memory {m['limit']}` on {m['example']}: complete {m['complete']}; predicted largest "
+             f"batch {m.get('predicted_max_batch')}, verified {m.get('verified_max_batch')} (search step "
+             f"{m.get('search_step')}); kept free {m.get('headroom_bytes')} bytes ({m.get('headroom_basis')})."]
+    lines += [f"- {k}: {v}" for k, v in device.items()]
+    rows = [[t["batch_size"], t["outcome"], t["peak_bytes"], t["device_peak_bytes"], t["samples_per_s"], t["detail"]]
+            for t in m.get("trials", [])]
+    return lines + ["", *_table(["batch", "outcome", "tensor peak", "reserved peak", "samples/s", "detail"], rows)]
+
+
+DIGESTS = {"install": _install, "memory": _memory, "machine": _machine, "gpu-tests": lambda w: _tests(w, "gpu-tests.xml"),
            "accuracy": _accuracy, "overhead": _overhead, "tune": _tune, "demo": _demo, "fixtures": _fixtures,
            "fixture-twins": lambda w: _tests(w, "fixture-twins.xml")}
 

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "re-render a run directory without re-running"),
     "compare": ("compare", "compare run directories: before/after table, noise-aware ratios"),
     "tune": ("tune", "run a baseline, try the knobs its findings suggest, and measure each one"),
+    "memory": ("memory", "memory and samples/s at several batch sizes; the largest batch that fits"),
     "rules": ("rules", "list the rules, or explain one (torchdoctor rules TD301)"),
     "lint": ("lint", "find slow-training habits in source files without running them"),
     "trace": ("trace", "explain torch.profiler (Kineto) traces"),

@@ -105,6 +105,42 @@ class MemoryPeaks:
 
 
 @dataclass
+class MemoryFigure:
+    """What filled memory at the peak of the accounted steps (or when it ran out)."""
+
+    title: str  # "peak of step 3 (batch of 64)" or "when it ran out (step 1)"
+    peak_bytes: int
+    parts: dict[str, int] = field(default_factory=dict)  # by memory_record.PARTS name
+    timeline: list[tuple[int, int]] = field(default_factory=list)  # (allocation event, live bytes) in the step
+    events: int = 0
+    backward_event: int | None = None
+    optimizer_event: int | None = None
+    device_missing: str | None = None
+
+
+@dataclass
+class ScalingPoint:
+    batch: int
+    outcome: str  # fits | oom | over-limit | failed
+    peak_bytes: int | None = None
+    need_bytes: int | None = None  # what it needed of the device (reserved peak on CUDA)
+    samples_per_s: float | None = None
+
+
+@dataclass
+class ScalingFigure:
+    """`torchdoctor memory`: peak and samples/s against batch size, the fit and the capacity."""
+
+    points: list[ScalingPoint] = field(default_factory=list)
+    fits: list[tuple[str, float, float]] = field(default_factory=list)  # (phase, fixed bytes, bytes per sample)
+    usable_bytes: int | None = None
+    capacity_bytes: int | None = None
+    user_batch: int | None = None
+    predicted_max_batch: int | None = None
+    verified_max_batch: int | None = None
+
+
+@dataclass
 class RunBar:
     """One run's throughput in a comparison, with the 95 % band from its own noise."""
 
@@ -128,6 +164,8 @@ class Figures:
     gpu_missing: str | None = None  # why there is no GPU series
     memory_peaks: MemoryPeaks | None = None
     comparison: list[RunBar] = field(default_factory=list)
+    memory: MemoryFigure | None = None
+    scaling: ScalingFigure | None = None
 
 
 @dataclass

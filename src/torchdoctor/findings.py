@@ -14,8 +14,9 @@ from torchdoctor.location import Location
 from torchdoctor.serialize import read_json, write_json
 
 # 2: figures (the series the HTML report draws) and sources (lines around each finding)
-SCHEMA_VERSION = 2
-OLDEST_READABLE_SCHEMA = 1  # version 2 only added fields with defaults
+# 3: figures.memory (the breakdown and its timeline), figures.scaling (`torchdoctor memory`)
+SCHEMA_VERSION = 3
+OLDEST_READABLE_SCHEMA = 1  # versions 2 and 3 only added fields with defaults
 
 
 class Severity(str, Enum):

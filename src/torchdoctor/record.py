@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.location import Location
+from torchdoctor.memory_record import BatchScaling, MemoryBreakdown
 from torchdoctor.serialize import read_json, write_json
 from torchdoctor.trace_summary import TraceSummary
 
@@ -20,7 +21,8 @@ from torchdoctor.trace_summary import TraceSummary
 # 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
 # 4: step_source, backward_calls, ended_by, startup_s, loop_location; closure_calls; unfinished_step;
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
-SCHEMA_VERSION = 4
+# 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`)
+SCHEMA_VERSION = 5
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -375,6 +377,8 @@ class RunRecord:
     # elsewhere in those files are left out as code that never ran
     functions_seen: list[str] = field(default_factory=list)
     contention: Contention | None = None
+    memory: MemoryBreakdown | None = None  # what filled memory in the accounted steps, or at a failure
+    batch_scaling: BatchScaling | None = None  # `torchdoctor memory`: trials at several batch sizes
 
     @property
     def measured_steps(self) -> list[StepSample]:

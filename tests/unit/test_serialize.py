@@ -54,7 +54,8 @@ def test_a_version_1_record_without_knobs_still_loads(tmp_path):
     path.write_text(json.dumps(data))
     loaded = RunRecord.load(path)
     assert loaded.knobs == [] and loaded.loader_only is None and loaded.trace is None
-    assert loaded.schema_version == SCHEMA_VERSION == 4
+    assert loaded.memory is None and loaded.batch_scaling is None
+    assert loaded.schema_version == SCHEMA_VERSION == 5
 
 
 def test_a_version_2_loader_without_cpu_time_is_read_as_not_measured(tmp_path):

@@ -157,6 +157,9 @@ def _outcome_code(record) -> int:
 
 def _outcome_message(record, run_dir: Path) -> str:
     run = record.run
+    if run.status == "crashed" and record.memory is not None and record.memory.failure is not None:
+        return (f"{run.script} ran out of memory (traceback above); what was live and what to change (TD503) are "
+                f"in {run_dir}")
     if run.status == "crashed":
         return f"{run.script} raised (traceback above); the partial run is in {run_dir}"
     if run.status == "exited":

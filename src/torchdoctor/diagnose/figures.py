@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from torchdoctor.diagnose.memory import memory_figure, scaling_figure
 from torchdoctor.figures import (CHECKPOINT, EPOCH, EVAL, MEASURED, SAMPLED, WARMUP, Figures, GpuPoint, GpuSeries,
                                  MemoryPeaks, StepMarker, StepPoint, StepSeries)
 from torchdoctor.record import NvmlSample, RunRecord, StepSample
@@ -33,6 +34,8 @@ def run_figures(record: RunRecord, gpu_missing: str | None) -> Figures:
         gpu_missing=None if gpu else (gpu_missing or "NVML returned no samples"),
         memory_peaks=MemoryPeaks(memory.device_total_bytes, memory.peak_allocated_bytes,
                                  memory.peak_reserved_bytes) if memory else None,
+        memory=memory_figure(record),
+        scaling=scaling_figure(record),
     )
 
 

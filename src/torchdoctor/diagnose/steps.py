@@ -21,6 +21,8 @@ def no_step_explanation(record: RunRecord) -> str:
             doing = f" ({seen} by then)"
         return (f"the time limit (--max-seconds {run.max_seconds:g}) was reached before the first training step "
                 f"completed{doing}; raise --max-seconds")
+    if run.status == "crashed":
+        return f"{run.script} raised before its first training step completed ({seen if calls else 'no backward()'})"
     if calls == 0:
         return (f"{run.script} ran to its end without calling backward() or optimizer.step(): nothing was trained "
                 "in this process; if the training runs elsewhere (another script or module, a subprocess, "

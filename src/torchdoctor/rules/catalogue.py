@@ -108,23 +108,6 @@ class DdpConfig(RuleInfo):
     example = "model = DDP(model, find_unused_parameters=True)"
 
 
-class DataParallelUsed(RuleInfo):
-    code = "TD604"
-    slug = "dataparallel"
-    title = "nn.DataParallel instead of DistributedDataParallel"
-    rationale = (
-        "`nn.DataParallel` runs one Python thread per GPU, copies the model to every GPU on "
-        "every forward and gathers outputs on GPU 0; PyTorch's documentation recommends "
-        "DistributedDataParallel, which is faster even on a single machine."
-    )
-    fix = (
-        "Use one process per GPU with DistributedDataParallel (launch with `torchrun`):\n"
-        "```python\ndist.init_process_group(\"nccl\")\nmodel = DDP(model.to(local_rank), "
-        "device_ids=[local_rank])\n```"
-    )
-    example = "model = nn.DataParallel(model)"
-
-
 class DebugLeftover(RuleInfo):
     code = "TD704"
     slug = "debug-leftover"
@@ -143,5 +126,5 @@ class DebugLeftover(RuleInfo):
 
 CATALOGUE_ONLY: tuple[type[RuleInfo], ...] = (
     DataLoaderSyncLoading, LaunchBound, Recompilation,
-    GradAccumNoSync, SlowInterconnect, DdpConfig, DataParallelUsed, DebugLeftover,
+    GradAccumNoSync, SlowInterconnect, DdpConfig, DebugLeftover,
 )

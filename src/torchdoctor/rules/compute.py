@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import RunRecord
-from torchdoctor.rules.base import Rule
+from torchdoctor.rules.base import MEDIUM_SPEEDUP, Rule
 from torchdoctor.rules.facts import RunFacts, training_loader
+from torchdoctor.rules.memory import best_larger_trial, trial_change
 
 # A matmul doing fewer FLOPs than this is far too small to fill a modern GPU
 # (an H100 SM does ~1 TFLOP/s-per-SM of fp16: 1e8 FLOPs ≈ 1 µs across 132 SMs).
@@ -25,15 +26,25 @@ class SmallBatch(Rule):
     code = "TD401"
     slug = "small-batch"
     example = "loader = DataLoader(ds, batch_size=4)  # a few hundred FLOPs per op on a GPU"
-    title = "Batch too small for the GPU"
-    needs_cuda = True
-    rationale = "Tiny matmuls leave most of the GPU idle; per-op overhead dominates."
+    title = "Batch too small for the hardware"
+    rationale = ("Tiny matmuls leave most of the device idle and per-op overhead dominates: a sample costs more at "
+                 "a small batch than at a larger one.")
     fix = (
         "Raise the batch size (scale the learning rate with it), or accumulate:\n```python\n"
-        "loader = DataLoader(ds, batch_size=256, ...)   # try `torchdoctor tune --set batch_size=256`\n```"
+        "loader = DataLoader(ds, batch_size=256, ...)   # `torchdoctor memory train.py` finds the largest that fits\n```"
     )
 
+    def not_measurable(self, record, facts):
+        if record.batch_scaling is not None and record.batch_scaling.trials:
+            return None
+        if not facts.cuda_used:
+            return ("needs a CUDA device (work per op on the GPU) or batch-size trials: `torchdoctor memory SCRIPT` "
+                    "measures samples/s at larger batches on any device")
+        return None
+
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        if record.batch_scaling is not None and record.batch_scaling.trials:
+            return self._from_trials(record)
         flops = record.dispatch.matmul_flops_per_op
         util = _mean_util(record)
         if flops is None or flops >= SMALL_MATMUL_FLOPS or (util is not None and util >= LOW_GPU_UTIL):
@@ -53,6 +64,33 @@ class SmallBatch(Rule):
                 severity=Severity.MEDIUM,
             )
         ]
+
+
+    def _from_trials(self, record: RunRecord) -> list[Finding]:
+        scaling = record.batch_scaling
+        best = best_larger_trial(scaling)
+        gain = trial_change(scaling, best) if best is not None else None
+        if gain is None or not gain.significant or gain.ratio < MEDIUM_SPEEDUP:
+            return []
+        mine = scaling.trial(scaling.user_batch_size)
+        loader = training_loader(record)
+        return [self.finding(
+            title=f"A sample costs {gain.ratio:.1f}x as much at batch {mine.batch_size} as at batch {best.batch_size}",
+            message=(f"Measured {1000 / mine.samples_per_s:.3f} ms per sample at the script's batch {mine.batch_size} "
+                     f"and {1000 / best.samples_per_s:.3f} ms at {best.batch_size} ({gain.describe()})."),
+            location=loader.created_at if loader else None,
+            evidence={"batch_size": mine.batch_size, "larger_batch": best.batch_size,
+                      "samples_per_s": round(mine.samples_per_s, 2), "larger_samples_per_s": round(best.samples_per_s, 2),
+                      "noise": gain.noise},
+            speedup=gain.ratio,
+            basis=(f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.batch_size} "
+                   f"against one at {mine.batch_size}; each step's memory stayed within the capacity"
+                   if scaling.capacity_bytes else
+                   f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.batch_size} "
+                   f"against one at {mine.batch_size} (no capacity given: check it fits your device)"),
+            fix=(f"Raise the batch size (scale the learning rate with it):\n```python\n"
+                 f"loader = DataLoader(ds, batch_size={best.batch_size}, ...)\n```"),
+        )]
 
 
 class NoMixedPrecision(Rule):

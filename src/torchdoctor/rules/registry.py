@@ -22,11 +22,12 @@ from typing import Any
 from torchdoctor.rules.base import Rule, RuleInfo
 from torchdoctor.rules.catalogue import CATALOGUE_ONLY
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
+from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
 from torchdoctor.rules.hot_lines import HotLine
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
-from torchdoctor.rules.memory import MemoryHeadroom, MemoryPressure
+from torchdoctor.rules.memory import MemoryHeadroom, MemoryPressure, OutOfMemory
 from torchdoctor.rules.phases import FrequentCheckpoint, FrequentEval, LoggingOverhead
 from torchdoctor.rules.sync import DataDependentSync, EvalTransfer, ExplicitSync, HostSync
 
@@ -50,7 +51,7 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     HostSync, DataDependentSync, EvalTransfer, ExplicitSync,
     PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate,
     SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate,
-    MemoryHeadroom, MemoryPressure,
+    MemoryHeadroom, MemoryPressure, OutOfMemory, DataParallelUsed,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
     HotLine,  # last: it reports only what no rule above explained

@@ -53,6 +53,7 @@ class ProbeOptions:
     # The code imported its modules before the probes went in (a `watch()` block, a callback in
     # a Trainer): every user module loaded counts as executed, not only those imported during it.
     imported_before: bool = False
+    schedule: dict[str, int] = field(default_factory=dict)  # SessionConfig window sizes to change (memory trials)
 
 
 class ProbedRun:
@@ -61,11 +62,12 @@ class ProbedRun:
         self.options = options
         self.run_dir = run_dir
         self.script_path = script_path  # the file whose module level ran (linted as executed)
-        config = SessionConfig(warmup=options.warmup, steps=options.steps, max_seconds=options.max_seconds)
+        config = SessionConfig(warmup=options.warmup, steps=options.steps, max_seconds=options.max_seconds,
+                               **options.schedule)
         if options.knobs.get("compile"):
             # The op sampler's modes and hooks run Python inside the model, which TorchDynamo would
             # trace, break on and recompile around: a compiled trial measures steps, not ops.
-            config.sampled_steps = config.backward_steps = 0
+            config.sampled_steps = config.backward_steps = config.memory_steps = 0
         self.session = RunSession(config, clock, raise_on_stop=options.stop == "raise")
         self.probes = ProbeSet(self.session, run_dir, trace=options.trace, listeners=options.listeners)
         # Stopped by flag, the code goes on (a Trainer's validation, a watched loop that continues):
@@ -100,6 +102,11 @@ class ProbedRun:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         """Stop watching and take the probes out. A StopRun, ours, ends here."""
+        if exc is not None:
+            try:
+                self.note_failure(exc)
+            except Exception:  # explaining a failure must never replace it
+                pass
         try:
             try:
                 self.watchdog.__exit__(exc_type, exc, tb)
@@ -120,6 +127,17 @@ class ProbedRun:
 
     def leave_code(self) -> None:
         self.watchdog.disarm()
+
+    def note_failure(self, exc: BaseException) -> None:
+        """The code raised `exc`: probes that explain failures (running out of memory) read it
+        now, while its traceback still holds what was live."""
+        if isinstance(exc, StopRun) or getattr(exc, "_torchdoctor_noted", False):
+            return
+        try:
+            exc._torchdoctor_noted = True  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        self.session.notify("on_failure", exc)
 
     def _uninstall(self) -> None:  # each part takes out only what it installed: safe twice
         self.knobs.uninstall("outer")

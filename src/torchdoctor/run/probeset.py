@@ -21,6 +21,7 @@ from torchdoctor.run.probes.dataloader import DataLoaderProbe
 from torchdoctor.run.probes.dispatch import DispatchSampler
 from torchdoctor.run.probes.gpu import GpuProbe
 from torchdoctor.run.probes.line_sampler import LineSampler
+from torchdoctor.run.probes.memory import MemoryProbe
 from torchdoctor.run.probes.phases import PhaseProbe
 from torchdoctor.run.probes.profiler import ProfilerWindow
 from torchdoctor.run.probes.steps import StepProbe
@@ -51,14 +52,17 @@ class ProbeSet:
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
         self.lines = LineSampler(on_activate=session.note_heavy_probe)
+        steps = StepProbe(session)
         self.loaders = DataLoaderProbe(session)
+        self.memory = MemoryProbe(session, optimizers=lambda: list(steps.infos.keys()))
         # Installed in this order, uninstalled in reverse; contributed in this order (the
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [
-            StepProbe(session), self.loaders, PhaseProbe(session), self.sampler, self.lines,
-            self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler,
+            steps, self.loaders, PhaseProbe(session), self.sampler, self.lines,
+            self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler, self.memory,
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
+        session.memory = self.memory
         for listener in [*self.probes, self, *listeners]:
             session.subscribe(listener)
         self._installed: list[Probe] = []

@@ -40,6 +40,7 @@ class RunRequest:
     # writes the run directory and returns the exit code; then the process exits. None: the
     # record alone is saved in the run directory.
     on_abandon: Callable[[RunRecord], int] | None = None
+    schedule: dict[str, int] = field(default_factory=dict)  # window sizes to change (memory trials)
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -60,7 +61,7 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     script = check_target(request.target, request.module)
     options = ProbeOptions(warmup=request.warmup, steps=request.steps, max_seconds=request.max_seconds,
                            trace=request.trace, knobs=request.knobs, listeners=request.listeners,
-                           on_abandon=request.on_abandon, end_process=True)
+                           on_abandon=request.on_abandon, end_process=True, schedule=request.schedule)
     probed = ProbedRun(options, run_dir, script, request.args,
                        script_path=None if request.module else request.target, clock=clock)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -97,6 +98,10 @@ def _run_target(request: RunRequest, probed: ProbedRun) -> tuple[str, int, str |
     except KeyboardInterrupt:
         return "interrupted", 130, None
     except BaseException as exc:  # the user's script raised: keep what was measured
+        try:
+            probed.note_failure(exc)
+        except Exception:  # explaining a failure must never replace it
+            pass
         return "crashed", 1, _user_traceback(exc)
     finally:
         probed.leave_code()

@@ -20,8 +20,12 @@ CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkp
 # Events the session passes on to every probe that defines a handler of that name:
 # on_step(StepSample), on_batch(in_eval: bool), on_eval_enter(), on_eval_exit(),
 # on_stop(reason: str): a stop was requested (the watchdog enforces it);
-# on_output(): the script is about to print or log (a live progress line clears itself).
-EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit", "on_stop", "on_output")
+# on_output(): the script is about to print or log (a live progress line clears itself);
+# on_training_start(kind): the first loader iteration ("batch"), zero_grad or backward of the run;
+# on_failure(exc): the code raised exc (not our StopRun), its traceback still alive;
+# on_optimizer_created(): a torch.optim optimizer was made (training is about to start).
+EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit", "on_stop", "on_output", "on_training_start",
+          "on_failure", "on_optimizer_created")
 OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 
 
@@ -55,6 +59,12 @@ class SessionConfig:
     backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
     profiled_steps: int = 2  # torch.profiler steps after those, when enabled
     line_steps: int = 8  # line-sampled steps after those (more while the sampler wants more time)
+    # memory-accounted steps: the warmup steps (they are never timed), from the first training
+    # activity; at least one; 0 turns the accounting off
+    memory_steps: int | None = None
+    # an emulated device of this many bytes of tensors: an allocation beyond it fails as an
+    # out-of-memory error would, in the accounted steps (memory trials and benchmarks)
+    memory_limit_bytes: int | None = None
 
 
 class StepLedger:
@@ -114,8 +124,13 @@ class RunSession:
         self.profiler: WindowProbe | None = None
         self._listeners: dict[str, list[Callable]] = {event: [] for event in EVENTS}
         self.line_sampler = None  # a window probe too: samples lines in its own steps
+        self.memory: WindowProbe | None = None  # storage accounting: opens at the first training activity
         first = config.warmup + 2  # one clean measured step first, for the baseline
         last = config.warmup + config.steps  # the final step is never sampled
+        memory = config.warmup if config.memory_steps is None else config.memory_steps
+        if config.warmup == 0 and config.memory_steps is None:
+            memory = 1 if last > 1 else 0  # a measured step left out of timings, never the only one
+        self.memory_at = set(range(1, min(memory, max(config.warmup, 1), last) + 1)) if memory else set()
         self.sample_at = set(range(first, min(first + config.sampled_steps, last)))
         after = first + config.sampled_steps
         self.backward_at = set(range(after, min(after + config.backward_steps, last)))
@@ -168,13 +183,14 @@ class RunSession:
     def note_heavy_probe(self) -> None:
         self.ledger.heavy_probe_ran = True
 
-    def note_training_activity(self) -> None:
+    def note_training_activity(self, kind: str = "") -> None:
         """Training began (a loader iterated, gradients zeroed or backward started): the
         time before the first one is start-up, not part of the first step."""
         if self.training_started is None:
             self.training_started = self.clock()
             if not self.steps:
                 self.interval_start = self.training_started
+                self.notify("on_training_start", kind)
 
     def on_optimizer_step(self) -> None:
         """The primary optimizer finished a step."""
@@ -240,7 +256,8 @@ class RunSession:
         self.check_time()
 
     def _windows(self) -> list[tuple[WindowProbe, set[int]]]:
-        pairs = ((self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
+        # the memory window first: it closes before another window's modes open on the same step
+        pairs = ((self.memory, self.memory_at), (self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
                  (self.line_sampler, self.line_at), (self.profiler, self.profile_at))
         return [(probe, chosen) for probe, chosen in pairs if probe is not None]
 

@@ -64,10 +64,10 @@ def run_trial(trial: Trial, settings: TrialSettings, run_dir: Path) -> TrialResu
         try:
             code = child.wait(timeout=settings.max_seconds + KILL_GRACE_S + 60)
         except subprocess.TimeoutExpired:
-            _stop(child)
+            stop_child(child)
             code = -signal.SIGKILL
         except KeyboardInterrupt:
-            _stop(child)
+            stop_child(child)
             raise
     seconds = time.monotonic() - started
     error = None
@@ -76,7 +76,7 @@ def run_trial(trial: Trial, settings: TrialSettings, run_dir: Path) -> TrialResu
     return TrialResult(trial, run_dir, code, seconds, error)
 
 
-def _stop(child: subprocess.Popen) -> None:
+def stop_child(child: subprocess.Popen) -> None:
     """SIGINT first so the child writes its partial run directory, then kill."""
     try:
         os.killpg(child.pid, signal.SIGINT)

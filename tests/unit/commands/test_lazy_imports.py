@@ -26,7 +26,7 @@ def _top(modules: set[str]) -> set[str]:
     return {m.split(".")[0] for m in modules}
 
 
-@pytest.mark.parametrize("argv", [["tune", "--help"], ["run", "--help"], ["--help"]])
+@pytest.mark.parametrize("argv", [["tune", "--help"], ["run", "--help"], ["memory", "--help"], ["--help"]])
 def test_help_never_imports_torch(argv):
     assert "torch" not in _top(modules_after(argv))
 
@@ -58,3 +58,12 @@ def test_the_tune_parent_process_never_imports_torch(tmp_path):
     loaded = modules_after(["tune", "--out", str(tmp_path / "t"), str(tmp_path / "missing.py")])
     assert "torchdoctor.tune.tuner" in loaded and "torchdoctor.diagnose.tune" in loaded
     assert "torch" not in _top(loaded)
+
+
+def test_the_memory_parent_process_never_imports_torch(tmp_path):
+    """Trials run in their own processes; a bad size fails after the command loaded what it uses."""
+    loaded = modules_after(["memory", "--device-memory", "24Gb", str(tmp_path / "train.py")])
+    assert "torchdoctor.commands.memory" in loaded and "torch" not in _top(loaded)
+    check = "import sys, torchdoctor.memory.summary, torchdoctor.diagnose.run; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # the search, the trials' parent side and the diagnosis

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torchdoctor.figures import Figures, StepSeries
 from torchdoctor.findings import Report
 from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
-from torchdoctor.report.html import bars, cards, charts
+from torchdoctor.report.html import bars, cards, charts, memory_charts
 from torchdoctor.report.html.text import esc, esc_line, facts, note, prose, table
 
 
@@ -131,11 +131,35 @@ def memory(report: Report) -> Section | None:
     if report.summary is None:
         return None
     figures = _figures(report)
+    parts = []
+    breakdown = figures.memory
+    if breakdown is not None:
+        parts.append(f"<h3>What fills memory: {esc_line(breakdown.title)}</h3>" + memory_charts.breakdown_bar(breakdown))
+        timeline = memory_charts.timeline_chart(breakdown)
+        if timeline:
+            parts.append("<h3>Live tensor memory through that step</h3>" + timeline)
+        if breakdown.device_missing:
+            parts.append(note(breakdown.device_missing[0].upper() + breakdown.device_missing[1:] + ".",
+                              "not-measured"))
     chart = charts.memory_chart(figures.gpu, figures.memory_peaks)
-    if chart is None:
-        why = figures.gpu_missing or report.summary.gpu_metrics_missing or "no CUDA memory statistics"
-        return Section("memory", "GPU memory", not_measured(why if report.figures else OLD_REPORT))
-    return Section("memory", "GPU memory", chart)
+    if chart is not None:
+        parts.append("<h3>Device memory</h3>" + chart)
+    if not parts:
+        why = figures.gpu_missing or report.summary.gpu_metrics_missing or "no memory was accounted in this run"
+        return Section("memory", "Memory", not_measured(why if report.figures else OLD_REPORT))
+    return Section("memory", "Memory", "".join(parts))
+
+
+def batch_scaling(report: Report) -> Section | None:
+    scaling = _figures(report).scaling
+    if scaling is None:
+        return None
+    shown = memory_charts.scaling_charts(scaling)
+    if not shown:
+        return None
+    body = "".join(f"<h3>{esc_line(title)}</h3>{chart}" for title, chart in shown)
+    return Section("batch-scaling", "Batch size: memory and throughput", body + note(
+        "One fresh process per batch size; the trials and the fit are in the tables under Measurements."))
 
 
 def comparison(report: Report) -> Section | None:
@@ -201,6 +225,7 @@ def notes(report: Report) -> Section | None:
 
 
 SECTIONS: tuple[Callable[[Report], Section | None], ...] = (
-    run_summary, step_split, step_timeline, data_wait, gpu, memory, comparison, tables, findings, unmeasured,
+    run_summary, step_split, step_timeline, data_wait, gpu, memory, batch_scaling, comparison, tables, findings,
+    unmeasured,
     environment, notes,
 )

@@ -80,6 +80,9 @@ CSS = """
 .tdr svg .whisker { stroke:var(--fg); stroke-width:1.5; fill:none; }
 .tdr svg .bar-base { fill:var(--c-log); } .tdr svg .bar-run { fill:var(--accent); }
 .tdr svg .bar-same { fill:var(--band); stroke:var(--accent); }
+.tdr svg .l-fit { stroke:var(--c-opt); stroke-dasharray:6 3; }
+.tdr svg .dot-fits { fill:var(--accent); stroke:var(--bg); } .tdr svg .dot-over { fill:var(--high); stroke:var(--bg); }
+.tdr svg .dot-failed { fill:var(--ref); stroke:var(--bg); }
 %(parts)s
 .tdr .legend { list-style:none; display:flex; flex-wrap:wrap; gap:4px 16px; padding:0; margin:6px 0 0;
   font-size:.85em; color:var(--muted); }
@@ -98,6 +101,9 @@ CSS = """
 .tdr .k-eval { background:var(--eval); } .tdr .k-checkpoint { background:var(--ckpt); }
 .tdr .k-epoch { background:var(--epoch); } .tdr .k-other { background:var(--ref); }
 .tdr .k-base { background:var(--c-log); } .tdr .k-run { background:var(--accent); }
+.tdr .k-fits, .tdr .k-over { border-radius:50%%; width:10px; } .tdr .k-fits { background:var(--accent); }
+.tdr .k-over { background:var(--high); } .tdr .k-fit { height:0; border-top:2px dashed var(--c-opt); border-radius:0;
+  vertical-align:middle; }
 .tdr .k-same { background:var(--band); border:1px solid var(--accent); }
 .tdr .badge { display:inline-block; font-size:.75em; font-weight:700; text-transform:uppercase; letter-spacing:.04em;
   padding:1px 8px; border-radius:10px; color:#fff; background:var(--info); }

@@ -88,6 +88,7 @@ class StepProbe:
         def __init__(opt, *args, **kwargs):
             original(opt, *args, **kwargs)
             probe.session.optimizers_created += 1
+            probe.session.notify("on_optimizer_created")
             if opt not in probe.infos:
                 info = _describe(opt, caller_location())
                 probe.infos[opt] = info
@@ -178,7 +179,7 @@ class StepProbe:
         @functools.wraps(original)
         def backward(*args, **kwargs):
             session.exit_eval()  # training resumed: an eval region left open ends here
-            session.note_training_activity()
+            session.note_training_activity("backward")
             if session.loop_location is None and session.optimizers_created == 0:
                 session.loop_location = caller_location()  # the loop, should backward() define the step
             sampler = session.sampler
