@@ -62,6 +62,11 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
         if not isinstance(data, list):
             raise SchemaError(f"{where}: expected a list, got {type(data).__name__}")
         return [_convert(item_tp, v, f"{where}[{i}]") for i, v in enumerate(data)]
+    if origin is tuple:  # fixed length only (written as a JSON list)
+        item_tps = typing.get_args(tp)
+        if not isinstance(data, list) or len(data) != len(item_tps):
+            raise SchemaError(f"{where}: expected a list of {len(item_tps)} items")
+        return tuple(_convert(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(item_tps, data)))
     if origin is dict:
         _, val_tp = typing.get_args(tp) or (str, Any)
         if not isinstance(data, dict):

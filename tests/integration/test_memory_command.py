@@ -98,7 +98,9 @@ def test_memory_finds_the_largest_batch_and_writes_a_memory_directory(tmp_path, 
     assert top == max(t["batch_size"] for t in fitting) and top > 16
     assert next(t for t in trials if t["batch_size"] == top)["peak_bytes"] <= 8 * 2**20
     assert all(t["outcome"] == "over-limit" for t in trials if t["batch_size"] > top)
-    assert [f["phase"] for f in scaling["fits"]] == ["forward", "optimizer"]
+    phases = [f["phase"] for f in scaling["fits"]]  # a line per phase the trials measured, in step order
+    assert phases[0] == "forward" and phases[-1] == "optimizer" and set(phases) <= {"forward", "backward", "optimizer"}
+    assert next(f for f in scaling["fits"] if f["phase"] == "forward")["per_sample_bytes"] > 0
     report = json.loads(capsys.readouterr().out)
     assert report["figures"]["scaling"]["verified_max_batch"] == top
     assert 'id="batch-scaling"' in (out / "report.html").read_text()

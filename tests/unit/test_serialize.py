@@ -71,3 +71,14 @@ def test_a_version_2_loader_without_cpu_time_is_read_as_not_measured(tmp_path):
     path.write_text(json.dumps(data))
     (loader,) = RunRecord.load(path).loaders
     assert loader.wait_cpu_s is None and loader.epoch_start_steps == [] and loading_cpu_share(loader) is None
+
+
+def test_fixed_length_tuples_read_back_as_tuples_and_a_wrong_length_is_named():
+    from torchdoctor.figures import MemoryFigure
+
+    figure = from_plain(MemoryFigure, to_plain(MemoryFigure(title="step 2", peak_bytes=4096, timeline=[(1, 2048), (2, 4096)])))
+    assert figure.timeline == [(1, 2048), (2, 4096)]
+    data = to_plain(figure)
+    data["timeline"][1] = [2]
+    with pytest.raises(SchemaError, match=r"timeline\[1\]: expected a list of 2 items"):
+        from_plain(MemoryFigure, data)
