@@ -40,6 +40,9 @@ class RunRequest:
     # writes the run directory and returns the exit code; then the process exits. None: the
     # record alone is saved in the run directory.
     on_abandon: Callable[[RunRecord], int] | None = None
+    # Called with the ProbedRun once it exists, before the script starts (a rank's signal
+    # watcher and heartbeat read its session)
+    on_probed: Callable[[ProbedRun], None] | None = None
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -63,6 +66,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
                            on_abandon=request.on_abandon, end_process=True)
     probed = ProbedRun(options, run_dir, script, request.args,
                        script_path=None if request.module else request.target, clock=clock)
+    if request.on_probed is not None:
+        request.on_probed(probed)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome = ("completed", 0, None)
     try:
