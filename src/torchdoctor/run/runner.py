@@ -50,7 +50,7 @@ def _user_traceback(exc: BaseException) -> str:
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__)
         if not f.filename.startswith(os.path.dirname(torchdoctor.__file__))
-        and os.path.basename(f.filename) != "runpy.py"
+        and os.path.basename(f.filename) != "runpy.py" and f.filename != "<frozen runpy>"
     ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
     lines += traceback.format_exception_only(type(exc), exc)

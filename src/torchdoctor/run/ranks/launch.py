@@ -119,10 +119,6 @@ def launcher_argv(request: LaunchRequest) -> list[str]:
 
 def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
     """Start the ranks and wait for them; every rank's record is in run_dir/rank-K afterwards."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
     outcome = LaunchOutcome()
     note = device_note(request.nproc_per_node)
     if note:
@@ -143,25 +139,35 @@ def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
 
     watch = StallWatch(run_dir, ranks, request.stall_s, on_stall=stop_job)
     try:
-        args = parse_args(launcher_argv(request))
         with watch:
-            run(args)
+            run_elastic(launcher_argv(request), outcome)
+    finally:
+        os.environ.pop(RANKS_DIR_ENV, None)
+    outcome.stall = watch.stall
+    if outcome.stall is not None:
+        outcome.interrupted = False
+    return outcome
+
+
+def run_elastic(argv: list[str], outcome: LaunchOutcome) -> None:
+    """torch.distributed.run with `argv` (its own command line); the result into `outcome`."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    try:
+        run(parse_args(argv))
     except ChildFailedError as failed:
         for rank, failure in failed.failures.items():
             outcome.exit_codes[rank] = failure.exitcode
-        root_rank, _ = failed.get_first_failure()
-        outcome.first_failure = root_rank
+        outcome.first_failure, _ = failed.get_first_failure()
     except SignalException as signalled:
-        outcome.interrupted = watch.stall is None
+        outcome.interrupted = True
         outcome.notes.append(f"the launcher got {signalled.sigval.name}")
     except KeyboardInterrupt:
         outcome.interrupted = True
     except Exception as exc:  # the rendezvous failed, a port was taken between the check and the bind, ...
         outcome.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    finally:
-        os.environ.pop(RANKS_DIR_ENV, None)
-    outcome.stall = watch.stall
-    return outcome
 
 
 def _capture_nccl_log(run_dir: Path) -> None:
