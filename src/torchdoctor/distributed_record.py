@@ -71,7 +71,7 @@ class DdpModel:
     forward_location: Location | None = None  # the first call of the wrapper
     backward_location: Location | None = None  # the backward() that followed a synchronised forward
     # the time of DDP's own work around the forward, per measured step (seconds, mean)
-    unused_search_s: float = 0.0  # DDP's _post_forward (the unused-parameter search)
+    unused_search_s: float = 0.0  # DDP's _post_forward (the unused-parameter search, when on)
     buffer_sync_s: float = 0.0  # buffer broadcasts before forwards
     simulated_link_gbps: float | None = None  # the test hook's simulated link, when on
 
@@ -100,10 +100,13 @@ class DdpStep:
     skipped_backwards: int = 0  # backwards whose forward ran under no_sync
     backwards: list[DdpBackward] = field(default_factory=list)  # the synchronised ones DDP timed
     forward_compute_s: float = 0.0
+    buffer_sync_s: float = 0.0  # DDP broadcasting buffers before forwards (blocking communication)
+    post_forward_s: float = 0.0  # DDP's work after forwards (the unused-parameter search, when on)
 
     @property
     def exposed_s(self) -> float:
-        return sum(b.exposed_s for b in self.backwards)
+        """Communication the step waited for: all-reduce not hidden by backward, buffer broadcasts."""
+        return sum(b.exposed_s for b in self.backwards) + self.buffer_sync_s
 
 
 @dataclass

@@ -8,10 +8,12 @@ single-process run they find nothing and say nothing.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 from torchdoctor.comm.environment import crippling_settings, what_it_does
 from torchdoctor.findings import Finding, Severity
+from torchdoctor.location import Location
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts
@@ -144,7 +146,8 @@ class DdpConfig(DistributedRule):
         if model.broadcast_buffers and model.buffers and model.buffers_changed is False and model.buffer_sync_s > 0:
             speedup = amdahl(step, model.buffer_sync_s)
             out.append(self._finding(
-                model, speedup, f"broadcast_buffers=True for {model.buffers} buffers that never changed",
+                model, speedup, f"broadcast_buffers=True for {model.buffers} buffer{'s' if model.buffers > 1 else ''} "
+                                "that never changed",
                 f"DDP broadcast {model.buffer_bytes / MB:.2f} MB of buffers from rank 0 before every forward "
                 f"({ms(model.buffer_sync_s):.2f} ms per step); they did not change during the measured steps. "
                 "Pass broadcast_buffers=False.",
@@ -221,8 +224,17 @@ class NcclTransportDisabled(DistributedRule):
         if not found:
             return []
         listed = "; ".join(f"{k}={v} {what_it_does(k)}" for k, v in found.items())
+        in_code = next((f for f in record.static_findings if f.code == self.code), None)
+        where = f" It is set in code at {in_code.path}:{in_code.line}." if in_code else ""
         return [self.finding(
             title=f"{', '.join(f'{k}={v}' for k, v in found.items())} set for this run",
-            message=f"The run's environment turns NCCL transports off: {listed}.",
-            location=None, evidence={"settings": found}, speedup=None, severity=Severity.MEDIUM,
+            message=f"The run's environment turns NCCL transports off: {listed}.{where}",
+            location=_display(in_code, record.run.cwd) if in_code else None, evidence={"settings": found},
+            speedup=None, severity=Severity.MEDIUM,
             basis="the size of the loss is in slow-interconnect (TD602) when the link check measured it")]
+
+
+def _display(static, cwd: str) -> Location:
+    """A static finding's place as the user would type it (relative to the run's directory)."""
+    path = os.path.relpath(static.path, cwd) if static.path.startswith(cwd) else static.path
+    return Location(path, static.line)

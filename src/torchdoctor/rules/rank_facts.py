@@ -12,7 +12,6 @@ communication is pure transfer: nobody kept it waiting).
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
 
 from torchdoctor.comm.verdict import judge
@@ -61,12 +60,6 @@ class JobFacts:
     wait_at: dict[int, float] = field(default_factory=dict)  # step -> the others' mean wait then
     transfer_s: float = 0.0  # mean exposed communication of the rank nobody waited for (pure transfer)
     exposed_s: float = 0.0  # mean exposed communication over ranks and steps
-
-    @property
-    def straggler(self) -> int | None:
-        if not self.last_at:
-            return None
-        return Counter(self.last_at.values()).most_common(1)[0][0]
 
     def one_rank_step_s(self) -> float:
         """A rank's step without the communication the job adds: its estimate of one rank alone."""
@@ -187,9 +180,14 @@ def predict_fixes(record: RunRecord, jf: JobFacts) -> list[Prediction]:
     if synced > 1.5:
         out.append(predicted(f"no_sync() on {synced - 1:.0f} of {synced:.0f} micro-batches", "no_sync=true",
                              transfer * (synced - 1) / synced, "one all-reduce per step instead of one per micro-batch"))
+    buffers = model.buffer_sync_s if model is not None and model.broadcast_buffers else 0.0
     if model is not None and model.comm_hook is None:
-        out.append(predicted("bf16 gradient compression (bf16_compress_hook)", "comm_hook=bf16", transfer / 2,
-                             "half the bytes of fp32 gradients; the transfer halves, latency stays"))
+        out.append(predicted("bf16 gradient compression (bf16_compress_hook)", "comm_hook=bf16",
+                             max(0.0, transfer - buffers) / 2,
+                             "half the bytes of fp32 gradients; the all-reduce transfer halves, latency stays"))
+    if buffers > 0 and model.buffers_changed is False:
+        out.append(predicted("broadcast_buffers=False (the buffers never change)", None, buffers,
+                             "no buffer broadcast before each forward"))
     comm = record.distributed.comm if record.distributed else None
     verdict = judge(comm) if comm is not None else None
     if verdict is not None and verdict.slow:  # only a link below what it should carry can be repaired

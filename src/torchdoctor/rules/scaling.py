@@ -4,6 +4,7 @@ why), TD606 scaling-verdict (what N ranks give against one, and what each fix wo
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from torchdoctor.comm.verdict import judge
@@ -15,8 +16,13 @@ from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, job_facts, predict_fixes
 
 MB = 2**20
-# A rank last to be ready at this share of the steps is the one the others wait for, not noise.
-CONSISTENT_SHARE = 0.6
+# Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
+# one the others wait for when what it does more explains at least half of their wait
+# (evaluation, logging or data wait only it has), or when it is last so often that chance would
+# do it less than 1 time in 100 (binomial, each rank equally likely to be last).
+EXPLAINED_SHARE = 0.5
+CHANCE_P = 0.01
+MIN_STEPS_FOR_CHANCE = 8
 # Scaling: DDP keeps near-linear throughput on a link that carries its gradients (Li et al.,
 # "PyTorch Distributed", VLDB 2020, fig. 9: ~90 % per-GPU efficiency). Under 60 % is far from that.
 LOW_EFFICIENCY = 0.6
@@ -92,14 +98,15 @@ class StragglerRank(DistributedRule):
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         jf = job_facts(record)
-        if jf is None or jf.straggler is None:
+        if jf is None or not jf.last_at:
             return []
-        rank = jf.straggler
-        me = jf.ranks[rank]
         total = len(jf.last_at)
-        if me.last_ready < CONSISTENT_SHARE * total:
-            return []
-        wait = sum(w for i, w in jf.wait_at.items() if jf.last_at[i] == rank) / total
+        explained = explained_waits(jf)
+        caused = {r: sum(explained.get(r, {}).values()) / total for r in jf.ranks}
+        rank = max(caused, key=caused.get)
+        me, wait = jf.ranks[rank], caused[rank]
+        if chance_of_leading(me.last_ready, total, jf.world_size) < CHANCE_P and total >= MIN_STEPS_FOR_CHANCE:
+            wait = max(wait, sum(w for i, w in jf.wait_at.items() if jf.last_at[i] == rank) / total)
         speedup = amdahl(jf.step_s, wait)
         if speedup < MIN_REPORTED_SPEEDUP:
             return []
@@ -118,8 +125,25 @@ class StragglerRank(DistributedRule):
                    "on the host clock), averaged over all measured steps"))]
 
 
-def straggler_reason(record: RunRecord, jf: JobFacts, rank: int):
-    """What the straggler does more than the others, and the line where it does it."""
+def explained_waits(jf: JobFacts) -> dict[int, dict[int, float]]:
+    """rank -> {step: the others' wait} at the steps where that rank was last AND its own extra
+    work or data wait that step, beyond the others', accounts for at least half the wait."""
+    out: dict[int, dict[int, float]] = {}
+    for index, row in jf.by_step.items():
+        leader, wait = jf.last_at[index], jf.wait_at[index]
+        me = next(s for s in row if s.rank == leader)
+        others = [s for s in row if s.rank != leader]
+        if not others or wait <= 0:
+            continue
+        extra = me.extra_s - statistics.fmean(o.extra_s for o in others)
+        data = me.step.data_wait_s - statistics.fmean(o.step.data_wait_s for o in others)
+        if max(extra, data) >= EXPLAINED_SHARE * wait:
+            out.setdefault(leader, {})[index] = wait
+    return out
+
+
+def own_excess(jf: JobFacts, rank: int) -> tuple[str, float]:
+    """What `rank` does more than the other ranks per step: extra work, data wait or compute."""
     me = jf.ranks[rank]
     others = [s for r, s in jf.ranks.items() if r != rank]
     diffs = {
@@ -128,9 +152,21 @@ def straggler_reason(record: RunRecord, jf: JobFacts, rank: int):
         "compute": me.compute_s - statistics.fmean(o.compute_s for o in others),
     }
     kind = max(diffs, key=diffs.get)
+    return kind, diffs[kind]
+
+
+def chance_of_leading(led: int, steps: int, ranks: int) -> float:
+    """P(a rank is last at `led` or more of `steps` steps) when each of `ranks` is equally likely."""
+    p = 1 / max(2, ranks)
+    return sum(math.comb(steps, k) * p ** k * (1 - p) ** (steps - k) for k in range(led, steps + 1))
+
+
+def straggler_reason(record: RunRecord, jf: JobFacts, rank: int):
+    """What the straggler does more than the others, and the line where it does it."""
+    kind, excess = own_excess(jf, rank)
     views = {v.rank: v for v in record.ranks}
     view = views[rank]
-    more = ms(max(0.0, diffs[kind]))
+    more = ms(max(0.0, excess))
     if kind == "extra":
         site = _extra_site(view, [views[r] for r in views if r != rank])
         if site is not None:

@@ -49,8 +49,6 @@ class _Tracked:
         self.seen_iteration = 0
         self.buffer_sum: float | None = None
         self.hook_checked = False
-        self.unused_search_s = 0.0
-        self.buffer_sync_s = 0.0
 
 
 class DdpProbe:
@@ -72,7 +70,7 @@ class DdpProbe:
         self.patches.wrap(DistributedDataParallel, "__init__", self._wrap_init)
         self.patches.wrap(DistributedDataParallel, "forward", self._wrap_forward)
         self.patches.wrap(DistributedDataParallel, "no_sync", self._wrap_no_sync)
-        self.patches.wrap(DistributedDataParallel, "_post_forward", functools.partial(self._timed, "unused_search_s"))
+        self.patches.wrap(DistributedDataParallel, "_post_forward", functools.partial(self._timed, "post_forward_s"))
         self.patches.wrap(DistributedDataParallel, "_sync_buffers", functools.partial(self._timed, "buffer_sync_s"))
         self.patches.wrap(torch.autograd, "backward", self._wrap_backward)
 
@@ -191,6 +189,7 @@ class DdpProbe:
         step.forward_compute_s += ints.get("forward_compute_time", 0) * NS
 
     def _timed(self, attribute: str, original):
+        """Time one of DDP's own methods into the open step's DdpStep."""
         probe = self
 
         def timed(ddp, *args, **kwargs):
@@ -198,9 +197,11 @@ class DdpProbe:
             try:
                 return original(ddp, *args, **kwargs)
             finally:
-                tracked = probe._find(ddp)
-                if tracked is not None and len(probe.session.steps) >= probe.session.config.warmup:
-                    setattr(tracked, attribute, getattr(tracked, attribute) + time.perf_counter() - started)
+                index = len(probe.session.steps) + 1
+                step = probe.steps.get(index)
+                if step is None:
+                    step = probe.steps[index] = DdpStep(step=index)
+                setattr(step, attribute, getattr(step, attribute) + time.perf_counter() - started)
 
         return timed
 
@@ -255,7 +256,8 @@ class DdpProbe:
         info = record.distributed
         if info is None:
             info = record.distributed = DistributedInfo(identity=RankIdentity(rank=0, world_size=1))
-        measured = len(record.measured_steps) or 1
+        measured = {s.index for s in record.measured_steps}
+        counted = [d for d in self.steps.values() if d.step in measured]
         for tracked in self.tracked:
             self._read_last(tracked)
             model = tracked.info
@@ -267,8 +269,9 @@ class DdpProbe:
             model.static_graph = bool(tracked.ddp.static_graph)
             if tracked.buffer_sum is not None and model.buffers:
                 model.buffers_changed = _buffer_sum(tracked.ddp) != tracked.buffer_sum
-            model.unused_search_s = tracked.unused_search_s / measured
-            model.buffer_sync_s = tracked.buffer_sync_s / measured
+            if counted:  # DDP's own forward work per measured step (all wrappers together: one is usual)
+                model.unused_search_s = sum(d.post_forward_s for d in counted) / len(counted)
+                model.buffer_sync_s = sum(d.buffer_sync_s for d in counted) / len(counted)
             info.ddp.append(model)
         info.ddp_steps = [self.steps[k] for k in sorted(self.steps)]
         info.no_sync = list(self.no_sync_sites.values())

@@ -9,8 +9,10 @@ use them) finish no earlier than a ring over a link of that bus bandwidth would 
 (time = bytes * 2(n-1)/n / bandwidth, the busbw definition nccl-tests use); DDP's gradient
 all-reduces go through `torch.distributed.all_reduce` (the probe registers DDP's own default
 `allreduce_hook` when the script registered none, which behaves as DDP without a hook), and
-the communication check after the script is delayed the same way. An asynchronous collective
-is delayed on its future, so communication still overlaps backward as on a real slow link.
+the communication check after the script is delayed the same way. The transfer time is added
+after the real collective completes, which happens on every rank at once (when the last rank
+has joined), so the ranks stay in step as on a real link. An asynchronous collective is
+delayed on its future, so communication still overlaps backward as on a real slow link.
 
 Everything a simulated run reports says the link was simulated. The variable is a test hook,
 not a knob: it makes training slower, never faster.
@@ -61,29 +63,32 @@ def tensor_bytes(value) -> int:
 
 
 class DelayedWork:
-    """A collective's Work whose completion waits out the simulated transfer."""
+    """A collective's Work that completes the simulated transfer time after the real one."""
 
-    def __init__(self, work, started: float, seconds: float) -> None:
-        self._work, self._started, self._seconds = work, started, seconds
+    def __init__(self, work, seconds: float) -> None:
+        self._work, self._seconds = work, seconds
+        self._done_at: float | None = None
 
-    def _rest(self) -> None:
-        left = self._seconds - (time.perf_counter() - self._started)
+    def _transfer(self) -> None:
+        if self._done_at is None:
+            self._done_at = time.perf_counter() + self._seconds
+        left = self._done_at - time.perf_counter()
         if left > 0:
             time.sleep(left)
 
     def wait(self, *args, **kwargs):
         result = self._work.wait(*args, **kwargs)
-        self._rest()
+        self._transfer()
         return result
 
     def get_future(self):
         def after(fut):
-            self._rest()
+            self._transfer()
             return fut.value()
         return self._work.get_future().then(after)
 
     def is_completed(self) -> bool:
-        return self._work.is_completed() and time.perf_counter() - self._started >= self._seconds
+        return self._work.is_completed() and self._done_at is not None and time.perf_counter() >= self._done_at
 
     def __getattr__(self, name):
         return getattr(self._work, name)
@@ -93,13 +98,10 @@ def delayed(original, op: str, gbps: float, world_size, nbytes_of) -> object:
     """`original` (the torch.distributed collective `op`) slowed to `gbps`; `nbytes_of(op,
     args, kwargs)` gives the bytes it moves, `world_size()` the group's size."""
     def collective(*args, **kwargs):
-        started = time.perf_counter()
         seconds = transfer_s(nbytes_of(op, args, kwargs), world_size(), gbps, op)
         work = original(*args, **kwargs)
-        if work is None:  # a blocking call has finished: wait out the rest here
-            left = seconds - (time.perf_counter() - started)
-            if left > 0:
-                time.sleep(left)
+        if work is None:  # a blocking call has finished on every rank: the transfer follows
+            time.sleep(seconds)
             return None
-        return DelayedWork(work, started, seconds)
+        return DelayedWork(work, seconds)
     return collective
