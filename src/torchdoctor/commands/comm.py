@@ -37,9 +37,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from torchdoctor.comm.bench import parse_size
-
     opts = parser().parse_args(list(argv))
+    from torchdoctor.comm.bench import parse_size  # imports torch: not before --help
     try:
         sizes = sorted({parse_size(s) for s in opts.sizes.split(",") if s.strip()})
     except ValueError:

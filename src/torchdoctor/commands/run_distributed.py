@@ -54,6 +54,11 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
         raise UsageError(f"the launcher could not start the ranks: {outcome.error}; check --rdzv-endpoint and "
                          "--nnodes/--node-rank (every node must use the same endpoint)")
     record = merge_run_dir(run_dir, outcome)
+    if any(k.partition("=")[0].strip() == "nproc" for k in raw_knobs):
+        from torchdoctor.record import KnobOutcome
+
+        record.knobs.append(KnobOutcome("nproc", str(nproc), applied=True,
+                                        detail=f"launched {nproc} rank(s) per node (as --nproc-per-node {nproc})"))
     code = finish(record, run_dir)
     message = launch_message(record, outcome, run_dir)
     if message:

@@ -122,7 +122,8 @@ class DdpConfig(DistributedRule):
     fix = (
         "Turn off what the model does not need and size the buckets for the link:\n```python\n"
         "model = DDP(model, find_unused_parameters=False, bucket_cap_mb=25, gradient_as_bucket_view=True,\n"
-        "            broadcast_buffers=False)  # buffers that never change\n```\n"
+        "            broadcast_buffers=False)  # buffers that never change (forward_sync_buffers=False in\n"
+        "                                      # PyTorch versions that deprecate broadcast_buffers)\n```\n"
         "Prove it: `--set find_unused_parameters=false`, `--set bucket_cap_mb=25`, `--set gradient_as_bucket_view=true`."
     )
     example = "model = DDP(model, find_unused_parameters=True)"
@@ -150,7 +151,7 @@ class DdpConfig(DistributedRule):
                                 "that never changed",
                 f"DDP broadcast {model.buffer_bytes / MB:.2f} MB of buffers from rank 0 before every forward "
                 f"({ms(model.buffer_sync_s):.2f} ms per step); they did not change during the measured steps. "
-                "Pass broadcast_buffers=False.",
+                "Pass broadcast_buffers=False (forward_sync_buffers=False where PyTorch deprecates the former).",
                 {"setting": "broadcast_buffers=True", "buffers": model.buffers,
                  "broadcast_ms_per_step": ms(model.buffer_sync_s)},
                 "Amdahl on the measured time of DDP's buffer broadcast per step"))

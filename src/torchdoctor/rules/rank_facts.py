@@ -182,7 +182,8 @@ def predict_fixes(record: RunRecord, jf: JobFacts) -> list[Prediction]:
                              transfer * (synced - 1) / synced, "one all-reduce per step instead of one per micro-batch"))
     buffers = model.buffer_sync_s if model is not None and model.broadcast_buffers else 0.0
     if model is not None and model.comm_hook is None:
-        out.append(predicted("bf16 gradient compression (bf16_compress_hook)", "comm_hook=bf16",
+        half = "bf16" if model.backend == "nccl" else "fp16"  # DDP's bf16 hook needs NCCL; gloo takes fp16
+        out.append(predicted(f"{half} gradient compression ({half}_compress_hook)", f"comm_hook={half}",
                              max(0.0, transfer - buffers) / 2,
                              "half the bytes of fp32 gradients; the all-reduce transfer halves, latency stays"))
     if buffers > 0 and model.buffers_changed is False:

@@ -8,12 +8,16 @@ synchronisation as the knobs left them.
 from __future__ import annotations
 
 import functools
+import inspect
 
 from torch.nn.parallel import DistributedDataParallel
 
 from torchdoctor.run.knobs.base import KnobGroup
 
-CONSTRUCTOR = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "find_unused_parameters")
+CONSTRUCTOR = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "find_unused_parameters",
+               "broadcast_buffers")
+# PyTorch versions with `forward_sync_buffers` deprecate `broadcast_buffers` for the per-forward sync
+_FORWARD_SYNC = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
 
 
 class DdpKnobs(KnobGroup):
@@ -33,9 +37,10 @@ class DdpKnobs(KnobGroup):
         def __init__(ddp, module, *args, **kwargs):
             for name in CONSTRUCTOR:
                 if name in group.settings:
-                    before = kwargs.get(name, "default")
-                    kwargs[name] = group.settings[name]
-                    group.applied(name, f"DDP({type(module).__name__}) {name}: {before} -> {group.settings[name]}")
+                    argument = "forward_sync_buffers" if name == "broadcast_buffers" and _FORWARD_SYNC else name
+                    before = kwargs.pop(name, kwargs.get(argument, "default"))
+                    kwargs[argument] = group.settings[name]
+                    group.applied(name, f"DDP({type(module).__name__}) {argument}: {before} -> {group.settings[name]}")
             original(ddp, module, *args, **kwargs)
             hook = group.settings.get("comm_hook")
             if hook:
@@ -50,7 +55,12 @@ class DdpKnobs(KnobGroup):
             self.refuse("comm_hook", "the script registers its own DDP comm hook; DDP takes only one")
             return
         hook = default_hooks.bf16_compress_hook if name == "bf16" else default_hooks.fp16_compress_hook
-        ddp.register_comm_hook(ddp.process_group, hook)
+        try:
+            ddp.register_comm_hook(ddp.process_group, hook)
+        except (TypeError, RuntimeError, ValueError) as exc:  # bf16 needs NCCL 2.10+ on CUDA; gloo takes fp16
+            self.refuse("comm_hook", f"DDP refused {hook.__name__} here ({str(exc).splitlines()[0]}); on CPU (gloo) "
+                                     "try comm_hook=fp16")
+            return
         self.applied("comm_hook", f"DDP({type(ddp.module).__name__}) all-reduces {name} gradients ({hook.__name__})")
 
     def _wrap_forward(self, original):

@@ -95,6 +95,7 @@ KNOB_SPECS: tuple[KnobSpec, ...] = (
     KnobSpec("comm_hook", _choice("bf16", "fp16"), "bf16|fp16",
              "DDP all-reduces gradients compressed to bf16/fp16 (bf16_compress_hook / fp16_compress_hook)"),
     KnobSpec("find_unused_parameters", _flag, "false|true", "DistributedDataParallel(find_unused_parameters=...)"),
+    KnobSpec("broadcast_buffers", _flag, "false|true", "DistributedDataParallel(broadcast_buffers=...)"),
     KnobSpec("nproc", _count(1), "N", "launch N ranks on this machine (as --nproc-per-node N), e.g. 1 to compare "
              "one rank with N"),
 )

@@ -226,18 +226,19 @@ class DdpProbe:
         @functools.wraps(original)
         def no_sync(ddp):
             frame, _ = user_frame(sys._getframe(1))
-            return probe._no_sync_context(original(ddp), frame)
+            where = (frame.f_code.co_filename, frame.f_lineno, location_of(frame)) if frame is not None else None
+            return probe._no_sync_context(original(ddp), where)
 
         return no_sync
 
     @contextlib.contextmanager
-    def _no_sync_context(self, inner, frame):
+    def _no_sync_context(self, inner, where):
+        """`where`: (file, line, Location) of the no_sync() call, taken when it was called."""
         site = None
-        if frame is not None:
-            key = (frame.f_code.co_filename, frame.f_lineno)
-            site = self.no_sync_sites.get(key)
+        if where is not None:
+            site = self.no_sync_sites.get(where[:2])
             if site is None:
-                site = self.no_sync_sites[key] = NoSyncUse(location=location_of(frame))
+                site = self.no_sync_sites[where[:2]] = NoSyncUse(location=where[2])
             site.entries += 1
             self._active_no_sync.append(site)
         backwards_before = self.session.backward_calls

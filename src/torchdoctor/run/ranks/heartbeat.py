@@ -175,7 +175,7 @@ def describe_stall(beats: dict[int, dict], idle_s: float, expected: list[int]) -
     fewest = min(int(b.get("steps", 0)) for b in beats.values())
     behind = sorted(r for r, b in beats.items() if int(b.get("steps", 0)) == fewest)
     not_waiting = [r for r in behind if not beats[r].get("waiting")]
-    suspect = (not_waiting or behind)[0] if len(not_waiting) <= 1 or len(behind) == 1 else None
+    suspect = behind[0] if len(behind) == 1 else not_waiting[0] if len(not_waiting) == 1 else None
     parts = []
     if suspect is not None:
         beat = beats[suspect]
