@@ -3,9 +3,11 @@ check after a multi-rank `run`).
 
 Bandwidth as nccl-tests define it (NVIDIA/nccl-tests, doc/PERFORMANCE.md): algbw = bytes /
 time; for all-reduce, busbw = algbw * 2(n-1)/n, the rate each rank's link carried in a ring,
-comparable to the link's own bandwidth whatever n is. A repeat's time is the slowest rank's
-(every rank times the same call; the collective is done when the last rank is); the table
-shows the median of the repeats and their spread.
+comparable to the link's own bandwidth whatever n is. As nccl-tests do, a repeat times a batch
+of back-to-back all-reduces and divides (enough of them to last BATCH_S, so the ranks' skew
+leaving the line-up does not count against small sizes). A repeat's time is the slowest
+rank's (the collective is done when the last rank is); the table shows the median of the
+repeats and their spread.
 
 Runs on a `ProcessGroup` object used directly (`Communicator`), never on the script's own
 default group: a check after the script cannot pair its calls with collectives the script
@@ -30,6 +32,8 @@ DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
 DEFAULT_SIZES = (4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30)
 LATENCY_BYTES = 8 * 1024  # small enough that the time is the collective's latency
 LOOPBACK_BYTES = 64 * 2**20
+BATCH_S = 0.05  # a timed repeat lasts about this long
+MAX_BATCH = 20
 STORE_PREFIX = "torchdoctor/comm"
 
 
@@ -127,15 +131,22 @@ def size_row(nbytes: int, times: list[float], world_size: int) -> CommSize:
 
 
 def _timed(comm: Communicator, nbytes: int, warmup: int, repeats: int) -> list[float]:
+    """Per repeat, the time of one all-reduce: a batch of them timed together, divided."""
     tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=comm.device)
     for _ in range(warmup):
         comm.all_reduce(tensor)
+    start = time.perf_counter()
+    comm.all_reduce(tensor)
+    one = comm.slowest([time.perf_counter() - start])[0]  # every rank agrees on the batch size
+    batch = max(1, min(MAX_BATCH, round(BATCH_S / max(one, 1e-6))))
+    line_up = torch.zeros(1, device=comm.device)
     local = []
     for _ in range(repeats):
-        comm.all_reduce(torch.zeros(1, device=comm.device))  # line the ranks up: time the collective, not skew
+        comm.all_reduce(line_up)
         start = time.perf_counter()
-        comm.all_reduce(tensor)
-        local.append(time.perf_counter() - start)
+        for _ in range(batch):
+            comm.all_reduce(tensor)
+        local.append((time.perf_counter() - start) / batch)
     return comm.slowest(local)
 
 
