@@ -178,3 +178,17 @@ def test_comm_measures_all_reduce_between_two_ranks_here():
     assert [s["bytes"] for s in result["sizes"]] == [2**20, 4 * 2**20]
     assert all(s["busbw_gbps"] > 0 and len(s["times_s"]) == 2 for s in result["sizes"])
     assert result["link"]["kind"] == "loopback-tcp" and result["link"]["expected_gbps"] > 0
+
+
+@pytest.mark.gpu
+def test_comm_over_nccl_reads_the_transport_and_the_path():
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA GPUs")
+    done = doctor("comm", "--nproc-per-node", "2", "--sizes", "4M,64M", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["backend"] == "nccl" and result["link"]["kind"] in ("nvlink", "pcie")
+    assert result["link"]["topology_level"] and result["link"]["expected_gbps"] > 0
+    assert all(s["busbw_gbps"] > 0 for s in result["sizes"])

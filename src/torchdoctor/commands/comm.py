@@ -48,7 +48,7 @@ def main(argv: Sequence[str]) -> int:
     if opts.repeats < 1:
         raise UsageError("--repeats must be at least 1")
     backend, nproc = _backend_and_ranks(opts)
-    from torchdoctor.run.ranks.launch import LaunchOutcome, run_elastic
+    from torchdoctor.run.ranks.launch import LaunchOutcome, capture_nccl_log, run_elastic
 
     with tempfile.TemporaryDirectory(prefix="torchdoctor-comm-") as tmp:
         out = Path(tmp) / "comm.json"
@@ -58,6 +58,7 @@ def main(argv: Sequence[str]) -> int:
                 "--budget", str(opts.max_seconds)]
         outcome = LaunchOutcome()
         _as_torchrun_would()
+        capture_nccl_log(Path(tmp))  # on GPUs: the transport NCCL chose, from its INFO lines
         run_elastic(argv, outcome)
         if outcome.interrupted:
             sys.stderr.write("torchdoctor: interrupted\n")

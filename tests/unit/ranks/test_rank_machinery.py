@@ -129,3 +129,31 @@ def test_ddp_knobs_parse_and_say_what_they_expect():
         parse_settings(["comm_hook=int8"])
     with pytest.raises(UsageError, match="expected a number > 0"):
         parse_settings(["bucket_cap_mb=0"])
+
+
+SELF_STARTED = '''import multiprocessing
+
+
+def train(rank):
+    pass
+
+
+if __name__ == "__main__":
+    workers = [multiprocessing.get_context("spawn").Process(target=train, args=(r,)) for r in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+'''
+
+
+def test_a_script_that_trains_in_processes_it_starts_is_told_how_to_launch(tmp_path):
+    from torchdoctor.diagnose.steps import no_step_explanation
+    from torchdoctor.run.runner import RunRequest, execute
+
+    script = tmp_path / "launcher.py"
+    script.write_text(SELF_STARTED)
+    record = execute(RunRequest(target=str(script), steps=3, warmup=0, max_seconds=60), tmp_path)
+    why = no_step_explanation(record)
+    assert "not measured" in why and "launcher.py:11" in why and "running train with multiprocessing" in why
+    assert "--nproc-per-node N" in why

@@ -129,7 +129,7 @@ def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
         outcome.notes.append("torchrun's default applied: OMP_NUM_THREADS=1 in every rank (it was unset)")
     os.environ[RANKS_DIR_ENV] = str(run_dir.resolve())
     os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex)
-    _capture_nccl_log(run_dir)
+    capture_nccl_log(run_dir)
     first = request.node_rank * request.nproc_per_node
     ranks = list(range(first, first + request.nproc_per_node))
 
@@ -170,7 +170,7 @@ def run_elastic(argv: list[str], outcome: LaunchOutcome) -> None:
         outcome.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def _capture_nccl_log(run_dir: Path) -> None:
+def capture_nccl_log(run_dir: Path) -> None:
     """On GPUs, have NCCL write its INFO lines (the transport it chose) to files in the run
     directory instead of the script's output; never when the user set NCCL_DEBUG."""
     from torchdoctor.comm.discover import NCCL_LOG_ENV, NCCL_LOG_PATTERN

@@ -15,7 +15,6 @@ from __future__ import annotations
 import multiprocessing.process
 import os
 import sys
-import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +147,7 @@ class SpawnProbe:
 
         def start(process, *args, **kwargs):
             caller = sys._getframe(1)
-            if classify_file(caller.f_code.co_filename) == USER and not _is_spawned_rank(process):
+            if classify_file(caller.f_code.co_filename) == USER:  # torch's own (spawn, DataLoader) are not
                 target = getattr(process, "_target", None)
                 name = getattr(target, "__name__", "a function")
                 probe.notes.append(
@@ -158,17 +157,3 @@ class SpawnProbe:
             return original(process, *args, **kwargs)
 
         return start
-
-
-def _is_spawned_rank(process) -> bool:
-    return isinstance(getattr(process, "_args", (None,))[0] if getattr(process, "_args", None) else None, SpawnedRank)
-
-
-def launch_style_note(record: RunRecord) -> str | None:
-    """Why a run that started processes has no steps of its own (for the no-step message)."""
-    notes = [n.message for n in record.probe_notes if n.probe == "spawn"]
-    return notes[0] if notes else None
-
-
-def format_exception(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
