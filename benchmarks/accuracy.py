@@ -9,6 +9,9 @@ exact line (see examples/real_shapes/README.md):
   `# trap: CODE`    looks like it, is not: never reported there at high or medium
   `# torchdoctor-helpers: a.py, b.py`  annotations in those files count for this script
   `# torchdoctor-requires: cuda|lightning`  skipped (and said so) where that is missing
+  `# torchdoctor-nproc: N`  a DDP script: run with `torchdoctor run --nproc-per-node N` (its ranks
+                            through torch.distributed.run); with cuda required, N GPUs are needed
+  `# torchdoctor-env: NAME=VALUE`  set for that run (e.g. the simulated slow link's test hook)
 
 Writes benchmarks/results/accuracy.json (or --out FILE, rewritten after every example) and
 prints a table. `--only a.py,b.py` runs some; `--jobs N` runs N examples at a time.
@@ -51,6 +54,8 @@ class Example:
     set: str
     kind: str
     requires: list[str]
+    nproc: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
     expected: set[Mark] = field(default_factory=set)
     traps: set[Mark] = field(default_factory=set)
     files: set[str] = field(default_factory=set)  # the script and its helpers
@@ -61,7 +66,10 @@ class Example:
         kind = re.search(r"#\s*torchdoctor-example:\s*(\w+)", text)
         requires = re.findall(r"#\s*torchdoctor-requires:\s*(\w+)", text)
         helpers = re.search(r"#\s*torchdoctor-helpers:\s*([\w., ]+)", text)
-        example = cls(path, set_name, kind.group(1) if kind else "unknown", requires)
+        nproc = re.search(r"#\s*torchdoctor-nproc:\s*(\d+)", text)
+        env = dict(m.split("=", 1) for m in re.findall(r"#\s*torchdoctor-env:\s*(\S+=\S+)", text))
+        example = cls(path, set_name, kind.group(1) if kind else "unknown", requires,
+                      int(nproc.group(1)) if nproc else None, env)
         for file in [path] + [path.parent / h.strip() for h in (helpers.group(1).split(",") if helpers else [])]:
             example.files.add(file.name)
             for lineno, line in enumerate(file.read_text().splitlines(), 1):
@@ -75,6 +83,8 @@ class Example:
         for need in self.requires:
             if need == "cuda" and not torch.cuda.is_available():
                 return "needs CUDA: not run on this machine"
+            if need == "cuda" and self.nproc and torch.cuda.device_count() < self.nproc:
+                return f"needs {self.nproc} GPUs: not run on this machine"
             if need != "cuda" and importlib.util.find_spec(need) is None:
                 return f"needs {need}: not installed here"
         return None
@@ -88,7 +98,9 @@ def diagnose(example: Example, out: Path) -> list[dict]:
     env = dict(os.environ)
     if example.set == "real_shapes":
         env.setdefault("OMP_NUM_THREADS", "1")  # their README's advice for a shared 2-core machine
-    subprocess.run([sys.executable, "-m", "torchdoctor", "run", *STEPS, "--out", str(out), "--format", "json",
+    env.update(example.env)
+    ranks = ["--nproc-per-node", str(example.nproc)] if example.nproc else []
+    subprocess.run([sys.executable, "-m", "torchdoctor", "run", *STEPS, *ranks, "--out", str(out), "--format", "json",
                     str(example.path.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, timeout=600,
                    env=env)
     return json.loads((out / "report.json").read_text())["findings"]
@@ -122,7 +134,13 @@ def judge(example: Example, tmp: Path) -> dict | None:
         "traps_hit": sorted(map(_mark, traps_hit)),
         "status": "ok" if found == example.expected and not false_pos else "FAIL",
         "findings": [f"{n}:{c}@{l}:{s}" for n, c, l, s in located],
+        **({"scaling_verdict": verdict} if (verdict := _scaling_verdict(findings)) else {}),
     }
+
+
+def _scaling_verdict(findings: list[dict]) -> str | None:
+    """The TD606 verdict of a multi-rank example, as printed (for the closing notes)."""
+    return next((f["message"] for f in findings if f["code"] == "TD606"), None)
 
 
 def _set_summary(rows: list[dict]) -> dict:

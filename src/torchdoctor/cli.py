@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("rules", "list the rules, or explain one (torchdoctor rules TD301)"),
     "lint": ("lint", "find slow-training habits in source files without running them"),
     "trace": ("trace", "explain torch.profiler (Kineto) traces"),
+    "comm": ("comm", "measure all-reduce bandwidth between ranks here, and what the link should give"),
 }
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.distributed_record import CollectiveSite, DdpStep, DistributedInfo
 from torchdoctor.location import Location
 from torchdoctor.memory_record import BatchScaling, MemoryBreakdown
 from torchdoctor.serialize import read_json, write_json
@@ -21,7 +22,8 @@ from torchdoctor.trace_summary import TraceSummary
 # 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
 # 4: step_source, backward_calls, ended_by, startup_s, loop_location; closure_calls; unfinished_step;
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
-# 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`)
+# 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
+#    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
 SCHEMA_VERSION = 5
 OLDEST_READABLE_SCHEMA = 1
 
@@ -353,6 +355,32 @@ class StaticFinding:
 
 
 @dataclass
+class RankView:
+    """One rank of a merged multi-rank run, as the cross-rank rules compare it (the rank's
+    full record stays in RUN_DIR/rank-K/record.json)."""
+
+    rank: int
+    host: str = ""
+    status: str = "completed"
+    exit_code: int = 0
+    error: str | None = None
+    ended_by: str | None = None
+    wall_s: float = 0.0
+    epoch_t0: float = 0.0  # time.time() at the rank's t0: its steps on the ranks' common clock
+    steps: list[StepSample] = field(default_factory=list)
+    ddp_steps: list[DdpStep] = field(default_factory=list)
+    collectives: list[CollectiveSite] = field(default_factory=list)
+    phases: list[PhaseStats] = field(default_factory=list)
+    loader_location: Location | None = None  # where its training DataLoader was iterated
+    top_lines: list[LineHits] = field(default_factory=list)  # its most sampled lines
+    last_position: str | None = None  # the line its heartbeat last saw (a rank that hung)
+
+    @property
+    def measured_steps(self) -> list[StepSample]:
+        return [s for s in self.steps if not s.warmup and not s.sampled]
+
+
+@dataclass
 class RunRecord:
     run: RunInfo
     environment: Environment
@@ -379,6 +407,8 @@ class RunRecord:
     contention: Contention | None = None
     memory: MemoryBreakdown | None = None  # what filled memory in the accounted steps, or at a failure
     batch_scaling: BatchScaling | None = None  # `torchdoctor memory`: trials at several batch sizes
+    distributed: DistributedInfo | None = None  # this rank's, in a multi-rank run (rank 0's when merged)
+    ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
 
     @property
     def measured_steps(self) -> list[StepSample]:

@@ -92,6 +92,10 @@ def recorded_source_hashes(run_dir: Path) -> dict[str, str]:
 def load_record(run_dir: Path) -> RunRecord:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run directory; pass the folder `torchdoctor run` printed")
+    if any(run_dir.glob("rank-*/record.json")):  # a multi-rank run (ranks copied from other nodes included)
+        from torchdoctor.diagnose.ranks import merge_run_dir
+
+        return merge_run_dir(run_dir)
     try:
         return RunRecord.load(run_dir / RECORD_FILE)
     except SchemaError as exc:

@@ -58,6 +58,16 @@ def test_a_version_1_record_without_knobs_still_loads(tmp_path):
     assert loaded.schema_version == SCHEMA_VERSION == 5
 
 
+def test_a_version_4_record_from_before_distributed_runs_loads_as_one_process(tmp_path):
+    data = to_plain(_record())
+    data["schema_version"] = 4
+    del data["distributed"], data["ranks"]
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(data))
+    loaded = RunRecord.load(path)
+    assert loaded.distributed is None and loaded.ranks == []
+
+
 def test_a_version_2_loader_without_cpu_time_is_read_as_not_measured(tmp_path):
     """Schema 3 added the loader's CPU time; 0.0 would read as "loading only waits"."""
     record = _record()

@@ -35,6 +35,13 @@ def parser() -> argparse.ArgumentParser:
                    help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="KNOB=VALUE",
                    help="apply a fix or a measurement for this run only (repeatable; see below)")
+    dist = p.add_argument_group("several ranks (through torch.distributed.run, torchrun's launcher)")
+    dist.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks on this machine (each runs the script)")
+    dist.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines in the job (default 1)")
+    dist.add_argument("--node-rank", type=int, metavar="R", help="this machine's place among them (0..M-1)")
+    dist.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="where the ranks meet (node 0's address, a free port)")
+    dist.add_argument("--stall-timeout", type=non_negative(float), default=60.0, metavar="S",
+                      help="stop every rank when none finishes a step for S seconds (default 60)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
     p.add_argument("target", nargs="?", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -59,6 +66,9 @@ def main(argv: Sequence[str]) -> int:
     if opts.steps == 0:
         raise UsageError("--steps must be at least 1")
     knobs = parse_settings(opts.knobs)
+    distributed = _distributed(opts, knobs, target, args, module)
+    if distributed is not None:
+        return distributed
     # Parsed and checked: now load the pipeline (torch with it), which --help never needs.
     from torchdoctor.run.progress import RunProgress
     from torchdoctor.run.runner import RunRequest, execute
@@ -76,10 +86,43 @@ def main(argv: Sequence[str]) -> int:
                              steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
                              listeners=[progress], on_abandon=finish)
         record = execute(request, run_dir)
+        if any(run_dir.glob("rank-*/record.json")):  # the script spawned its ranks (torch.multiprocessing.spawn)
+            from torchdoctor.diagnose.ranks import merge_run_dir
+
+            record = merge_run_dir(run_dir, launcher_record=record)
         code = finish(record)
     if code != EXIT_OK:
         raise _OUTCOME_ERRORS[code](_outcome_message(record, run_dir))
     return EXIT_OK
+
+
+def _distributed(opts, knobs: dict, target: str, args: list[str], module: bool) -> int | None:
+    """A multi-rank run (launching the ranks, or being one of them); None for a plain run."""
+    from torchdoctor.run.ranks.identity import launch_env
+
+    nproc = knobs.pop("nproc", None) or opts.nproc_per_node
+    launch = launch_env()
+    if launch is None and nproc is None and opts.nnodes == 1:
+        return None
+    from torchdoctor.commands import run_distributed as ranks
+
+    ranks.validate(opts, nproc)
+    if launch is not None:
+        def finish_merged(record, run_dir: Path, stream: TextIO) -> int:
+            return _finish(record, run_dir, opts.format, _NoProgress(), stream)
+
+        return ranks.run_as_rank(opts, launch, target, args, module, knobs, finish_merged,
+                                 _script_output_kept_off_stdout)
+
+    def finish(record, run_dir: Path) -> int:
+        return _finish(record, run_dir, opts.format, _NoProgress(), sys.stdout)
+
+    return ranks.launch_ranks(opts, opts.knobs, nproc or 1, target, args, module, finish)
+
+
+class _NoProgress:
+    def close(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
 
 
 def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
@@ -131,7 +174,8 @@ def _script_output_kept_off_stdout(redirect: bool) -> Iterator[TextIO]:
         report.close()
 
 
-_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set"}
+_VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set", "--nproc-per-node",
+                  "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout"}
 
 
 def _module_split(argv: list[str]) -> int | None:

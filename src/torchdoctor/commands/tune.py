@@ -52,6 +52,8 @@ def parser() -> CommandParser:
                    help="choose the trials by hand (repeatable); default: from the baseline's findings")
     p.add_argument("--out", type=Path, help="tune directory (default ./torchdoctor-tunes/<time>-<script>/)")
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="a DDP script: every trial runs N ranks (and a trial with nproc=1 shows one rank beside N)")
     p.add_argument("-m", dest="module", action="store_true", help="the target is a module, as with python -m")
     p.add_argument("target", help="the training script (or module with -m)")
     p.add_argument("args", nargs="...", help="arguments for the script")
@@ -67,7 +69,10 @@ def main(argv: Sequence[str]) -> int:
         parse_settings(trial.settings())  # a bad knob fails now, not in the fifth trial
     check_target(opts.target, opts.module)
     tune_dir = create_run_dir(opts.out, opts.target, parent=DEFAULT_PARENT)
-    settings = TrialSettings(opts.target, list(opts.args), opts.module, opts.steps, opts.warmup, opts.max_seconds)
+    if opts.nproc_per_node is not None and opts.nproc_per_node < 1:
+        raise UsageError("--nproc-per-node must be at least 1")
+    settings = TrialSettings(opts.target, list(opts.args), opts.module, opts.steps, opts.warmup, opts.max_seconds,
+                             nproc_per_node=opts.nproc_per_node)
     outcome = Tuner(settings, tune_dir, opts.budget, trials, on_trial=TuneProgress()).run()
     report = tune_report(outcome)
     report.save(tune_dir / "tune.json")

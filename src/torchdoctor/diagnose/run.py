@@ -11,6 +11,7 @@ from torchdoctor.diagnose.figures import run_figures
 from torchdoctor.diagnose.library_calls import library_sync_note
 from torchdoctor.diagnose.lint_evidence import link_static_findings
 from torchdoctor.diagnose.memory import memory_tables
+from torchdoctor.diagnose.rank_tables import rank_notes, rank_tables
 from torchdoctor.diagnose.reliability import apply_spread, busy_machine
 from torchdoctor.diagnose.sources import source_excerpts
 from torchdoctor.diagnose.steps import no_step_explanation, step_definition_note
@@ -120,10 +121,12 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
         report.tables.append(wall)
     report.tables.extend(_knob_tables(record))
     report.tables.extend(memory_tables(record))
+    report.tables.extend(rank_tables(record))
     merge_trace_findings(report, record)
     link_static_findings(report, record)
     report.summary.machine_busy = busy_machine(record)
     report.notes.extend(_run_notes(record, facts))
+    report.notes.extend(rank_notes(record))
     report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
     report.ranked()
     report.figures = run_figures(record, report.summary.gpu_metrics_missing)

@@ -21,6 +21,9 @@ def no_step_explanation(record: RunRecord) -> str:
             doing = f" ({seen} by then)"
         return (f"the time limit (--max-seconds {run.max_seconds:g}) was reached before the first training step "
                 f"completed{doing}; raise --max-seconds")
+    spawned = next((n.message for n in record.probe_notes if n.probe == "spawn"), None)
+    if calls == 0 and spawned:  # the training ran in processes torchdoctor could not follow
+        return f"{run.script} trained in processes it started itself, which are not measured: {spawned}"
     if run.status == "crashed":
         return f"{run.script} raised before its first training step completed ({seen if calls else 'no backward()'})"
     if calls == 0:

@@ -57,55 +57,6 @@ class Recompilation(RuleInfo):
     example = "for x, y in loader:\n    out = torch.compile(model)(x)  # compiles every step"
 
 
-class GradAccumNoSync(RuleInfo):
-    code = "TD601"
-    slug = "grad-accum-no-sync"
-    title = "DDP all-reduces gradients on every micro-batch of gradient accumulation"
-    rationale = (
-        "DistributedDataParallel averages gradients across ranks in every `backward()`. With "
-        "gradient accumulation only the last micro-batch needs it; the others send the whole "
-        "gradient over the network for nothing, which dominates on a slow link."
-    )
-    fix = (
-        "Skip the all-reduce on the micro-batches that do not step:\n```python\n"
-        "ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()\n"
-        "with ctx:\n    (loss_fn(model(x), y) / accum_steps).backward()\n"
-        "if (i + 1) % accum_steps == 0:\n    optimizer.step(); optimizer.zero_grad()\n```"
-    )
-    example = "loss.backward()  # DDP model, accumulating 8 micro-batches: 8 all-reduces per step"
-
-
-class SlowInterconnect(RuleInfo):
-    code = "TD602"
-    slug = "slow-interconnect"
-    title = "Collective bandwidth far below what the link should give"
-    needs_cuda = True
-    rationale = (
-        "Gradient all-reduce time is set by the slowest link between ranks. Bandwidth far "
-        "below the topology's (PCIe or Ethernet instead of NVLink/InfiniBand, a wrong NCCL "
-        "interface) leaves the GPUs waiting for communication."
-    )
-    fix = (
-        "Check the NCCL transport (`NCCL_DEBUG=INFO`), overlap communication with backward, "
-        "send less often and in larger buckets:\n```python\nmodel = DDP(model, bucket_cap_mb=100, "
-        "gradient_as_bucket_view=True)\n```"
-    )
-    example = "model = DDP(model)  # ranks on two hosts joined by 1 GB/s Ethernet"
-
-
-class DdpConfig(RuleInfo):
-    code = "TD603"
-    slug = "ddp-config"
-    title = "DDP settings that cost time"
-    rationale = (
-        "`find_unused_parameters=True` walks the autograd graph after every backward, and tiny "
-        "buckets send many small messages; both slow every step when not needed."
-    )
-    fix = (
-        "Turn off what the model does not need and use larger buckets:\n```python\n"
-        "model = DDP(model, find_unused_parameters=False, bucket_cap_mb=50, gradient_as_bucket_view=True)\n```"
-    )
-    example = "model = DDP(model, find_unused_parameters=True)"
 
 
 class DebugLeftover(RuleInfo):
@@ -126,5 +77,5 @@ class DebugLeftover(RuleInfo):
 
 CATALOGUE_ONLY: tuple[type[RuleInfo], ...] = (
     DataLoaderSyncLoading, LaunchBound, Recompilation,
-    GradAccumNoSync, SlowInterconnect, DdpConfig, DebugLeftover,
+    DebugLeftover,
 )

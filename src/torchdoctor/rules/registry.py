@@ -24,11 +24,13 @@ from torchdoctor.rules.catalogue import CATALOGUE_ONLY
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
+from torchdoctor.rules.distributed import DdpConfig, GradAccumNoSync, NcclTransportDisabled
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
 from torchdoctor.rules.hot_lines import HotLine
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
 from torchdoctor.rules.memory import MemoryHeadroom, MemoryPressure, OutOfMemory
 from torchdoctor.rules.phases import FrequentCheckpoint, FrequentEval, LoggingOverhead
+from torchdoctor.rules.scaling import ScalingVerdict, SlowInterconnect, StragglerRank
 from torchdoctor.rules.sync import DataDependentSync, EvalTransfer, ExplicitSync, HostSync
 
 ENGINES = ("run", "lint", "trace")
@@ -54,6 +56,7 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     MemoryHeadroom, MemoryPressure, OutOfMemory, DataParallelUsed,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
+    GradAccumNoSync, SlowInterconnect, DdpConfig, StragglerRank, ScalingVerdict, NcclTransportDisabled,
     HotLine,  # last: it reports only what no rule above explained
 )
 
@@ -83,6 +86,7 @@ DETECTORS: tuple[Detector, ...] = (
     _lint("distributed", "AccumulationWithoutNoSync", "TD601"),
     _lint("distributed", "DdpSettings", "TD603"),
     _lint("distributed", "DataParallelUsed", "TD604"),
+    _lint("nccl_env", "NcclEnvInCode", "TD607"),
     _lint("debug", "DebugLeftover", "TD704"),
     _trace("host_syncs", "TD201", "TD202", "TD204"),
     _trace("launch_bound", "TD304"),

@@ -69,7 +69,8 @@ class ProbedRun:
             # trace, break on and recompile around: a compiled trial measures steps, not ops.
             config.sampled_steps = config.backward_steps = config.memory_steps = 0
         self.session = RunSession(config, clock, raise_on_stop=options.stop == "raise")
-        self.probes = ProbeSet(self.session, run_dir, trace=options.trace, listeners=options.listeners)
+        self.probes = ProbeSet(self.session, run_dir, trace=options.trace, listeners=options.listeners,
+                               options=options)
         # Stopped by flag, the code goes on (a Trainer's validation, a watched loop that continues):
         # the worker processes of its loaders are its own to end, not ours.
         self.probes.loaders.end_workers = options.stop == "raise"
@@ -80,7 +81,9 @@ class ProbedRun:
             max_seconds=options.max_seconds,
         )
         session = self.session
-        self.knobs = KnobSet(options.knobs, KnobContext(in_eval=lambda: session.in_eval, warmup=options.warmup))
+        self.knobs = KnobSet(options.knobs, KnobContext(
+            in_eval=lambda: session.in_eval, warmup=options.warmup,
+            micro_batches=lambda: (session.ledger.micro_batches, session.steps[-1].micro_batches if session.steps else 0)))
         self.watchdog = Watchdog(session, options.max_seconds, self._abandon,
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)

@@ -15,9 +15,11 @@ from typing import Protocol, Sequence
 
 from torchdoctor.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
+from torchdoctor.run.probes.collectives import CollectivesProbe
 from torchdoctor.run.probes.contention import ContentionProbe
 from torchdoctor.run.probes.cuda_events import CudaStepEvents
 from torchdoctor.run.probes.dataloader import DataLoaderProbe
+from torchdoctor.run.probes.ddp import DdpProbe
 from torchdoctor.run.probes.dispatch import DispatchSampler
 from torchdoctor.run.probes.gpu import GpuProbe
 from torchdoctor.run.probes.line_sampler import LineSampler
@@ -25,6 +27,7 @@ from torchdoctor.run.probes.memory import MemoryProbe
 from torchdoctor.run.probes.phases import PhaseProbe
 from torchdoctor.run.probes.profiler import ProfilerWindow
 from torchdoctor.run.probes.steps import StepProbe
+from torchdoctor.run.ranks.spawned import SpawnProbe
 from torchdoctor.run.session import RunSession
 
 TRACE_FILE = "trace.json.gz"
@@ -41,7 +44,8 @@ class Probe(Protocol):
 class ProbeSet:
     """All probes of a run. `trace`: None captures a profiler window only once CUDA is in use."""
 
-    def __init__(self, session: RunSession, run_dir: Path, trace: bool | None, listeners: Sequence[object] = ()) -> None:
+    def __init__(self, session: RunSession, run_dir: Path, trace: bool | None, listeners: Sequence[object] = (),
+                 options=None) -> None:
         self.session = session
         self.trace = trace
         clock = session.clock
@@ -55,11 +59,13 @@ class ProbeSet:
         steps = StepProbe(session)
         self.loaders = DataLoaderProbe(session)
         self.memory = MemoryProbe(session, optimizers=lambda: list(steps.infos.keys()))
+        self.collectives = CollectivesProbe(session)  # its store serves a rank's check after the script
         # Installed in this order, uninstalled in reverse; contributed in this order (the
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [
             steps, self.loaders, PhaseProbe(session), self.sampler, self.lines,
             self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler, self.memory,
+            self.collectives, DdpProbe(session), SpawnProbe(session, run_dir, options),
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
         session.memory = self.memory

@@ -41,6 +41,9 @@ class RunRequest:
     # record alone is saved in the run directory.
     on_abandon: Callable[[RunRecord], int] | None = None
     schedule: dict[str, int] = field(default_factory=dict)  # window sizes to change (memory trials)
+    # Called with the ProbedRun once it exists, before the script starts (a rank's signal
+    # watcher and heartbeat read its session)
+    on_probed: Callable[[ProbedRun], None] | None = None
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -48,7 +51,7 @@ def _user_traceback(exc: BaseException) -> str:
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__)
         if not f.filename.startswith(os.path.dirname(torchdoctor.__file__))
-        and os.path.basename(f.filename) != "runpy.py"
+        and os.path.basename(f.filename) != "runpy.py" and f.filename != "<frozen runpy>"
     ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
     lines += traceback.format_exception_only(type(exc), exc)
@@ -64,6 +67,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
                            on_abandon=request.on_abandon, end_process=True, schedule=request.schedule)
     probed = ProbedRun(options, run_dir, script, request.args,
                        script_path=None if request.module else request.target, clock=clock)
+    if request.on_probed is not None:
+        request.on_probed(probed)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome = ("completed", 0, None)
     try:

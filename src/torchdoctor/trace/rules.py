@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, make_finding, ms
-from torchdoctor.rules.catalogue import LaunchBound, SlowInterconnect
+from torchdoctor.rules.catalogue import LaunchBound
+from torchdoctor.rules.scaling import SlowInterconnect
 from torchdoctor.rules.compute import NoMixedPrecision
 from torchdoctor.rules.data import DATA_WAIT_MIN_SHARE, TRANSFER_MIN_BYTES, DataLoaderStall, PageableTransfer
 from torchdoctor.rules.gpu import UNDERUSED_UTIL, GpuUnderutilized

@@ -10,6 +10,7 @@ from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import training_loader, waits_on_storage, workers_for_fix
 
 FIX, UPPER_BOUND, LADDER, COMBINED = "fix", "upper bound", "ladder", "combined"
+SCALING = "scaling"  # one rank beside N: compared like the others, never a fix to combine
 
 
 @dataclass
@@ -48,8 +49,30 @@ def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | Non
         "TD403": {"tf32": "true"} if cuda else None,
         "TD401": {"batch_size": str(loader.batch_size * 2)} if loader is not None and loader.batch_size else None,
         "TD301": {"compile": "true"} if cuda else None,  # on CPU compile time dwarfs a short trial
+        "TD601": {"no_sync": "true"},
+        "TD602": {"comm_hook": "bf16" if cuda else "fp16"},
     }
     return table.get(code)
+
+
+# TD603's finding names the setting it is about (evidence "setting"): the knob that undoes it
+_DDP_SETTING_KNOBS = {"find_unused_parameters=True": {"find_unused_parameters": "false"},
+                      "broadcast_buffers=True": {"broadcast_buffers": "false"},
+                      "gradient_as_bucket_view=False": {"gradient_as_bucket_view": "true"}}
+
+
+def _ddp_fixes(finding) -> dict[str, str] | None:
+    setting = str(finding.evidence.get("setting", ""))
+    if finding.code == "TD603":
+        if setting.startswith("bucket_cap_mb="):
+            return {"bucket_cap_mb": "25"}
+        return _DDP_SETTING_KNOBS.get(setting)
+    if finding.code == "TD606":  # the verdict's best fix that a knob can apply
+        best = {"no_sync": {"no_sync": "true"}, "bf16": {"comm_hook": "bf16"}, "fp16": {"comm_hook": "fp16"},
+                "broadcast_buffers": {"broadcast_buffers": "false"}}
+        named = str(finding.evidence.get("best", ""))
+        return next((knobs for key, knobs in best.items() if key in named), None)
+    return None
 
 
 _UPPER_BOUNDS = {"TD701": ("eval", "off"), "TD702": ("checkpoint", "off")}
@@ -60,7 +83,7 @@ def plan_trials(baseline: Report, record: RunRecord, cuda: bool) -> list[Trial]:
     """Single-knob trials, one per distinct knob set, in the baseline's ranking order."""
     trials: dict[tuple, Trial] = {}
     for finding in baseline.findings:
-        knobs = _fixes_for(finding.code, record, cuda)
+        knobs = _fixes_for(finding.code, record, cuda) or _ddp_fixes(finding)
         kind = FIX
         if knobs is None and finding.code in _UPPER_BOUNDS:
             name, value = _UPPER_BOUNDS[finding.code]
@@ -76,6 +99,9 @@ def plan_trials(baseline: Report, record: RunRecord, cuda: bool) -> list[Trial]:
     if record.loaders and data_codes:  # the ceiling of a data fix, when data is a finding
         planned.append(Trial("data=cached", {"data": "cached"}, UPPER_BOUND, data_codes))
         planned.append(Trial("data=loader-only", {"data": "loader-only"}, LADDER))
+    if len(record.ranks) > 1:  # one rank beside N: the scaling verdict measured, not estimated
+        verdict = [f.code for f in baseline.findings if f.code == "TD606"]
+        planned.append(Trial("nproc=1", {"nproc": "1"}, SCALING, verdict))
     return planned
 
 

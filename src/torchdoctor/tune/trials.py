@@ -28,6 +28,7 @@ class TrialSettings:
     steps: int
     warmup: int
     max_seconds: float
+    nproc_per_node: int | None = None  # a DDP script's ranks; a trial's `nproc` knob overrides it
 
 
 @dataclass
@@ -47,6 +48,8 @@ def command_for(trial: Trial, settings: TrialSettings, run_dir: Path) -> list[st
     cmd = [sys.executable, "-m", "torchdoctor", "run", "--format", "json", "--out", str(run_dir),
            "--steps", str(settings.steps), "--warmup", str(settings.warmup),
            "--max-seconds", str(settings.max_seconds)]
+    if settings.nproc_per_node is not None:
+        cmd += ["--nproc-per-node", str(settings.nproc_per_node)]
     for setting in trial.settings():
         cmd += ["--set", setting]
     target = ["-m", settings.target] if settings.module else [settings.target]

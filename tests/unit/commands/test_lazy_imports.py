@@ -26,7 +26,7 @@ def _top(modules: set[str]) -> set[str]:
     return {m.split(".")[0] for m in modules}
 
 
-@pytest.mark.parametrize("argv", [["tune", "--help"], ["run", "--help"], ["memory", "--help"], ["--help"]])
+@pytest.mark.parametrize("argv", [["tune", "--help"], ["run", "--help"], ["memory", "--help"], ["comm", "--help"], ["--help"]])
 def test_help_never_imports_torch(argv):
     assert "torch" not in _top(modules_after(argv))
 

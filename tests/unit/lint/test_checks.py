@@ -62,6 +62,12 @@ CASES = [
      "for i, x in enumerate(loader):\n    model(x).backward()\n    if i % 4 == 0:\n        opt.step()\n", []),
     ("TD604 data_parallel function", "TD604",
      "from torch.nn.parallel import data_parallel\nout = data_parallel(model, x)\n", [6]),
+    ("TD607 NCCL transports turned off in code, three spellings", "TD607",
+     "os.environ['NCCL_SHM_DISABLE'] = '1'\nos.environ.setdefault('NCCL_P2P_DISABLE', '1')\n"
+     "os.environ.update(NCCL_IB_DISABLE='1')\n", [5, 6, 7]),
+    ("TD607 NCCL settings that keep the fast paths", "TD607",
+     "os.environ['NCCL_SHM_DISABLE'] = '0'\nos.environ['NCCL_DEBUG'] = 'INFO'\nos.environ['NCCL_P2P_LEVEL'] = 'NVL'\n",
+     []),
     ("TD704 anomaly mode from a constant", "TD704",
      "DEBUG = True\ntorch.autograd.set_detect_anomaly(DEBUG)\n" + LOOP, [6]),
     ("TD704 gradcheck in a test file without training", "TD704",

@@ -14,8 +14,11 @@ from torchdoctor.lint.values import Unknown
 
 _DATAPARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.data_parallel"}
 _DDP = "torch.nn.parallel.DistributedDataParallel"
-# Any of these in the file means gradient sync is already managed on accumulation steps.
-_SYNC_CONTROL = ("no_sync", "require_backward_grad_sync", ".accumulate(", "gradient_accumulation_steps=")
+# Any of these in the file's code means gradient sync is already managed on accumulation steps
+# (attributes such as `model.no_sync`, or a framework's keyword); a docstring or comment that
+# mentions them manages nothing.
+_SYNC_ATTRIBUTES = {"no_sync", "require_backward_grad_sync", "accumulate"}
+_SYNC_KEYWORDS = {"gradient_accumulation_steps"}
 
 
 class DataParallelUsed(Check):
@@ -80,7 +83,7 @@ class AccumulationWithoutNoSync(Check):
         text = facts.model.text
         if "DistributedDataParallel" not in text and "DDP" not in text:
             return
-        if any(marker in text for marker in _SYNC_CONTROL):
+        if _manages_sync(facts.model.tree):
             return
         wrapped = [call for call, _ in facts.model.calls if facts.qualify(call.func) == _DDP]
         if not wrapped:
@@ -117,3 +120,12 @@ class AccumulationWithoutNoSync(Check):
             if step_loop is not None and step_loop is not loop and any(b is step_loop for b in loop.ancestors()):
                 return True  # `for micro in chunks: loss.backward()` nested in the stepping loop
         return False
+
+
+def _manages_sync(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _SYNC_ATTRIBUTES:
+            return True
+        if isinstance(node, ast.keyword) and node.arg in _SYNC_KEYWORDS:
+            return True
+    return False

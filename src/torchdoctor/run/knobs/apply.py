@@ -6,12 +6,13 @@ from typing import Any
 
 from torchdoctor.run.knobs.base import KnobContext, KnobGroup
 from torchdoctor.run.knobs.compute import ComputeKnobs
+from torchdoctor.run.knobs.ddp import DdpKnobs
 from torchdoctor.run.knobs.loader import LoaderKnobs
 from torchdoctor.run.knobs.optimizer import OptimizerKnobs
 from torchdoctor.run.knobs.phases import CheckpointKnob
 from torchdoctor.record import RunRecord
 
-GROUPS: tuple[type[KnobGroup], ...] = (LoaderKnobs, OptimizerKnobs, ComputeKnobs, CheckpointKnob)
+GROUPS: tuple[type[KnobGroup], ...] = (LoaderKnobs, OptimizerKnobs, ComputeKnobs, CheckpointKnob, DdpKnobs)
 
 
 class KnobSet:

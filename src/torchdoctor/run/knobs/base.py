@@ -21,6 +21,8 @@ class KnobContext:
     in_eval: Callable[[], bool]
     warmup: int
     cuda_available: Callable[[], bool] = torch.cuda.is_available
+    # (backward() calls so far in the open step, micro-batches of the last finished step)
+    micro_batches: Callable[[], tuple[int, int]] = lambda: (0, 0)
 
 
 class KnobGroup:

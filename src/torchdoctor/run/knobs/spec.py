@@ -32,6 +32,13 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("expected a number > 0")
+    return value
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text.lower() not in choices:
@@ -79,6 +86,18 @@ KNOB_SPECS: tuple[KnobSpec, ...] = (
              "to measure what evaluation costs", upper_bound=True),
     KnobSpec("checkpoint", _choice("off"), "off",
              "torch.save writes nothing, to measure what checkpointing costs", upper_bound=True),
+    KnobSpec("no_sync", _flag, "true",
+             "DDP skips the all-reduce on the micro-batches before the last of each optimizer step (as no_sync() "
+             "around their forward and backward would); the count is the micro-batches per step seen so far"),
+    KnobSpec("bucket_cap_mb", _positive, "MB", "DistributedDataParallel(bucket_cap_mb=MB) for every DDP wrapper"),
+    KnobSpec("gradient_as_bucket_view", _flag, "true|false", "DistributedDataParallel(gradient_as_bucket_view=...)"),
+    KnobSpec("static_graph", _flag, "true|false", "DistributedDataParallel(static_graph=...)"),
+    KnobSpec("comm_hook", _choice("bf16", "fp16"), "bf16|fp16",
+             "DDP all-reduces gradients compressed to bf16/fp16 (bf16_compress_hook / fp16_compress_hook)"),
+    KnobSpec("find_unused_parameters", _flag, "false|true", "DistributedDataParallel(find_unused_parameters=...)"),
+    KnobSpec("broadcast_buffers", _flag, "false|true", "DistributedDataParallel(broadcast_buffers=...)"),
+    KnobSpec("nproc", _count(1), "N", "launch N ranks on this machine (as --nproc-per-node N), e.g. 1 to compare "
+             "one rank with N"),
 )
 SPEC_BY_NAME = {spec.name: spec for spec in KNOB_SPECS}
 

@@ -1,0 +1,141 @@
+"""How the GPUs of this host are connected: `nvidia-smi topo -m`, or NVML directly.
+
+`parse_topo_matrix` reads the matrix nvidia-smi prints (its legend: X, NV#, PIX, PXB, PHB,
+NODE, SYS; newer drivers underline the headers with ANSI escapes and add NIC columns).
+`nvml_topology` asks NVML for the same facts plus what the matrix lacks (PCIe generation
+and width, NVLink links up, P2P support). Both are best-effort: on a machine without a
+driver they say why and the comm check goes on with what it has.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+@dataclass
+class GpuTopology:
+    gpus: list[str] = field(default_factory=list)  # "GPU0", "GPU1", ...
+    levels: dict[str, str] = field(default_factory=dict)  # "GPU0-GPU1" -> "SYS"
+    numa: dict[str, str] = field(default_factory=dict)  # "GPU0" -> "0"
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    nvlinks_up: int = 0
+    p2p: dict[str, bool] = field(default_factory=dict)  # "GPU0-GPU1" -> P2P read supported
+    capability: tuple[int, int] | None = None
+    source: str = ""  # nvidia-smi | nvml
+    note: str = ""
+
+    def level(self, a: int, b: int) -> str | None:
+        return self.levels.get(f"GPU{a}-GPU{b}") or self.levels.get(f"GPU{b}-GPU{a}")
+
+    def worst_level(self, gpus: list[int]) -> str | None:
+        """The farthest pair among `gpus`: the ring is as slow as its slowest hop."""
+        order = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+        found = [self.level(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+        found = [f for f in found if f]
+        return max(found, key=lambda f: order.index("NV" if f.startswith("NV") else ("SYS" if f == "SOC" else f)),
+                   default=None)
+
+
+def parse_topo_matrix(text: str) -> GpuTopology:
+    """The GPU-to-GPU block of `nvidia-smi topo -m`."""
+    topo = GpuTopology(source="nvidia-smi")
+    lines = [ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    header = next((line for line in lines if re.match(r"^\s+GPU0\b", line)), None)
+    if header is None:
+        topo.note = "no GPU matrix in the nvidia-smi output"
+        return topo
+    columns = header.split("\t") if "\t" in header else re.split(r"\s{2,}|\s(?=GPU\d|NIC\d|mlx)", header.strip())
+    columns = [c.strip() for c in columns if c.strip()]
+    gpu_columns = [c for c in columns if re.fullmatch(r"GPU\d+", c)]
+    numa_at = next((i for i, c in enumerate(columns) if c.startswith("NUMA")), None)
+    for line in lines[lines.index(header) + 1:]:
+        if not line.strip() or line.strip().startswith("Legend"):
+            break
+        cells = [c.strip() for c in (line.split("\t") if "\t" in line else line.split())]
+        cells = [c for c in cells if c != ""]
+        name = cells[0]
+        if not re.fullmatch(r"GPU\d+", name):
+            continue
+        topo.gpus.append(name)
+        values = cells[1:]
+        for column, value in zip(gpu_columns, values):
+            if _CELL.match(value) and column != name:
+                topo.levels[f"{name}-{column}"] = "SYS" if value == "SOC" else value
+        if numa_at is not None and len(values) > numa_at:
+            topo.numa[name] = values[numa_at]
+    return topo
+
+
+def read_nvidia_smi_topology() -> GpuTopology:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return GpuTopology(note="nvidia-smi not found (no NVIDIA driver on this machine)")
+    try:
+        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return GpuTopology(note=f"nvidia-smi topo -m failed: {type(exc).__name__}")
+    if done.returncode != 0:
+        return GpuTopology(note=f"nvidia-smi topo -m exited {done.returncode}: {done.stderr.strip()[:120]}")
+    return parse_topo_matrix(done.stdout)
+
+
+# NVML_TOPOLOGY_* values (nvml.h) -> the nvidia-smi names for the same levels
+NVML_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def nvml_topology(indices: list[int]) -> GpuTopology:
+    """PCIe generation/width, NVLinks up, P2P and the common ancestor of each GPU pair."""
+    topo = GpuTopology(source="nvml")
+    try:
+        import pynvml
+    except ImportError:
+        topo.note = "NVML not available: pip install 'torchdoctor[gpu]' (nvidia-ml-py)"
+        return topo
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # no driver, or a container without the library
+        topo.note = f"NVML could not start: {exc}"
+        return topo
+    try:
+        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+        topo.gpus = [f"GPU{i}" for i in indices]
+        first = handles[indices[0]]
+        topo.pcie_generation = _try(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, first)
+        topo.pcie_width = _try(pynvml.nvmlDeviceGetMaxPcieLinkWidth, first)
+        topo.capability = _try(pynvml.nvmlDeviceGetCudaComputeCapability, first)
+        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            if _try(pynvml.nvmlDeviceGetNvLinkState, first, link) == 1:
+                topo.nvlinks_up += 1
+        for i in indices:
+            for j in indices:
+                if i >= j:
+                    continue
+                key = f"GPU{i}-GPU{j}"
+                level = _try(pynvml.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
+                if level is not None:
+                    topo.levels[key] = NVML_LEVELS.get(level, str(level))
+                status = _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j],
+                              getattr(pynvml, "NVML_P2P_CAPS_INDEX_READ", 0))
+                if status is not None:
+                    topo.p2p[key] = status == getattr(pynvml, "NVML_P2P_STATUS_OK", 0)
+        if topo.nvlinks_up:
+            for key in topo.levels:
+                topo.levels[key] = f"NV{topo.nvlinks_up}"
+    finally:
+        _try(pynvml.nvmlShutdown)
+    return topo
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # an NVML call the driver does not support: that fact is unknown
+        return None

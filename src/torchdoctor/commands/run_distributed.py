@@ -1,0 +1,111 @@
+"""The multi-rank side of `torchdoctor run`: launching the ranks (`--nproc-per-node`), being
+one of them (started by that launch or by torchrun directly), and the merged run directory.
+commands/run.py decides which; this module does it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from torchdoctor.errors import EXIT_SCRIPT_FAILED, UsageError
+
+
+def validate(opts, nproc: int | None) -> None:
+    if nproc is not None and nproc < 1:
+        raise UsageError("--nproc-per-node must be at least 1")
+    if opts.nnodes < 1:
+        raise UsageError("--nnodes must be at least 1")
+    if opts.nnodes > 1 and (opts.rdzv_endpoint is None or opts.node_rank is None):
+        raise UsageError("--nnodes > 1 needs --node-rank R and --rdzv-endpoint HOST:PORT (the same endpoint on "
+                         "every node: node 0's address and a free port)")
+    if opts.node_rank is not None and not 0 <= opts.node_rank < opts.nnodes:
+        raise UsageError(f"--node-rank {opts.node_rank} is outside 0..{opts.nnodes - 1} (--nnodes {opts.nnodes})")
+
+
+def child_argv(opts, raw_knobs: list[str], run_dir: Path, target: str, args: list[str], module: bool) -> list[str]:
+    """The `torchdoctor run` command line every rank runs: the same limits and knobs."""
+    argv = ["--out", str(run_dir.resolve()), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
+            "--max-seconds", str(opts.max_seconds), "--format", opts.format]
+    if opts.trace is not None:
+        argv.append("--trace" if opts.trace else "--no-trace")
+    for setting in raw_knobs:
+        if setting.partition("=")[0].strip().replace("-", "_") != "nproc":
+            argv += ["--set", setting]
+    return argv + (["-m", target] if module else [target]) + list(args)
+
+
+def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list[str], module: bool, finish) -> int:
+    """The launching process: start the ranks, wait, merge, report. `finish(record, run_dir)`
+    diagnoses, writes and prints a record, returning the run's exit code."""
+    from torchdoctor.diagnose.ranks import merge_run_dir
+    from torchdoctor.rundir import create_run_dir
+    from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, launch
+    from torchdoctor.run.target import check_target
+
+    check_target(target, module)
+    check_endpoint(opts.rdzv_endpoint, opts.node_rank or 0)
+    run_dir = create_run_dir(opts.out, target)
+    request = LaunchRequest(nproc_per_node=nproc, nnodes=opts.nnodes, node_rank=opts.node_rank or 0,
+                            rdzv_endpoint=opts.rdzv_endpoint, stall_s=opts.stall_timeout,
+                            child_argv=child_argv(opts, raw_knobs, run_dir, target, args, module))
+    outcome = launch(request, run_dir)
+    if outcome.error and not any(run_dir.glob("rank-*/record.json")):
+        raise UsageError(f"the launcher could not start the ranks: {outcome.error}; check --rdzv-endpoint and "
+                         "--nnodes/--node-rank (every node must use the same endpoint)")
+    record = merge_run_dir(run_dir, outcome)
+    if any(k.partition("=")[0].strip() == "nproc" for k in raw_knobs):
+        from torchdoctor.record import KnobOutcome
+
+        record.knobs.append(KnobOutcome("nproc", str(nproc), applied=True,
+                                        detail=f"launched {nproc} rank(s) per node (as --nproc-per-node {nproc})"))
+    code = finish(record, run_dir)
+    message = launch_message(record, outcome, run_dir)
+    if message:
+        sys.stderr.write(f"torchdoctor: {message}\n")
+    if outcome.stall is not None or outcome.error:
+        return EXIT_SCRIPT_FAILED
+    return code
+
+
+def launch_message(record, outcome, run_dir: Path) -> str | None:
+    if outcome.stall is not None:
+        return (f"the job stalled and was stopped: {outcome.stall.message}. Each rank's partial record is in "
+                f"{run_dir}/rank-*/ (raise --stall-timeout if a step legitimately takes longer)")
+    if outcome.error:
+        return f"the launcher failed: {outcome.error}; partial records are in {run_dir}"
+    return None
+
+
+def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs: dict, finish, output_guard) -> int:
+    """This process is one rank: run the script under the probes, write rank-K/record.json.
+    A rank started by torchrun directly (no launcher of ours) merges its node's ranks when it
+    is local rank 0."""
+    from torchdoctor.diagnose.ranks import merge_run_dir
+    from torchdoctor.run.progress import RunProgress
+    from torchdoctor.run.ranks.child import run_rank, wait_for_neighbours
+    from torchdoctor.run.ranks.identity import RANKS_DIR_ENV, default_ranks_dir
+    from torchdoctor.run.runner import RunRequest
+
+    if launch.coordinated:
+        ranks_dir = Path(os.environ[RANKS_DIR_ENV])
+    else:
+        ranks_dir = opts.out or default_ranks_dir(target, launch)
+    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup,
+                           enabled=None if launch.rank == 0 else False)
+
+    def make_request(on_probed, on_abandon) -> RunRequest:
+        return RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup, steps=opts.steps,
+                          max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs, listeners=[progress],
+                          on_abandon=on_abandon, on_probed=on_probed)
+
+    with output_guard(opts.format == "json") as report_stream:
+        record, code = run_rank(launch, ranks_dir, make_request)
+        progress.close(f"torchdoctor: rank {launch.rank}: {record.run.status} after {len(record.steps)} steps")
+        if record.run.error and not launch.coordinated:
+            sys.stderr.write(record.run.error)
+        if not launch.coordinated and launch.local_rank == 0:
+            wait_for_neighbours(ranks_dir, launch.local_world_size)
+            merged = merge_run_dir(ranks_dir, None)
+            finish(merged, ranks_dir, report_stream)
+    return code

@@ -1,0 +1,267 @@
+"""Rules across the ranks of a merged run: TD602 slow-interconnect (the communication check
+against what the path should carry), TD605 straggler-rank (the rank the others wait for, and
+why), TD606 scaling-verdict (what N ranks give against one, and what each fix would give)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from torchdoctor.comm.verdict import judge
+from torchdoctor.findings import Finding, Severity
+from torchdoctor.record import RunRecord
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, amdahl, ms
+from torchdoctor.rules.distributed import DistributedRule
+from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, job_facts, predict_fixes
+
+MB = 2**20
+# Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
+# one the others wait for when what it does more explains at least half of their wait
+# (evaluation, logging or data wait only it has), or when it is last so often that chance would
+# do it less than 1 time in 100 (binomial, each rank equally likely to be last).
+EXPLAINED_SHARE = 0.5
+CHANCE_P = 0.01
+MIN_STEPS_FOR_CHANCE = 8
+# Scaling: DDP keeps near-linear throughput on a link that carries its gradients (Li et al.,
+# "PyTorch Distributed", VLDB 2020, fig. 9: ~90 % per-GPU efficiency). Under 60 % is far from that.
+LOW_EFFICIENCY = 0.6
+
+
+def _location(record: RunRecord):
+    model = ddp_model(record)
+    if model is not None and model.created_at is not None:
+        return model.created_at
+    return record.distributed.identity.init_location if record.distributed else None
+
+
+class SlowInterconnect(DistributedRule):
+    code = "TD602"
+    slug = "slow-interconnect"
+    title = "Collective bandwidth far below what the link should give"
+    rationale = (
+        "Gradient all-reduce time is set by the slowest link between ranks. Bandwidth far below "
+        "what the path should carry (a transport turned off, traffic through host memory or sockets "
+        "instead of PCIe peer-to-peer or NVLink, WSL2, a wrong network interface) leaves the ranks "
+        "waiting for communication."
+    )
+    fix = (
+        "Find why the path is slow (`torchdoctor comm` shows the transport NCCL chose and the settings "
+        "that cripple it), and meanwhile send less, less often:\n```python\nmodel = DDP(model, "
+        "bucket_cap_mb=100, gradient_as_bucket_view=True)\nmodel.register_comm_hook(None, "
+        "default_hooks.bf16_compress_hook)\n```"
+    )
+    example = "model = DDP(model)  # ranks joined by 1 GB/s where the link carries 24"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        comm = record.distributed.comm if record.distributed and self.multi_rank(record) else None
+        if comm is None or not facts.step_s:
+            return []
+        verdict = judge(comm)
+        if not verdict.slow:
+            return []
+        jf = job_facts(record)
+        transfer = jf.transfer_s if jf else 0.0
+        saved = transfer * (1 - verdict.share)
+        speedup = amdahl(facts.step_s, saved)
+        keep = speedup >= MIN_REPORTED_SPEEDUP
+        return [self.finding(
+            title=f"all-reduce reaches {verdict.measured_gbps:.2f} GB/s; this path should carry "
+                  f"{verdict.expected_gbps:.1f} GB/s",
+            message=(f"{verdict.text}. Communication the ranks could not hide took {ms(transfer):.1f} ms of each "
+                     f"{ms(facts.step_s):.1f} ms step."),
+            location=_location(record),
+            evidence={"busbw_gbps": verdict.measured_gbps, "expected_gbps": verdict.expected_gbps,
+                      "share": round(verdict.share, 3), "link": comm.link.description if comm.link else None,
+                      "simulated_link_gbps": comm.simulated_link_gbps, "exposed_transfer_ms": ms(transfer)},
+            speedup=speedup if keep else None, severity=None if keep else Severity.MEDIUM,
+            basis=("Amdahl on the exposed transfer (the rank nobody waited for), shrunk by measured / expected "
+                   "bus bandwidth"))]
+
+
+class StragglerRank(DistributedRule):
+    code = "TD605"
+    slug = "straggler-rank"
+    title = "One rank is the one the others wait for"
+    rationale = (
+        "A collective finishes when the last rank arrives, so every rank runs at the pace of the "
+        "slowest. Work only one rank does (evaluation or logging on rank 0, a slower data shard) "
+        "makes the others idle in the next all-reduce."
+    )
+    fix = (
+        "Give every rank the same work: shard evaluation across ranks (a DistributedSampler on the "
+        "validation set, then all-reduce the metric), or evaluate less often; balance the data:\n"
+        "```python\nval_loader = DataLoader(val_set, sampler=DistributedSampler(val_set, shuffle=False))\n"
+        "metric = evaluate(model, val_loader); dist.all_reduce(metric)\n```"
+    )
+    example = "if rank == 0:\n    evaluate(model, val_loader)  # the other ranks wait in the next backward"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        jf = job_facts(record)
+        if jf is None or not jf.last_at:
+            return []
+        total = len(jf.last_at)
+        explained = explained_waits(jf)
+        caused = {r: sum(explained.get(r, {}).values()) / total for r in jf.ranks}
+        rank = max(caused, key=caused.get)
+        me, wait = jf.ranks[rank], caused[rank]
+        if chance_of_leading(me.last_ready, total, jf.world_size) < CHANCE_P and total >= MIN_STEPS_FOR_CHANCE:
+            wait = max(wait, sum(w for i, w in jf.wait_at.items() if jf.last_at[i] == rank) / total)
+        speedup = amdahl(jf.step_s, wait)
+        if speedup < MIN_REPORTED_SPEEDUP:
+            return []
+        why, location = straggler_reason(record, jf, rank)
+        return [self.finding(
+            title=f"rank {rank} is the rank the others wait for at {me.last_ready} of {total} steps",
+            message=(f"The other ranks wait {ms(wait):.1f} ms per step for rank {rank} ({wait / jf.step_s:.0%} of the "
+                     f"{ms(jf.step_s):.1f} ms step): {why}."),
+            location=location,
+            evidence={"rank": rank, "steps_last": me.last_ready, "steps": total, "wait_ms_per_step": ms(wait),
+                      "per_rank_ms": {str(r): {"data_wait": ms(s.data_wait_s), "extra": ms(s.extra_s),
+                                               "compute": ms(s.compute_s), "exposed_comm": ms(s.exposed_s)}
+                                      for r, s in jf.ranks.items()}},
+            speedup=speedup,
+            basis=("Amdahl on the others' wait (how much later rank's last gradient was ready, from DDP's timestamps "
+                   "on the host clock), averaged over all measured steps"))]
+
+
+def explained_waits(jf: JobFacts) -> dict[int, dict[int, float]]:
+    """rank -> {step: the others' wait} at the steps where that rank was last AND its own extra
+    work or data wait that step, beyond the others', accounts for at least half the wait."""
+    out: dict[int, dict[int, float]] = {}
+    for index, row in jf.by_step.items():
+        leader, wait = jf.last_at[index], jf.wait_at[index]
+        me = next(s for s in row if s.rank == leader)
+        others = [s for s in row if s.rank != leader]
+        if not others or wait <= 0:
+            continue
+        extra = me.extra_s - statistics.fmean(o.extra_s for o in others)
+        data = me.step.data_wait_s - statistics.fmean(o.step.data_wait_s for o in others)
+        if max(extra, data) >= EXPLAINED_SHARE * wait:
+            out.setdefault(leader, {})[index] = wait
+    return out
+
+
+def own_excess(jf: JobFacts, rank: int) -> tuple[str, float]:
+    """What `rank` does more than the other ranks per step: extra work, data wait or compute."""
+    me = jf.ranks[rank]
+    others = [s for r, s in jf.ranks.items() if r != rank]
+    diffs = {
+        "extra": me.extra_s - statistics.fmean(o.extra_s for o in others),
+        "data": me.data_wait_s - statistics.fmean(o.data_wait_s for o in others),
+        "compute": me.compute_s - statistics.fmean(o.compute_s for o in others),
+    }
+    kind = max(diffs, key=diffs.get)
+    return kind, diffs[kind]
+
+
+def chance_of_leading(led: int, steps: int, ranks: int) -> float:
+    """P(a rank is last at `led` or more of `steps` steps) when each of `ranks` is equally likely."""
+    p = 1 / max(2, ranks)
+    return sum(math.comb(steps, k) * p ** k * (1 - p) ** (steps - k) for k in range(led, steps + 1))
+
+
+def straggler_reason(record: RunRecord, jf: JobFacts, rank: int):
+    """What the straggler does more than the others, and the line where it does it."""
+    kind, excess = own_excess(jf, rank)
+    views = {v.rank: v for v in record.ranks}
+    view = views[rank]
+    more = ms(max(0.0, excess))
+    if kind == "extra":
+        site = _extra_site(view, [views[r] for r in views if r != rank])
+        if site is not None:
+            where = site.location or site.inner_location
+            return (f"it spends {more:.1f} ms per step more than the others in {site.kind} at {where}, which only it "
+                    f"runs"), where
+        return f"it spends {more:.1f} ms per step more than the others in evaluation, checkpoints or logging", None
+    if kind == "data":
+        return (f"it waits {more:.1f} ms per step more than the others for its next batch (its loader at "
+                f"{view.loader_location})"), view.loader_location
+    line = _extra_line(view, [views[r] for r in views if r != rank])
+    if line is not None:
+        return f"it computes {more:.1f} ms per step more than the others, most at {line}", line
+    return f"it computes {more:.1f} ms per step more than the others", None
+
+
+def _extra_site(view, others):
+    def elsewhere(site) -> float:
+        return statistics.fmean(sum(p.in_measured_steps_s for p in o.phases if p.kind == site.kind
+                                    and p.location == site.location) for o in others) if others else 0.0
+
+    candidates = [(p.in_measured_steps_s - elsewhere(p), p) for p in view.phases if p.in_measured_steps_s > 0]
+    return max(candidates, key=lambda c: c[0])[1] if candidates else None
+
+
+def _extra_line(view, others):
+    def elsewhere(hits) -> float:
+        same = [h.seconds for o in others for h in o.top_lines if (h.location.path, h.location.line) ==
+                (hits.location.path, hits.location.line)]
+        return sum(same) / max(1, len(others))
+
+    if not view.top_lines:
+        return None
+    best = max(view.top_lines, key=lambda h: h.seconds - elsewhere(h))
+    return best.location if best.seconds - elsewhere(best) > 0 else None
+
+
+class ScalingVerdict(DistributedRule):
+    code = "TD606"
+    slug = "scaling-verdict"
+    title = "What N ranks give against one, and what each fix would give"
+    rationale = (
+        "Data-parallel training pays off only while communication stays hidden behind backward. "
+        "When the gradients cannot cross the link in time, N ranks can train slower than one; "
+        "the verdict compares the measured job with one rank alone and predicts each fix from the "
+        "communication it removes."
+    )
+    fix = (
+        "Apply the fix with the best predicted throughput (accumulate with `no_sync()`, compress "
+        "gradients with `bf16_compress_hook`, repair the link); when none beats one rank, train on "
+        "one GPU. Measure both side by side: `torchdoctor tune --nproc-per-node N train.py` runs "
+        "`nproc=1` and each knob."
+    )
+    example = "torchrun --nproc_per_node 2 train.py  # 1.4 it/s, against 4.9 it/s on one GPU"
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        jf = job_facts(record)
+        if jf is None:
+            return []
+        n, t_n, t_1 = jf.world_size, jf.step_s, jf.one_rank_step_s()
+        ratio = n * t_1 / t_n
+        predictions = predict_fixes(record, jf)
+        fixes = [p for p in predictions if p.fix != "now"]
+        best = max(fixes, key=lambda p: p.ratio)
+        efficiency = ratio / n
+        severity = Severity.HIGH if ratio < 1 else Severity.MEDIUM if efficiency < LOW_EFFICIENCY else Severity.INFO
+        speedup = best.ratio / ratio if best.ratio > ratio else None
+        grad_bytes, synced = grads_per_step(record)
+        link = self._link_text(record, grad_bytes)
+        moved = f"; {grad_bytes * synced / MB:.0f} MB of gradients per step{link}" if grad_bytes else link
+        listed = "; ".join(f"{p.fix}: {p.ratio:.2f}x" for p in fixes)
+        return [self.finding(
+            title=f"{n} ranks give {ratio:.2f}x of one rank's throughput",
+            message=(f"{n} ranks give {ratio:.2f}x of one rank's throughput ({efficiency:.0%} per rank): exposed "
+                     f"communication is {ms(jf.transfer_s):.1f} ms of a {ms(t_n):.1f} ms step{moved}. Predicted, "
+                     f"against one rank: {listed}."),
+            location=_location(record),
+            evidence={"ranks": n, "throughput_vs_one_rank": round(ratio, 3), "efficiency": round(efficiency, 3),
+                      "step_ms": ms(t_n), "one_rank_step_ms": ms(t_1), "exposed_transfer_ms": ms(jf.transfer_s),
+                      "predictions": {p.fix: round(p.ratio, 3) for p in predictions},
+                      "best": best.fix},
+            speedup=speedup if speedup is None or speedup >= MIN_REPORTED_SPEEDUP else None, severity=severity,
+            basis=("one rank alone is estimated as a rank's step without the communication the job adds (the "
+                   "exposed all-reduce of the rank nobody waited for), same per-rank batch and threads; each fix "
+                   "removes only the communication it changes. Measure one rank: --set nproc=1"))]
+
+    @staticmethod
+    def _link_text(record: RunRecord, grad_bytes: int) -> str:
+        comm = record.distributed.comm if record.distributed else None
+        if comm is None:
+            return ""
+        row = comm.at(grad_bytes or 25 * MB)
+        text = f" at {row.busbw_gbps:.2f} GB/s" if row and row.busbw_gbps else ""
+        if comm.simulated_link_gbps:
+            text += f" (link simulated at {comm.simulated_link_gbps:g} GB/s)"
+        if comm.link and comm.link.expected_gbps:
+            text += f"; this link should give ≥ {comm.link.expected_gbps:.1f} GB/s ({comm.link.description})"
+        return text

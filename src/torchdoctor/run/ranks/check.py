@@ -1,0 +1,59 @@
+"""The short communication check a multi-rank run makes after the script: the all-reduce
+table of `torchdoctor comm` at the sizes that matter for this job (DDP's 25 MiB bucket and the
+model's whole gradient), and the path between the ranks, so the scaling verdict has a
+measured link.
+
+Every rank that ended cleanly joins it, on a process group of its own (never the script's,
+whose last collectives may still be pending); a rank that does not arrive within
+CHECK_TIMEOUT_S leaves the check out with a note, never a hang.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from torchdoctor.comm.bench import DDP_BUCKET_BYTES, open_communicator, time_all_reduce
+from torchdoctor.comm.discover import discover_link
+from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.run.ranks import slow_link
+from torchdoctor.run.ranks.identity import LaunchEnv
+
+CHECK_TIMEOUT_S = 20.0
+CHECK_BUDGET_S = 6.0  # the sizes stop here; a step's data is in the record already
+MIN_BYTES, MAX_BYTES = 4 * 2**20, 256 * 2**20
+
+
+def check_sizes(grad_bytes: int) -> list[int]:
+    whole = min(MAX_BYTES, max(MIN_BYTES, -(-grad_bytes // 2**20) * 2**20)) if grad_bytes else None
+    return sorted({MIN_BYTES, DDP_BUCKET_BYTES, *([whole] if whole else [])})
+
+
+def communication_check(record: RunRecord, store, launch: LaunchEnv) -> None:
+    info = record.distributed
+    if info is None or launch.world_size < 2:
+        return
+    if not info.ddp and not info.collectives and info.identity.backend is None:
+        return  # the script never communicated: nothing to size
+    if store is None:
+        record.probe_notes.append(ProbeNote("comm", "no store to meet the other ranks on: the communication "
+                                                    "check after the script did not run"))
+        return
+    backend = "nccl" if "nccl" in (info.identity.backend or "") and torch.cuda.is_available() else "gloo"
+    grad_bytes = max((m.grad_bytes for m in info.ddp), default=0)
+    try:
+        comm = open_communicator(store, launch.rank, launch.world_size, backend, CHECK_TIMEOUT_S)
+        gbps = slow_link.simulated_gbps()
+        if gbps is not None:
+            comm.delay = lambda nbytes: time.sleep(slow_link.transfer_s(nbytes, launch.world_size, gbps))
+        result = time_all_reduce(comm, check_sizes(grad_bytes), warmup=1, repeats=3,
+                                 deadline=time.perf_counter() + CHECK_BUDGET_S)
+        result.simulated_link_gbps = gbps
+        gpus = [torch.cuda.current_device()] if backend == "nccl" else None
+        result.link = discover_link(backend, store, launch.rank, launch.world_size, gpus)
+        info.comm = result
+    except Exception as exc:  # another rank never came, or the backend refused: say so, keep the run
+        record.probe_notes.append(ProbeNote(
+            "comm", f"the communication check after the script did not finish: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"))

@@ -1,0 +1,159 @@
+"""Scripts that start their own ranks with `torch.multiprocessing.spawn(fn, nprocs=N)`: every
+child runs `fn` under the probes, with the run's limits and knobs, and writes
+RUN_DIR/rank-K/record.json like a launched rank; the parent's run merges them.
+
+The parent wraps `fn` in a picklable `SpawnedRank` before torch starts the children (the
+"spawn" start method pickles the function by reference and re-imports the script as
+`__mp_main__`, so the wrapper is all that changes). Children started another way cannot be
+measured: `start_processes(..., start_method="fork")` copies the parent's probes mid-run, and
+`multiprocessing.Process(target=train)` hands torch nothing to wrap. For those the run says
+exactly that, where, and how to launch instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.run.probes.frames import USER, caller_location, classify_file
+from torchdoctor.run.probes.patching import PatchSet
+
+CHILD_MARGIN_S = 15.0  # a child's time limit ends this long before the parent's, so the parent can merge
+LAUNCH_INSTEAD = ("launch the ranks with `torchdoctor run --nproc-per-node N train.py` and read RANK, "
+                  "LOCAL_RANK and WORLD_SIZE from the environment in the script, as torchrun sets them")
+
+
+@dataclass
+class SpawnedRank:
+    """`fn` as the child runs it: under the probes. Pickled by the parent, called by torch."""
+
+    fn: Any
+    nprocs: int
+    ranks_dir: str
+    job_id: str
+    script: str
+    warmup: int
+    steps: int
+    max_seconds: float
+    trace: bool | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, index: int, *args) -> Any:
+        from torchdoctor.run.probed import ProbedRun, ProbeOptions
+        from torchdoctor.run.ranks.child import RankRun
+        from torchdoctor.run.ranks.identity import LaunchEnv
+        from torchdoctor.run.runner import _user_traceback
+        from torchdoctor.run.session import StopRun
+
+        launch = LaunchEnv(rank=index, world_size=self.nprocs, local_rank=index, local_world_size=self.nprocs,
+                           node_rank=0, master_addr=os.environ.get("MASTER_ADDR"),
+                           master_port=int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT", "").isdigit()
+                           else None, run_id=self.job_id, agent_store=False, coordinated=True)
+        os.environ["TORCHDOCTOR_JOB_ID"] = self.job_id
+        rank = RankRun(launch, Path(self.ranks_dir), launcher="mp.spawn")
+        rank.start()
+        options = ProbeOptions(warmup=self.warmup, steps=self.steps, max_seconds=self.max_seconds, trace=self.trace,
+                               knobs=dict(self.knobs), end_process=True,
+                               on_abandon=lambda record: rank.finish(record, after_script=False))
+        probed = ProbedRun(options, rank.rank_dir, self.script, script_path=self.script)
+        rank.attach(probed)
+        outcome, raised = ("completed", 0, None), None
+        with probed:
+            probed.enter_code()
+            try:
+                result = self.fn(index, *args)
+            except StopRun as stop:
+                outcome = (probed.session.stop_reason or stop.reason, 0, None)
+            except KeyboardInterrupt:
+                outcome = ("interrupted", 130, None)
+            except BaseException as exc:  # the child's failure is the parent's to see, as without the doctor
+                outcome, raised = ("crashed", 1, _user_traceback(exc)), exc
+            finally:
+                probed.leave_code()
+        probed.settle(*outcome)
+        rank.finish(probed.record())
+        if raised is not None:
+            raise raised
+        return None if outcome[0] != "completed" else result
+
+
+class SpawnProbe:
+    """Wraps torch.multiprocessing's spawn; notes children it cannot measure."""
+
+    name = "spawn"
+
+    def __init__(self, session, run_dir: Path, options=None) -> None:
+        self.session = session
+        self.run_dir = run_dir
+        self.options = options
+        self.patches = PatchSet()
+        self.spawned = 0
+        self.notes: list[str] = []
+
+    def install(self) -> None:
+        if self.options is None or os.environ.get("RANK") is not None:
+            return  # a rank of a launch, or a watch() block: spawning is the script's own business
+        import torch.multiprocessing as tmp
+
+        spawn_module = sys.modules.get("torch.multiprocessing.spawn")
+        for owner in {id(m): m for m in (tmp, spawn_module) if m is not None}.values():
+            if hasattr(owner, "start_processes"):
+                self.patches.wrap(owner, "start_processes", self._wrap_start)
+        self.patches.wrap(multiprocessing.process.BaseProcess, "start", self._wrap_process_start)
+
+    def uninstall(self) -> None:
+        self.patches.restore()
+
+    def contribute(self, record: RunRecord) -> None:
+        record.probe_notes += [ProbeNote(self.name, note) for note in self.notes]
+
+    def _wrap_start(self, original):
+        probe = self
+
+        def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *rest, **kwargs):
+            where = caller_location()
+            if isinstance(fn, SpawnedRank):
+                return original(fn, args, nprocs, join, daemon, start_method, *rest, **kwargs)
+            if start_method != "spawn":
+                probe.notes.append(
+                    f"{where}: {nprocs} processes started with start_method={start_method!r} are not measured (a "
+                    f"forked child inherits this process's probes mid-run); use start_method='spawn', or "
+                    + LAUNCH_INSTEAD)
+                return original(fn, args, nprocs, join, daemon, start_method, *rest, **kwargs)
+            probe.spawned += nprocs
+            wrapped = probe._wrap_fn(fn, nprocs)
+            return original(wrapped, args, nprocs, join, daemon, start_method, *rest, **kwargs)
+
+        return start_processes
+
+    def _wrap_fn(self, fn, nprocs: int) -> SpawnedRank:
+        options = self.options
+        left = options.max_seconds - self.session.elapsed()
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None) or "<spawned>"
+        return SpawnedRank(fn=fn, nprocs=nprocs, ranks_dir=str(self.run_dir.resolve()), job_id=uuid.uuid4().hex,
+                           script=os.path.relpath(script) if os.path.isabs(script) else script,
+                           warmup=options.warmup, steps=options.steps, max_seconds=max(5.0, left - CHILD_MARGIN_S),
+                           trace=options.trace, knobs={k: v for k, v in options.knobs.items() if k != "nproc"})
+
+    def _wrap_process_start(self, original):
+        probe = self
+
+        def start(process, *args, **kwargs):
+            caller = sys._getframe(1)
+            if classify_file(caller.f_code.co_filename) == USER:  # torch's own (spawn, DataLoader) are not
+                target = getattr(process, "_target", None)
+                name = getattr(target, "__name__", "a function")
+                probe.notes.append(
+                    f"{caller_location()}: the script started a process running {name} with multiprocessing; "
+                    f"torchdoctor measures only this process, not that one's training. To measure every rank, "
+                    + LAUNCH_INSTEAD + " (torch.multiprocessing.spawn is measured too)")
+            return original(process, *args, **kwargs)
+
+        return start

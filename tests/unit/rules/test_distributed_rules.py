@@ -1,0 +1,165 @@
+"""The distributed rules on merged records built by hand: each test states the per-rank
+timings it needs (DDP's backward timestamps, step categories, the communication check)."""
+
+from helpers.records import record
+
+from torchdoctor.diagnose.run import analyze
+from torchdoctor.distributed_record import (CommResult, CommSize, DdpBackward, DdpModel, DdpStep, DistributedInfo,
+                                            LinkInfo, NoSyncUse, RankIdentity)
+from torchdoctor.findings import Severity
+from torchdoctor.location import Location
+from torchdoctor.record import PhaseStats, RankView, StaticFinding, StepSample
+
+DDP_LINE = Location("train.py", 20, "main")
+BACKWARD_LINE = Location("train.py", 31, "train_one_epoch")
+EVAL_LINE = Location("train.py", 44, "fit")
+
+
+def job(step_s=0.1, exposed=(0.03, 0.03), late=(0.0, 0.0), synced=1, micro=1, extra=(0.0, 0.0), data=(0.0, 0.0),
+        grad_mb=20, steps=10, warmup=2, comm=None, phases=None, **model):
+    """A merged 2-rank record: rank r's last gradient is ready `late[r]` after the others' baseline,
+    its step has `extra[r]` of evaluation and `data[r]` of data wait, and DDP left `exposed[r]`
+    of all-reduce after its last gradient."""
+    base = record(step_s=step_s, steps=steps, warmup=warmup)
+    views = []
+    for r in range(len(exposed)):
+        samples, ddp_steps = [], []
+        for s in base.steps:
+            samples.append(StepSample(index=s.index, start=s.start, end=s.end, warmup=s.warmup, sampled=False,
+                                      micro_batches=micro, samples=32, eval_s=extra[r], data_wait_s=data[r]))
+            t = 1000.0 + s.start
+            backwards = []
+            for k in range(synced):
+                ready = t + (k + 1) * step_s / (synced + 1) + late[r]
+                backwards.append(DdpBackward(compute_start=t, compute_end=ready, comm_start=ready - 0.001,
+                                             comm_end=ready + exposed[r] / synced))
+            ddp_steps.append(DdpStep(step=s.index, synced_backwards=synced, backwards=backwards))
+        views.append(RankView(rank=r, host="h", status="step-limit", steps=samples, ddp_steps=ddp_steps,
+                              phases=(phases or {}).get(r, [])))
+    identity = RankIdentity(rank=0, world_size=len(exposed), backend="gloo", job_id="j")
+    defaults = dict(created_at=DDP_LINE, module="Net", world_size=len(exposed), grad_bytes=grad_mb * 2**20,
+                    backward_location=BACKWARD_LINE, bucket_sizes=[25 * 2**20])
+    defaults.update(model)
+    base.steps = [s for s in views[0].steps]
+    base.distributed = DistributedInfo(identity=identity, ddp=[DdpModel(**defaults)], ddp_steps=views[0].ddp_steps,
+                                       comm=comm)
+    base.ranks = views
+    return base
+
+
+def found(rec, code):
+    return [f for f in analyze(rec).findings if f.code == code]
+
+
+def loopback(busbw, expected=2.0, latency=0.0005):
+    return CommResult(backend="gloo", world_size=2, latency_s=latency,
+                      link=LinkInfo(kind="loopback-tcp", description="loopback TCP", expected_gbps=expected),
+                      sizes=[CommSize(25 * 2**20, [0.1], busbw_gbps=busbw, algbw_gbps=busbw)])
+
+
+def test_accumulation_all_reducing_every_micro_batch_is_sized_from_the_wasted_transfer():
+    rec = job(step_s=0.1, exposed=(0.04, 0.04), synced=4, micro=4)
+    [finding] = found(rec, "TD601")
+    assert finding.location == BACKWARD_LINE
+    assert finding.evidence["all_reduces_per_step"] == 4 and finding.evidence["backwards_per_step"] == 4
+    assert finding.evidence["wasted_exposed_ms"] == 30.0  # 3 of the 4 all-reduces' 40 ms
+    assert finding.estimated_speedup == round(0.1 / 0.07, 3)
+
+
+def test_no_sync_around_backward_only_is_named_at_its_line():
+    rec = job(synced=2, micro=2)
+    where = Location("train.py", 38, "run")
+    rec.distributed.no_sync = [NoSyncUse(location=where, entries=10, forwards_inside=0, backwards_inside=10)]
+    [finding] = found(rec, "TD601")
+    assert finding.location == where and "wraps only `backward()`" in finding.message
+
+
+def test_one_all_reduce_per_step_is_fine():
+    assert not found(job(synced=1, micro=4), "TD601")
+
+
+def test_single_rank_records_get_no_distributed_findings_and_no_not_measured_lines():
+    report = analyze(record())
+    codes = {"TD601", "TD602", "TD603", "TD605", "TD606", "TD607"}
+    assert not [f for f in report.findings if f.code in codes]
+    assert not [n for n in report.not_measured if n.code in codes]
+
+
+def test_scaling_verdict_and_its_predictions():
+    rec = job(step_s=0.1, exposed=(0.06, 0.06), synced=4, micro=4, comm=loopback(0.2))
+    [verdict] = found(rec, "TD606")
+    assert verdict.severity == Severity.HIGH  # 2 ranks at 0.04 s of own work in a 0.1 s step: 0.8x of one
+    assert verdict.evidence["throughput_vs_one_rank"] == 0.8
+    predictions = verdict.evidence["predictions"]
+    assert predictions["no_sync() on 3 of 4 micro-batches"] == round(2 * 0.04 / 0.055, 3)
+    assert predictions["train on one rank"] == 1.0
+    assert "the link at its expected 2.0 GB/s" in predictions
+    assert verdict.estimated_speedup > 1
+
+
+def test_a_well_scaling_job_gets_an_info_verdict():
+    [verdict] = found(job(step_s=0.1, exposed=(0.004, 0.004)), "TD606")
+    assert verdict.severity == Severity.INFO and verdict.evidence["throughput_vs_one_rank"] == 1.92
+
+
+def test_slow_link_against_the_path_expectation():
+    [finding] = found(job(exposed=(0.05, 0.05), comm=loopback(0.2)), "TD602")
+    assert finding.location == DDP_LINE and finding.evidence["share"] == 0.1
+    assert finding.estimated_speedup == round(0.1 / (0.1 - 0.05 * 0.9), 3)
+    assert not found(job(exposed=(0.05, 0.05), comm=loopback(1.1)), "TD602")
+
+
+def test_rank_zero_evaluating_alone_is_the_straggler_at_its_line():
+    phases = {0: [PhaseStats(kind="eval", location=EVAL_LINE, calls=10, total_s=0.3, in_measured_steps_s=0.3)]}
+    rec = job(step_s=0.1, exposed=(0.002, 0.032), late=(0.03, 0.0), extra=(0.03, 0.0), phases=phases)
+    [finding] = found(rec, "TD605")
+    assert finding.evidence["rank"] == 0 and finding.location == EVAL_LINE
+    assert finding.evidence["wait_ms_per_step"] == 30.0
+    assert "eval" in finding.message
+
+
+def test_lateness_without_a_reason_counts_only_when_chance_cannot_explain_it():
+    # rank 0 is 5 ms late at every step and does nothing more than rank 1 that the probes see:
+    # 6 of 6 steps could be chance (p = 1/64); 12 of 12 cannot (p < 1/4000)
+    assert not found(job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=6), "TD605")
+    [finding] = found(job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12), "TD605")
+    assert finding.evidence["rank"] == 0 and finding.location is None and "computes" in finding.message
+
+
+def test_constant_buffers_broadcast_every_forward():
+    rec = job(broadcast_buffers=True, buffers=1, buffer_bytes=8 * 2**20, buffers_changed=False, buffer_sync_s=0.02)
+    [finding] = [f for f in found(rec, "TD603") if "broadcast" in f.title]
+    assert finding.location == DDP_LINE and finding.estimated_speedup == 1.25
+    assert not [f for f in found(job(broadcast_buffers=True, buffers=1, buffers_changed=True, buffer_sync_s=0.02),
+                                 "TD603") if "broadcast" in f.title]
+
+
+def test_unused_parameter_search_that_finds_nothing():
+    rec = job(find_unused_parameters=True, unused_parameter_bytes=0, unused_search_s=0.01)
+    [finding] = [f for f in found(rec, "TD603") if "find_unused" in f.title]
+    assert finding.evidence["search_ms_per_step"] == 10.0
+    assert not [f for f in found(job(find_unused_parameters=True, unused_parameter_bytes=4096, unused_search_s=0.01),
+                                 "TD603") if "find_unused" in f.title]
+
+
+def test_tiny_buckets_pay_the_links_latency():
+    rec = job(grad_mb=20, bucket_cap_mb=0.5, bucket_sizes=[2**19] * 40, comm=loopback(1.0, latency=0.002))
+    [finding] = [f for f in found(rec, "TD603") if "buckets" in f.title]
+    assert finding.evidence["buckets"] == 40
+
+
+def test_nccl_settings_in_the_environment_point_at_the_line_that_set_them():
+    rec = job()
+    rec.distributed.identity.backend = "nccl"
+    rec.environment.env_vars = {"NCCL_SHM_DISABLE": "1", "NCCL_DEBUG": "INFO"}
+    rec.static_findings = [StaticFinding("TD607", "nccl-transport-disabled", "medium", "/w/train.py", 7, "m")]
+    [finding] = found(rec, "TD607")
+    assert finding.location == Location("train.py", 7) and finding.evidence["settings"] == {"NCCL_SHM_DISABLE": "1"}
+    rec.distributed.identity.backend = "gloo"
+    assert not found(rec, "TD607")
+
+
+def test_rank_tables_are_added_to_the_report():
+    report = analyze(job(exposed=(0.05, 0.05), comm=loopback(0.2)))
+    titles = [t.title for t in report.tables]
+    assert "Ranks" in titles and "Scaling: 2 ranks against one" in titles and "All-reduce on this machine" in titles
