@@ -5,7 +5,7 @@ from html.parser import HTMLParser
 
 import pytest
 from helpers.records import loader, record
-from helpers.reports import HOSTILE_HTML, empty_report, full_report, hostile_report
+from helpers.reports import empty_report, full_report, hostile_report
 
 from torchdoctor.diagnose.run import analyze
 from torchdoctor.figures import Figures, RunBar, StepSeries

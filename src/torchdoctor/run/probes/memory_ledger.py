@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from torchdoctor.location import Location
-from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, GRADIENTS, OPTIMIZER, OPTIMIZER_STATES, OTHER,
+from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
 from torchdoctor.run.probes.frames import location_of, user_frame
 
