@@ -7,6 +7,9 @@ in the shapes of third-party projects, without reading the detectors). Annotatio
 exact line (see examples/real_shapes/README.md):
   `# expect: CODE`  a cause: reported there at high or medium (TD901 hot-line: at any severity)
   `# trap: CODE`    looks like it, is not: never reported there at high or medium
+  `# verdict: CODE` a judgement of the machine more than of the script (TD606 scaling verdict: its
+                    severity follows how well this machine's ranks scale): reported there at any
+                    severity or not at all, neither a cause nor a false positive
   `# torchdoctor-helpers: a.py, b.py`  annotations in those files count for this script
   `# torchdoctor-requires: cuda|lightning`  skipped (and said so) where that is missing
   `# torchdoctor-nproc: N`  a DDP script: run with `torchdoctor run --nproc-per-node N` (its ranks
@@ -41,6 +44,7 @@ SETS = {"examples": EXAMPLES, "real_shapes": EXAMPLES / "real_shapes"}
 RESULTS = ROOT / "benchmarks" / "results" / "accuracy.json"
 EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
 TRAP = re.compile(r"#\s*trap:\s*([A-Z0-9, ]+)")
+VERDICT = re.compile(r"#\s*verdict:\s*([A-Z0-9, ]+)")
 STEPS = ["--steps", "20", "--warmup", "3"]
 ANY_SEVERITY = {"TD901"}  # reported at low by design: found at any severity
 STRONG = ("high", "medium")
@@ -58,6 +62,7 @@ class Example:
     env: dict[str, str] = field(default_factory=dict)
     expected: set[Mark] = field(default_factory=set)
     traps: set[Mark] = field(default_factory=set)
+    verdicts: set[Mark] = field(default_factory=set)
     files: set[str] = field(default_factory=set)  # the script and its helpers
 
     @classmethod
@@ -73,7 +78,7 @@ class Example:
         for file in [path] + [path.parent / h.strip() for h in (helpers.group(1).split(",") if helpers else [])]:
             example.files.add(file.name)
             for lineno, line in enumerate(file.read_text().splitlines(), 1):
-                for pattern, into in ((EXPECT, example.expected), (TRAP, example.traps)):
+                for pattern, into in ((EXPECT, example.expected), (TRAP, example.traps), (VERDICT, example.verdicts)):
                     match = pattern.search(line)
                     if match:
                         into |= {(file.name, c.strip(), lineno) for c in match.group(1).split(",") if c.strip()}
@@ -125,7 +130,7 @@ def judge(example: Example, tmp: Path) -> dict | None:
     strong = {(n, c, l) for n, c, l, s in located if n in example.files and s in STRONG}
     found = example.expected & reported
     traps_hit = example.traps & strong
-    false_pos = strong - example.expected
+    false_pos = strong - example.expected - example.verdicts
     return {
         **row,
         "found": sorted(map(_mark, found)),

@@ -44,7 +44,7 @@ def main():
     data = TensorDataset(torch.randn(4096, 256), torch.randint(0, 16, (4096,)))
     sampler = DistributedSampler(data, num_replicas=dist.get_world_size(), rank=dist.get_rank())
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
-    model = DDP(build_model())  # expect: TD606
+    model = DDP(build_model())  # verdict: TD606
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)

@@ -36,7 +36,7 @@ def run(rank, world_size, port):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     torch.manual_seed(rank)
-    model = DDP(nn.Sequential(nn.Linear(128, 1024), nn.Tanh(), nn.Linear(1024, 1024), nn.Tanh(), nn.Linear(1024, 1)))
+    model = DDP(nn.Sequential(nn.Linear(128, 1024), nn.Tanh(), nn.Linear(1024, 1024), nn.Tanh(), nn.Linear(1024, 1)))  # verdict: TD606
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     criterion = nn.MSELoss()
     for it in range(400):
