@@ -104,6 +104,7 @@ class LoaderStats:
     # ready to run but without a CPU (other processes): tells starvation from waiting on storage
     sampled_wait_s: float = 0.0
     sampled_runqueue_s: float | None = None
+    dataset_type: str | None = None  # module.qualname of loader.dataset (None: records before schema 5)
 
     @property
     def runqueue_share(self) -> float | None:

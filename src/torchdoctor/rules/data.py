@@ -43,6 +43,18 @@ def _core_caveat(record: RunRecord) -> str:
             "`__getitem__` cheaper")
 
 
+TENSOR_DATASET = "torch.utils.data.dataset.TensorDataset"
+TENSOR_DATASET_FIX = (
+    "Index the tensors once per batch: a BatchSampler as the sampler and `batch_size=None` hand "
+    "`TensorDataset.__getitem__` a list of indices, which it applies to each tensor at once:\n```python\n"
+    "from torch.utils.data import BatchSampler, RandomSampler\n"
+    "loader = DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), batch_size=128, drop_last=True),\n"
+    "                    batch_size=None)  # each item is already a batch\n```\n"
+    "Or skip the DataLoader: `perm = torch.randperm(len(x)); for i in range(0, len(x), bs): "
+    "idx = perm[i:i + bs]; xb, yb = x[idx], y[idx]`."
+)
+
+
 class DataLoaderStall(Rule):
     code = "TD101"
     slug = "dataloader-stall"
@@ -87,6 +99,17 @@ class DataLoaderStall(Rule):
             cause += (f"; {cpu_share:.0%} of that time was CPU work" if not waits_on_storage(loader) else
                       f"; only {cpu_share:.0%} of that time was CPU work, the rest waited (storage, network)")
         speedup, basis = _parallel_loading_estimate(record, facts, loader, wait)
+        fix = None
+        if workers == 0 and loader.dataset_type == TENSOR_DATASET:
+            # Workers would pickle every sample's tensors across processes: the cheaper fix is
+            # to index the tensors once per batch instead of once per sample.
+            cause = ("the dataset is tensors already in memory (TensorDataset), indexed one sample at a time "
+                     f"({loader.batch_size or 'batch-size'} `__getitem__` calls) and stacked again by the collate "
+                     "function in every step")
+            speedup = amdahl(step, wait)
+            basis = ("upper bound: Amdahl with the whole wait removed; one indexing per batch costs a few "
+                     "tensor ops instead of a Python call per sample, so most of it goes")
+            fix = TENSOR_DATASET_FIX
         return [
             self.finding(
                 title=f"Steps wait {ms(wait):.1f} ms for data ({share:.0%} of each step)",
@@ -110,6 +133,7 @@ class DataLoaderStall(Rule):
                 },
                 speedup=speedup,
                 basis=basis,
+                fix=fix,
                 # the size of the stall, which a cheaper `__getitem__` can win back even where
                 # workers cannot
                 severity=severity_for(amdahl(step, wait)),

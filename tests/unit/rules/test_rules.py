@@ -33,6 +33,19 @@ def test_small_data_wait_does_not_trigger():
     assert run(DataLoaderStall, rec) == []
 
 
+def test_data_wait_on_an_in_memory_tensor_dataset_advises_batched_indexing_not_workers():
+    """Workers would pickle each sample's tensors to the main process: for a TensorDataset the
+    cost is the per-sample indexing and collation, which batched indexing removes."""
+    rec = _on_cores(record(step_s=0.1, data_wait_s=0.02), cores=2, threads=2)
+    rec.loaders = [loader(wait_total_s=0.24, wait_cpu_s=0.24, dataset_type="torch.utils.data.dataset.TensorDataset")]
+    (f,) = run(DataLoaderStall, rec)
+    assert "TensorDataset" in f.message and "BatchSampler" in f.fix and "num_workers" not in f.fix
+    assert abs(f.estimated_speedup - 0.1 / 0.08) < 1e-3 and f.estimate_basis.startswith("upper bound")
+    rec.loaders = [loader(wait_total_s=0.24, wait_cpu_s=0.24, dataset_type="train.ImageFolderish")]
+    (f,) = run(DataLoaderStall, rec)
+    assert "BatchSampler" not in f.fix and "TensorDataset" not in f.message
+
+
 def test_worker_restarts_trigger_only_without_persistent_workers():
     rec = record(step_s=0.1)
     rec.loaders = [loader(num_workers=2, iterator_starts_s=[0.2, 0.2, 0.2], first_batch_waits_s=[0.1] * 3,

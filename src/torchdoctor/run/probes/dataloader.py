@@ -60,6 +60,7 @@ def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderSta
         drop_last=bool(loader.drop_last),
         dataset_len=_dataset_len(loader),
         wait_cpu_s=0.0,
+        dataset_type=f"{type(loader.dataset).__module__}.{type(loader.dataset).__qualname__}",
     )
 
 
