@@ -26,7 +26,8 @@ def memory_tables(record: RunRecord) -> list[Table]:
     memory = record.memory
     if memory is not None and memory.peak_bytes:
         tables.append(breakdown_table(memory))
-        modules = module_table(memory)
+        peak_step = next((st for st in record.steps if st.index == memory.peak_step), None)
+        modules = module_table(memory, peak_step.micro_batches if peak_step is not None else 1)
         if modules is not None:
             tables.append(modules)
         if memory.largest:
@@ -63,7 +64,7 @@ def breakdown_table(memory: MemoryBreakdown) -> Table:
     return Table("Memory at the peak", ["part", "bytes", "share"], rows, caption.strip())
 
 
-def module_table(memory: MemoryBreakdown) -> Table | None:
+def module_table(memory: MemoryBreakdown, micro_batches: int = 1) -> Table | None:
     saved = max((m.saved_bytes for m in memory.modules), default=0)  # the model's own: everything inside it
     shown = [m for m in memory.modules if m.module and m.saved_bytes][:MODULE_ROWS]
     if not shown or not saved:
@@ -71,8 +72,10 @@ def module_table(memory: MemoryBreakdown) -> Table | None:
     rows = [[m.module, m.kind, fmt_bytes(m.saved_bytes), _share(m.saved_bytes, saved),
              fmt_bytes(m.input_bytes) if m.input_bytes else ""] for m in shown]
     return Table("Modules holding the most activations", ["module", "kind", "saved for backward", "share", "its input"],
-                 rows, "Saved by the module and the modules inside it in the peak step (share: of all the model "
-                       "saved). Checkpointing a module keeps only its input and recomputes the rest in backward.")
+                 rows, "Saved by the module and the modules inside it in the peak step"
+                 + (f", summed over its {micro_batches} micro-batches (each backward() frees its own, so about "
+                    f"1/{micro_batches} of this is live at once)" if micro_batches > 1 else "")
+                 + " (share: of all the model saved). Checkpointing a module keeps only its input and recomputes the rest in backward.")
 
 
 def allocation_table(title: str, allocations: list[LiveAllocation], caption: str) -> Table:

@@ -190,8 +190,12 @@ def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
         notes.append(inside_libraries)
     if facts.sampled_steps:
         d = record.dispatch
+        excluded = sum(1 for st in record.steps if st.sampled and not st.warmup)
+        others = excluded - (d.sampled_steps if d is not None else 0)
         notes.append(
-            f"{d.sampled_steps} steps ran under the op sampler and are excluded from timings"
-            + (f" (sampler cost ≈ {d.probe_cost_per_op_s * 1e6:.1f} µs per op)." if d.probe_cost_per_op_s else ".")
+            f"{excluded} steps ran under a costly probe and are excluded from timings"
+            + (f": {d.sampled_steps} under the op sampler" if d is not None and d.sampled_steps else "")
+            + (f" (≈ {d.probe_cost_per_op_s * 1e6:.1f} µs per op)" if d is not None and d.probe_cost_per_op_s else "")
+            + (f", {others} under the line sampler, backward timer or profiler" if others > 0 else "") + "."
         )
     return notes

@@ -29,7 +29,7 @@ def wall_time_table(record: RunRecord) -> Table | None:
          _share(sum(s.duration_s for s in warm), wall), ""],
         [f"measured steps ({len(measured)})", _s(sum(s.duration_s for s in measured)),
          _share(sum(s.duration_s for s in measured), wall),
-         f"{len(sampled)} under the op sampler, left out of step timings" if sampled else ""],
+         f"{len(sampled)} under a costly probe, left out of step timings" if sampled else ""],
         ["after the last step (stop, teardown, code after training)", _s(max(0.0, wall - last_end)),
          _share(max(0.0, wall - last_end), wall), ""],
     ]
