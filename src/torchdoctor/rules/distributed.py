@@ -159,7 +159,7 @@ class DdpConfig(DistributedRule):
         if not model.gradient_as_bucket_view and model.grad_bytes >= 100 * MB:
             out.append(self._finding(
                 model, None, "gradient_as_bucket_view is off",
-                f"DDP copies {model.grad_bytes / MB:.0f} MB of gradients into its buckets and back every step, "
+                f"DDP copies {model.grad_bytes / MB:.1f} MB of gradients into its buckets and back every step, "
                 "and keeps a second copy in memory. gradient_as_bucket_view=True makes the gradients views "
                 "of the buckets.",
                 {"setting": "gradient_as_bucket_view=False", "grad_mb": round(model.grad_bytes / MB, 1)},

@@ -111,6 +111,7 @@ class StragglerRank(DistributedRule):
         if speedup < MIN_REPORTED_SPEEDUP:
             return []
         why, location = straggler_reason(record, jf, rank)
+        same_work = own_excess(jf, rank)[0] == "compute"
         return [self.finding(
             title=f"rank {rank} is the rank the others wait for at {me.last_ready} of {total} steps",
             message=(f"The other ranks wait {ms(wait):.1f} ms per step for rank {rank} ({wait / jf.step_s:.0%} of the "
@@ -122,7 +123,19 @@ class StragglerRank(DistributedRule):
                                       for r, s in jf.ranks.items()}},
             speedup=speedup,
             basis=("Amdahl on the others' wait (how much later rank's last gradient was ready, from DDP's timestamps "
-                   "on the host clock), averaged over all measured steps"))]
+                   "on the host clock), averaged over all measured steps"),
+            fix=SAME_WORK_SLOWER_FIX.format(rank=rank) if same_work else None)]
+
+
+# The straggler runs the same code as the others, only slower: the cause is where it runs, not
+# what the script gives it to do.
+SAME_WORK_SLOWER_FIX = (
+    "Rank {rank} does no extra work; it runs the same lines slower. Look at where it runs: on GPUs, "
+    "`nvidia-smi -q -d CLOCK,PERFORMANCE` for throttling and `nvidia-smi` for other processes on its "
+    "device; on CPU ranks, cores shared with other ranks or processes (give each rank its own cores: "
+    "`OMP_NUM_THREADS` = cores / ranks, `taskset`/`numactl`), and whether its input batches are larger "
+    "(variable-length data without bucketing)."
+)
 
 
 def explained_waits(jf: JobFacts) -> dict[int, dict[int, float]]:
@@ -236,7 +249,7 @@ class ScalingVerdict(DistributedRule):
         speedup = best.ratio / ratio if best.ratio > ratio else None
         grad_bytes, synced = grads_per_step(record)
         link = self._link_text(record, grad_bytes)
-        moved = f"; {grad_bytes * synced / MB:.0f} MB of gradients per step{link}" if grad_bytes else link
+        moved = f"; {_mb(grad_bytes * synced)} MB of gradients per step{link}" if grad_bytes else link
         listed = "; ".join(f"{p.fix}: {p.ratio:.2f}x" for p in fixes)
         return [self.finding(
             title=f"{n} ranks give {ratio:.2f}x of one rank's throughput",
@@ -265,3 +278,9 @@ class ScalingVerdict(DistributedRule):
         if comm.link and comm.link.expected_gbps:
             text += f"; this link should give ≥ {comm.link.expected_gbps:.1f} GB/s ({comm.link.description})"
         return text
+
+
+def _mb(nbytes: float) -> str:
+    """Megabytes with the digits a small model needs (0.1 MB is not 0)."""
+    mb = nbytes / MB
+    return f"{mb:.0f}" if mb >= 10 else f"{mb:.1f}" if mb >= 0.1 else f"{mb:.2g}"

@@ -124,6 +124,14 @@ def test_lateness_without_a_reason_counts_only_when_chance_cannot_explain_it():
     assert not found(job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=6), "TD605")
     [finding] = found(job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12), "TD605")
     assert finding.evidence["rank"] == 0 and finding.location is None and "computes" in finding.message
+    assert "does no extra work" in finding.fix and "OMP_NUM_THREADS" in finding.fix  # where it runs, not evaluation
+
+
+def test_a_straggler_with_extra_work_keeps_the_advice_to_share_that_work():
+    phases = {0: [PhaseStats(kind="eval", location=EVAL_LINE, calls=10, total_s=0.3, in_measured_steps_s=0.3)]}
+    rec = job(step_s=0.1, exposed=(0.002, 0.032), late=(0.03, 0.0), extra=(0.03, 0.0), phases=phases)
+    [finding] = found(rec, "TD605")
+    assert "DistributedSampler" in finding.fix and "does no extra work" not in finding.fix
 
 
 def test_constant_buffers_broadcast_every_forward():
