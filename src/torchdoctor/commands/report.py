@@ -1,4 +1,5 @@
-"""`torchdoctor report RUN_DIR [--format ...]`: re-render a run directory without re-running."""
+"""`torchdoctor report DIR [--format ...]`: re-render a run directory (or a tune directory)
+without re-running."""
 
 from __future__ import annotations
 
@@ -13,9 +14,27 @@ from torchdoctor.report import RENDERERS, emit
 def main(argv: Sequence[str]) -> int:
     from torchdoctor.rundir import diagnose_run_dir
 
-    p = CommandParser(prog="torchdoctor report", description="re-render a run directory without re-running")
+    p = CommandParser(prog="torchdoctor report",
+                      description="re-render a run directory (or a tune directory) without re-running")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
     opts = p.parse_args(argv)
-    emit(diagnose_run_dir(opts.run_dir), opts.format)
+    emit(_tune_report(opts.run_dir) or diagnose_run_dir(opts.run_dir), opts.format)
     return EXIT_OK
+
+
+def _tune_report(folder: Path):
+    """A tune directory's own report (tune.json): its trials are run directories of their
+    own, and what tune concluded across them is that file; None for anything else."""
+    from torchdoctor.errors import InputError
+    from torchdoctor.findings import Report
+    from torchdoctor.rundir import RECORD_FILE
+    from torchdoctor.serialize import SchemaError
+
+    tune_file = folder / "tune.json"
+    if not tune_file.is_file() or (folder / RECORD_FILE).exists():
+        return None
+    try:
+        return Report.load(tune_file)
+    except SchemaError as exc:
+        raise InputError(f"cannot read the tune report: {exc}") from None
