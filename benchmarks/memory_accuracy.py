@@ -63,7 +63,7 @@ def trials(name: str, work: Path, **extra) -> ProcessTrials:
 
 def point(trial) -> FitPoint:
     assert trial.outcome == FITS, f"batch {trial.batch_size}: {trial.outcome} {trial.detail}"
-    return FitPoint(trial.samples or trial.batch_size, trial.peak_bytes, dict(trial.phase_peaks))
+    return FitPoint(trial.fit_batch, trial.peak_bytes, dict(trial.phase_peaks))
 
 
 def peak_at_4x(name: str, b: int, work: Path) -> dict:

@@ -159,6 +159,17 @@ class BatchTrial:
     seconds: float = 0.0  # the trial's wall time
     run_dir: str = ""  # its run directory, relative to the memory directory
     detail: str = ""  # why it failed, or what limited it
+
+    @property
+    def fit_batch(self) -> int:
+        """The batch size the fit and the search speak in: the loader's batch, or the rows
+        delivered when a small dataset capped them. Gradient accumulation delivers several
+        batches per step, and its peak still grows with one batch, not with their sum."""
+        if not self.batch_size:
+            return self.samples or 0
+        if self.samples is not None and self.samples < self.batch_size:
+            return self.samples
+        return self.batch_size
     epoch_steps: int | None = None  # optimizer steps in one epoch at this size, when the loader has a length
 
 

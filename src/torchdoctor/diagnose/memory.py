@@ -180,7 +180,7 @@ def scaling_figure(record: RunRecord) -> ScalingFigure | None:
     if scaling is None or not scaling.trials:
         return None
     return ScalingFigure(
-        points=[ScalingPoint(t.samples or t.batch_size, t.outcome, t.peak_bytes, t.device_peak_bytes or t.peak_bytes,
+        points=[ScalingPoint(t.fit_batch, t.outcome, t.peak_bytes, t.device_peak_bytes or t.peak_bytes,
                              t.samples_per_s) for t in scaling.trials if t.batch_size],
         fits=[(f.phase, f.fixed_bytes, f.per_sample_bytes) for f in scaling.fits],
         usable_bytes=scaling.capacity_bytes - scaling.headroom_bytes if scaling.capacity_bytes else None,

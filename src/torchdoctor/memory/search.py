@@ -165,7 +165,7 @@ class BatchSearch:
         return any(t.outcome in (OOM, OVER_LIMIT, FAILED) and t.batch_size <= batch for t in self.trials)
 
     def _points(self) -> list[FitPoint]:
-        return [FitPoint(t.samples or t.batch_size, t.peak_bytes, dict(t.phase_peaks)) for t in self.trials
+        return [FitPoint(t.fit_batch, t.peak_bytes, dict(t.phase_peaks)) for t in self.trials
                 if t.peak_bytes and t.outcome in (FITS, OVER_LIMIT)]
 
     def _overhead(self) -> float:

@@ -185,3 +185,44 @@ def test_first_sample_cuts_every_tensor_with_the_batch_rows_and_keeps_the_rest()
     assert cut["vocab"].shape == (7,) and cut["text"] == ["a"] * 4  # not per-sample tensors, not tensors
     x, y = _first_sample((torch.zeros(5, 2), torch.arange(5)))
     assert x.shape == (1, 2) and y.tolist() == [0]
+
+
+REBUILT_LOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def prepare(loader):  # what accelerate's prepare() does: a new loader around the old batch sampler
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler)
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = prepare(DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, shuffle=True))
+for (x,) in loader:
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_batch_size_reaches_a_loader_rebuilt_around_the_batch_sampler(tmp_path):
+    script = tmp_path / "rebuilt.py"
+    script.write_text(REBUILT_LOADER)
+    record = execute(RunRequest(target=str(script), warmup=1, steps=3, knobs=parse_settings(["batch_size=8"])),
+                     tmp_path)
+    knob = outcome(record, "batch_size")
+    assert knob.applied and "keeps batch_size 8 from the batch sampler" in knob.detail
+    assert record.loaders[-1].batch_size == 8 and record.steps[-1].samples == 8  # the sampler's size, recorded
+
+
+def test_a_loader_with_a_batch_sampler_of_its_own_refuses_the_batch_size(tmp_path):
+    script = tmp_path / "own_sampler.py"
+    script.write_text(REBUILT_LOADER.replace(
+        "loader = prepare(DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, shuffle=True))",
+        "from torch.utils.data import BatchSampler, SequentialSampler\n"
+        "ds = TensorDataset(torch.randn(64, 4))\n"
+        "loader = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False))"))
+    record = execute(RunRequest(target=str(script), warmup=1, steps=3, knobs=parse_settings(["batch_size=8"])),
+                     tmp_path)
+    knob = outcome(record, "batch_size")
+    assert not knob.applied and "batches with its own sampler" in knob.detail
+    assert record.loaders[-1].batch_size == 4

@@ -17,10 +17,11 @@ class LineTrials:
     step peaks at a constant; `device_limit`: trials above it fail as a device would (OOM)."""
 
     def __init__(self, b0=32, fixed=200 * MIB, per_sample=2 * MIB, optimizer=260 * MIB, device_limit=None,
-                 unreachable=None, fail_at=None, knob_refused_at=None):
+                 unreachable=None, fail_at=None, knob_refused_at=None, micro_batches=1):
         self.b0, self.fixed, self.per_sample, self.optimizer = b0, fixed, per_sample, optimizer
         self.device_limit, self.unreachable = device_limit, unreachable
         self.fail_at, self.knob_refused_at = fail_at, knob_refused_at
+        self.micro_batches = micro_batches  # gradient accumulation: batches delivered per step
         self.asked = []
 
     def peak(self, b):
@@ -39,12 +40,23 @@ class LineTrials:
         if self.device_limit is not None and self.peak(batch) > self.device_limit:
             return BatchTrial(batch, OOM, detail="CUDA out of memory")
         phases = {FORWARD: self.fixed + batch * self.per_sample, OPTIMIZER: self.optimizer}
-        return BatchTrial(batch, FITS, samples=batch, peak_bytes=self.peak(batch), phase_peaks=phases,
+        return BatchTrial(batch, FITS, samples=batch * self.micro_batches, peak_bytes=self.peak(batch), phase_peaks=phases,
                           samples_per_s=100.0 * batch ** 0.5, step_s=0.01)
 
 
 def real_max(trials: LineTrials, usable: int) -> int:
     return max(b for b in range(1, 100_000) if trials.peak(b) <= usable)
+
+
+def test_with_gradient_accumulation_the_search_speaks_in_loader_batches():
+    """Four micro-batches per step deliver 4x the rows, yet the peak grows with one batch: a
+    prediction in rows would promise a batch four times too large."""
+    trials = LineTrials(micro_batches=4)
+    scaling = BatchSearch(trials, Capacity(1000 * MIB, 0, "test")).run()
+    truth = real_max(trials, 1000 * MIB)
+    assert abs(scaling.predicted_max_batch - truth) <= scaling.search_step
+    assert scaling.verified_max_batch <= truth and abs(scaling.verified_max_batch - truth) <= scaling.search_step
+    assert abs(scaling.fits[0].per_sample_bytes - 2 * MIB) < 1
 
 
 @pytest.mark.parametrize("usable_mib", [600, 1000, 5000, 20_000])

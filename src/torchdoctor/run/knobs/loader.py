@@ -144,7 +144,12 @@ class LoaderKnobs(KnobGroup):
             else:
                 self.refuse(name, f"the DataLoader at {site} has num_workers=0, so {name} does not apply")
         if "batch_size" in self.settings:
-            if arguments.get("batch_sampler") is not None or arguments.get("batch_size", 1) is None:
+            inherited = getattr(arguments.get("batch_sampler"), "batch_size", None)
+            if inherited == self.settings["batch_size"]:
+                # a loader rebuilt from one the knob already changed (accelerate's prepare(),
+                # Lightning's distributed sampler): it keeps that loader's batch sampler
+                self.applied("batch_size", f"{site} keeps batch_size {inherited} from the batch sampler it was given")
+            elif arguments.get("batch_sampler") is not None or arguments.get("batch_size", 1) is None:
                 self.refuse("batch_size", f"the DataLoader at {site} batches with its own sampler")
             else:
                 before = arguments.get("batch_size", 1)

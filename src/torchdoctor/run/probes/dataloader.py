@@ -47,12 +47,19 @@ def _dataset_len(loader: DataLoader) -> int | None:
         return None
 
 
+def _sampler_batch_size(loader: DataLoader) -> int | None:
+    size = getattr(loader.batch_sampler, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderStats:
     return LoaderStats(
         loader_id=loader_id,
         created_at=created_at,
         iterated_at=None,
-        batch_size=loader.batch_size,
+        # a loader built around a batch sampler (accelerate's, a distributed wrapper) has no
+        # batch_size of its own; the sampler's is the batch it yields
+        batch_size=loader.batch_size if loader.batch_size is not None else _sampler_batch_size(loader),
         num_workers=loader.num_workers,
         pin_memory=bool(loader.pin_memory),
         prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
