@@ -375,6 +375,7 @@ class RankView:
     loader_location: Location | None = None  # where its training DataLoader was iterated
     top_lines: list[LineHits] = field(default_factory=list)  # its most sampled lines
     last_position: str | None = None  # the line its heartbeat last saw (a rank that hung)
+    contention: Contention | None = None  # how much it waited for a CPU (ranks sharing too few cores)
 
     @property
     def measured_steps(self) -> list[StepSample]:

@@ -117,7 +117,7 @@ def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
         wall_s=record.run.wall_s, epoch_t0=_identity(record).epoch_t0, steps=list(record.steps),
         ddp_steps=list(info.ddp_steps) if info else [], collectives=list(info.collectives) if info else [],
         phases=list(record.phases), loader_location=loader.iterated_at if loader else None, top_lines=lines,
-        last_position=(heartbeat or {}).get("position"),
+        last_position=(heartbeat or {}).get("position"), contention=record.contention,
     )
 
 

@@ -111,7 +111,14 @@ class StragglerRank(DistributedRule):
         if speedup < MIN_REPORTED_SPEEDUP:
             return []
         why, location = straggler_reason(record, jf, rank)
-        same_work = own_excess(jf, rank)[0] == "compute"
+        kind, excess = own_excess(jf, rank)
+        same_work = kind == "compute"
+        starved = cpu_starved(record, rank, excess * 0.5) if same_work else None
+        severity = None
+        if starved is not None:  # the machine, not the script: said, and ranked below the script's causes
+            why += (f"; in its sampled steps it waited for a CPU {starved[0]:.0%} of the time, the other ranks "
+                    f"{starved[1]:.0%}: the ranks share too few cores")
+            severity = Severity.LOW
         return [self.finding(
             title=f"rank {rank} is the rank the others wait for at {me.last_ready} of {total} steps",
             message=(f"The other ranks wait {ms(wait):.1f} ms per step for rank {rank} ({wait / jf.step_s:.0%} of the "
@@ -124,7 +131,7 @@ class StragglerRank(DistributedRule):
             speedup=speedup,
             basis=("Amdahl on the others' wait (how much later rank's last gradient was ready, from DDP's timestamps "
                    "on the host clock), averaged over all measured steps"),
-            fix=SAME_WORK_SLOWER_FIX.format(rank=rank) if same_work else None)]
+            severity=severity, fix=SAME_WORK_SLOWER_FIX.format(rank=rank) if same_work else None)]
 
 
 # The straggler runs the same code as the others, only slower: the cause is where it runs, not
@@ -136,6 +143,18 @@ SAME_WORK_SLOWER_FIX = (
     "`OMP_NUM_THREADS` = cores / ranks, `taskset`/`numactl`), and whether its input batches are larger "
     "(variable-length data without bucketing)."
 )
+
+
+def cpu_starved(record: RunRecord, rank: int, enough_s: float) -> tuple[float, float] | None:
+    """(its run-queue share, the others' mean) when `rank` waited for a CPU, beyond the other
+    ranks, at least `enough_s` per step; None when that does not explain it or was not measured."""
+    views = {v.rank: v for v in record.ranks}
+    shares = {r: v.contention.runqueue_share for r, v in views.items() if v.contention is not None}
+    if shares.get(rank) is None or len(shares) < 2 or any(v is None for v in shares.values()):
+        return None
+    others = statistics.fmean(v for r, v in shares.items() if r != rank)
+    step = statistics.fmean(s.duration_s for s in views[rank].measured_steps) if views[rank].measured_steps else 0.0
+    return (shares[rank], others) if (shares[rank] - others) * step >= enough_s > 0 else None
 
 
 def explained_waits(jf: JobFacts) -> dict[int, dict[int, float]]:

@@ -127,6 +127,21 @@ def test_lateness_without_a_reason_counts_only_when_chance_cannot_explain_it():
     assert "does no extra work" in finding.fix and "OMP_NUM_THREADS" in finding.fix  # where it runs, not evaluation
 
 
+def test_a_straggler_that_waited_for_a_cpu_is_the_machine_and_ranks_low():
+    from torchdoctor.record import Contention
+
+    rec = job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12)
+    [before] = found(rec, "TD605")
+    rec.ranks[0].contention = Contention(window_s=1.0, thread_runqueue_s=0.30)
+    rec.ranks[1].contention = Contention(window_s=1.0, thread_runqueue_s=0.02)
+    [finding] = found(rec, "TD605")
+    assert finding.severity.value == "low" and before.severity.value != "low"
+    assert "waited for a CPU 30% of the time, the other ranks 2%" in finding.message
+    rec.ranks[0].contention = Contention(window_s=1.0, thread_runqueue_s=0.03)  # not enough to explain it
+    [finding] = found(rec, "TD605")
+    assert "waited for a CPU" not in finding.message and finding.severity == before.severity
+
+
 def test_a_straggler_with_extra_work_keeps_the_advice_to_share_that_work():
     phases = {0: [PhaseStats(kind="eval", location=EVAL_LINE, calls=10, total_s=0.3, in_measured_steps_s=0.3)]}
     rec = job(step_s=0.1, exposed=(0.002, 0.032), late=(0.03, 0.0), extra=(0.03, 0.0), phases=phases)
