@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
 from torchdoctor.run.probes.contention import thread_schedstat
-from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
+from torchdoctor.run.probes.frames import library_of, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import LoaderStats, RunRecord
 from torchdoctor.run.session import RunSession
@@ -82,6 +82,7 @@ class DataLoaderProbe:
             weakref.WeakKeyDictionary()
         )
         self._live_worker_iters: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._dataset_sites: dict[int, tuple[Any, Any]] = {}  # id(dataset) -> (weakref, user DataLoader line)
         self.end_workers = True  # False: the code goes on iterating after the probes come out
 
     def install(self) -> None:
@@ -119,9 +120,28 @@ class DataLoaderProbe:
         @functools.wraps(original)
         def __init__(loader, *args, **kwargs):
             original(loader, *args, **kwargs)
-            probe._stats_for(loader, caller_location())
+            frame, _ = user_frame(sys._getframe(1))
+            site = location_of(frame) if frame is not None else None
+            if frame is not None and library_of(frame.f_code.co_filename) is not None:
+                # A framework rebuilding the user's loader (Lightning adding a DistributedSampler,
+                # accelerate's prepare()) around the same dataset: the user's DataLoader(...) line
+                # is the one to change.
+                site = probe._user_site_of(loader.dataset) or site
+            elif site is not None:
+                probe._remember_site(loader.dataset, site)
+            probe._stats_for(loader, site)
 
         return __init__
+
+    def _remember_site(self, dataset, site) -> None:
+        try:
+            self._dataset_sites[id(dataset)] = (weakref.ref(dataset), site)
+        except TypeError:  # a dataset that takes no weak reference: not followed
+            pass
+
+    def _user_site_of(self, dataset):
+        ref, site = self._dataset_sites.get(id(dataset), (None, None))
+        return site if ref is not None and ref() is dataset else None
 
     def _wrap_iter(self, original):
         probe = self

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from torchdoctor.distributed_record import DdpBackward, DdpModel, DdpStep, DistributedInfo, NoSyncUse, RankIdentity
 from torchdoctor.record import ProbeNote, RunRecord, StepSample
-from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
+from torchdoctor.run.probes.frames import caller_location, location_of, own_caller_location, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.ranks import slow_link
 from torchdoctor.run.session import RunSession
@@ -90,7 +90,7 @@ class DdpProbe:
         def __init__(ddp, *args, **kwargs):
             original(ddp, *args, **kwargs)
             try:
-                probe._track(ddp, caller_location())
+                probe._track(ddp, own_caller_location())
             except Exception as exc:  # never break the user's DDP for a measurement
                 probe._notes.append(f"could not read a DDP wrapper's settings: {type(exc).__name__}: {exc}")
 

@@ -140,3 +140,11 @@ def caller_location(depth: int = 1) -> Location | None:
     """Location of the innermost user frame above our caller."""
     frame, _ = user_frame(sys._getframe(depth + 1))
     return location_of(frame) if frame is not None else None
+
+
+def own_caller_location(depth: int = 1) -> Location | None:
+    """Location of the innermost frame of the user's own files above our caller, past any
+    installed library (a framework that built the object on the user's behalf); the
+    innermost user frame when there is none."""
+    own = project_frames(sys._getframe(depth + 1), limit=1)
+    return location_of(own[0]) if own else caller_location(depth + 1)
