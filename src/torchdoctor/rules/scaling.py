@@ -110,8 +110,8 @@ class StragglerRank(DistributedRule):
         speedup = amdahl(jf.step_s, wait)
         if speedup < MIN_REPORTED_SPEEDUP:
             return []
-        why, location = straggler_reason(record, jf, rank)
         kind, excess = own_excess(jf, rank)
+        why, location = straggler_reason(record, rank, kind, excess)
         same_work = kind == "compute"
         starved = cpu_starved(record, rank, excess * 0.5) if same_work else None
         severity = None
@@ -193,9 +193,8 @@ def chance_of_leading(led: int, steps: int, ranks: int) -> float:
     return sum(math.comb(steps, k) * p ** k * (1 - p) ** (steps - k) for k in range(led, steps + 1))
 
 
-def straggler_reason(record: RunRecord, jf: JobFacts, rank: int):
-    """What the straggler does more than the others, and the line where it does it."""
-    kind, excess = own_excess(jf, rank)
+def straggler_reason(record: RunRecord, rank: int, kind: str, excess: float):
+    """What the straggler does more than the others (`own_excess`), and the line where it does it."""
     views = {v.rank: v for v in record.ranks}
     view = views[rank]
     more = ms(max(0.0, excess))
