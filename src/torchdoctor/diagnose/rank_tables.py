@@ -7,12 +7,12 @@ from torchdoctor.comm.report import comm_table
 from torchdoctor.findings import Table
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import ms
-from torchdoctor.rules.rank_facts import job_facts, predict_fixes
+from torchdoctor.rules.rank_facts import JobFacts, predict_fixes
 
 
-def rank_tables(record: RunRecord) -> list[Table]:
+def rank_tables(record: RunRecord, jf: JobFacts | None) -> list[Table]:
+    """`jf`: the record's cross-rank numbers (RunFacts.job), None unless two ranks or more."""
     tables = []
-    jf = job_facts(record)
     if record.ranks:
         tables.append(_ranks_table(record, jf))
     if jf is not None:

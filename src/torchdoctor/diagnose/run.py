@@ -121,7 +121,7 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
         report.tables.append(wall)
     report.tables.extend(_knob_tables(record))
     report.tables.extend(memory_tables(record))
-    report.tables.extend(rank_tables(record))
+    report.tables.extend(rank_tables(record, facts.job))
     merge_trace_findings(report, record)
     link_static_findings(report, record)
     report.summary.machine_busy = busy_machine(record)

@@ -17,7 +17,7 @@ from torchdoctor.location import Location
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.rank_facts import ddp_model, job_facts, world_size
+from torchdoctor.rules.rank_facts import JobFacts, ddp_model, world_size
 
 MB = 2**20
 # DDP's default bucket (bucket_cap_mb=25): the size its authors chose to overlap all-reduce
@@ -69,7 +69,7 @@ class GradAccumNoSync(DistributedRule):
             return []
         reduces = statistics.fmean(d.synced_backwards for d in rows)
         backwards = statistics.fmean(measured[d.step].micro_batches for d in rows)
-        saved = self._wasted_exposed(record, wasteful, reduces)
+        saved = self._wasted_exposed(facts.job, wasteful, reduces)
         speedup = amdahl(facts.step_s, saved) if saved is not None else None
         backward_only = [u for u in record.distributed.no_sync if u.forwards_inside == 0 and u.backwards_inside > 0]
         location = backward_only[0].location if backward_only else model.backward_location
@@ -97,11 +97,10 @@ class GradAccumNoSync(DistributedRule):
 
 
     @staticmethod
-    def _wasted_exposed(record: RunRecord, wasteful, reduces: float) -> float | None:
+    def _wasted_exposed(jf: JobFacts | None, wasteful, reduces: float) -> float | None:
         """The exposed transfer of the non-final all-reduces per step: (K-1)/K of the exposed
         communication of the rank nobody waited for (the scaling verdict's basis), or of this
         rank's own when the other ranks' records are not here."""
-        jf = job_facts(record)
         if jf is not None and jf.transfer_s > 0:
             return jf.transfer_s * (reduces - 1) / reduces
         own = [sum(b.exposed_s for b in d.backwards[:-1]) * (d.synced_backwards - 1) / (len(d.backwards) - 1)

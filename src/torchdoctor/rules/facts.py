@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from torchdoctor.findings import Finding
 from torchdoctor.record import LoaderStats, RunRecord, StepSample
+from torchdoctor.rules.rank_facts import JobFacts, job_facts
 
 
 @dataclass
@@ -19,6 +21,13 @@ class RunFacts:
     # findings of the rules that ran before this one (the registry's order): a rule about what
     # no other rule explained reads them
     earlier: list[Finding] = field(default_factory=list)
+    record: RunRecord | None = field(default=None, repr=False, compare=False)  # the record these come from
+
+    @cached_property
+    def job(self) -> JobFacts | None:
+        """The cross-rank numbers (`rank_facts.job_facts`) of a merged run of two ranks or more,
+        else None: worked out on first use, then shared by every rule and the rank tables."""
+        return job_facts(self.record) if self.record is not None else None
 
     def mean(self, attr: str, steps: list[StepSample] | None = None) -> float:
         chosen = self.measured if steps is None else steps
@@ -38,6 +47,7 @@ class RunFacts:
             step_s=statistics.fmean(s.duration_s for s in measured) if measured else None,
             cuda_used=record.environment.cuda_used,
             sampled_steps=record.dispatch.sampled_steps,
+            record=record,
         )
 
 

@@ -13,7 +13,7 @@ from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, amdahl, ms
 from torchdoctor.rules.distributed import DistributedRule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, job_facts, predict_fixes
+from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, predict_fixes
 
 MB = 2**20
 # Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
@@ -60,7 +60,7 @@ class SlowInterconnect(DistributedRule):
         verdict = judge(comm)
         if not verdict.slow:
             return []
-        jf = job_facts(record)
+        jf = facts.job
         transfer = jf.transfer_s if jf else 0.0
         saved = transfer * (1 - verdict.share)
         speedup = amdahl(facts.step_s, saved)
@@ -97,7 +97,7 @@ class StragglerRank(DistributedRule):
     example = "if rank == 0:\n    evaluate(model, val_loader)  # the other ranks wait in the next backward"
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        jf = job_facts(record)
+        jf = facts.job
         if jf is None or not jf.last_at:
             return []
         total = len(jf.last_at)
@@ -254,12 +254,12 @@ class ScalingVerdict(DistributedRule):
     example = "torchrun --nproc_per_node 2 train.py  # 1.4 it/s, against 4.9 it/s on one GPU"
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        jf = job_facts(record)
+        jf = facts.job
         if jf is None:
             return []
         n, t_n, t_1 = jf.world_size, jf.step_s, jf.one_rank_step_s()
-        ratio = n * t_1 / t_n
         predictions = predict_fixes(record, jf)
+        ratio = next(p.ratio for p in predictions if p.fix == "now")  # measured: n * t_1 / t_n
         fixes = [p for p in predictions if p.fix != "now"]
         best = max(fixes, key=lambda p: p.ratio)
         efficiency = ratio / n

@@ -186,3 +186,16 @@ def test_rank_tables_are_added_to_the_report():
     report = analyze(job(exposed=(0.05, 0.05), comm=loopback(0.2)))
     titles = [t.title for t in report.tables]
     assert "Ranks" in titles and "Scaling: 2 ranks against one" in titles and "All-reduce on this machine" in titles
+
+
+def test_the_cross_rank_numbers_are_worked_out_once_per_diagnosis(monkeypatch):
+    """TD601, TD602, TD605, TD606 and the rank tables all read RunFacts.job."""
+    import torchdoctor.rules.facts as facts_module
+
+    calls = []
+    real = facts_module.job_facts
+    monkeypatch.setattr(facts_module, "job_facts", lambda rec: calls.append(rec) or real(rec))
+    report = analyze(job(exposed=(0.05, 0.05), synced=4, micro=4, comm=loopback(0.2)))
+    assert {"TD601", "TD602", "TD606"} <= {f.code for f in report.findings}
+    assert "Scaling: 2 ranks against one" in [t.title for t in report.tables]
+    assert len(calls) == 1
