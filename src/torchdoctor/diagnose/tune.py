@@ -33,8 +33,10 @@ class EstimateCheck:
         return max(self.estimated / self.measured, self.measured / self.estimated)
 
 
-def estimate_checks(outcome: TuneOutcome) -> list[EstimateCheck]:
-    base_report = analyze(outcome.baseline.record)
+def estimate_checks(outcome: TuneOutcome, base_report: Report | None = None) -> list[EstimateCheck]:
+    """`base_report`: the baseline's diagnosis when the caller has it already."""
+    if base_report is None:
+        base_report = analyze(outcome.baseline.record)
     checks = []
     for trial in outcome.trials:
         # an upper bound removes exactly the time its finding's estimate counts, so it checks it too
@@ -82,7 +84,8 @@ def tune_report(outcome: TuneOutcome) -> Report:
         runs[0].name, runs[0].speed = "baseline (both runs pooled)", throughput(*outcome.baseline_records())
     report = compare_runs(runs)
     report.source = "tune"
-    checks = estimate_checks(outcome)
+    base_report = analyze(outcome.baseline.record)  # read by the estimate checks and the upper-bound notes
+    checks = estimate_checks(outcome, base_report)
     if checks:
         report.tables.append(Table(
             title="Estimated vs measured",
@@ -99,7 +102,7 @@ def tune_report(outcome: TuneOutcome) -> Report:
         report.tables.append(Table(title="Failed trials", columns=["trial", "exit code", "error (last line)"],
                                    rows=[[t.result.trial.name, t.result.exit_code, _last_line(t.result.error)]
                                          for t in failed]))
-    report.notes[:0] = _summary_notes(outcome)
+    report.notes[:0] = _summary_notes(outcome, base_report)
     if len(outcome.baseline_records()) == 2:
         report.notes.append("Every ratio is against both baseline runs pooled (one before the trials, one after), "
                             "so drift during the tune widens the noise band instead of posing as a gain.")
@@ -127,7 +130,7 @@ def _ladder(outcome: TuneOutcome) -> Table:
                           "cached data shows what compute alone achieves; the gap to the full run is data loading."))
 
 
-def _summary_notes(outcome: TuneOutcome) -> list[str]:
+def _summary_notes(outcome: TuneOutcome, base: Report) -> list[str]:
     notes = []
     best = recommended(outcome)
     if best is not None:
@@ -140,7 +143,7 @@ def _summary_notes(outcome: TuneOutcome) -> list[str]:
     for trial in outcome.trials:
         gain = outcome.gain(trial)
         if trial.result.trial.kind == UPPER_BOUND and gain is not None:
-            notes.append(_upper_bound_note(outcome, trial, gain))
+            notes.append(_upper_bound_note(base, trial, gain))
     if outcome.skipped:
         notes.append("Skipped by --budget: " + "; ".join(outcome.skipped))
     if outcome.interrupted:
@@ -148,13 +151,13 @@ def _summary_notes(outcome: TuneOutcome) -> list[str]:
     return notes
 
 
-def _upper_bound_note(outcome: TuneOutcome, trial: TunedTrial, gain) -> str:
+def _upper_bound_note(base: Report, trial: TunedTrial, gain) -> str:
     """An upper bound is only a ceiling when it is measurable and agrees with what the baseline
     itself measured: removing a phase of share s can give at most 1/(1-s)."""
     name = trial.result.trial.name
     if not gain.significant:
         return f"Upper bound {name}: {gain.describe()}: its fix has nothing measurable to give here."
-    allowed = _evidence_ceiling(outcome, trial)
+    allowed = _evidence_ceiling(base, trial)
     band = gain.noise if gain.noise is not None else 0.10
     if allowed is not None and gain.ratio > allowed * (1 + band):
         return (f"Upper bound {name} measured {gain.ratio:.2f}x, but the baseline's own measurements allow at most "
@@ -163,9 +166,9 @@ def _upper_bound_note(outcome: TuneOutcome, trial: TunedTrial, gain) -> str:
     return f"Upper bound {name}: {gain.describe()} — the most its fix can give."
 
 
-def _evidence_ceiling(outcome: TuneOutcome, trial: TunedTrial) -> float | None:
-    """What removing the trial's target entirely can give, from the baseline's numbers."""
-    base = analyze(outcome.baseline.record)
+def _evidence_ceiling(base: Report, trial: TunedTrial) -> float | None:
+    """What removing the trial's target entirely can give, from the baseline's numbers (`base`:
+    its diagnosis)."""
     if trial.result.trial.knobs.get("data") == "cached":
         s = base.summary
         return s.step_time_s / (s.step_time_s - s.split.data_wait_s) if s and s.step_time_s and \

@@ -162,3 +162,23 @@ def test_an_upper_bound_beyond_the_baselines_own_numbers_is_not_called_a_ceiling
     notes = " ".join(tune_report(outcome).notes)
     assert "allow at most 1.15x" in notes and "not taken as a ceiling" in notes
     assert "the most its fix can give" not in notes
+
+
+def test_the_tune_report_diagnoses_the_baseline_once(tmp_path, monkeypatch):
+    """The estimate checks and every upper bound's ceiling read one diagnosis of the baseline."""
+    diagnosed = []
+
+    def analyze_with_checkpoint(rec):
+        diagnosed.append(rec)
+        found = finding("TD702", 1.1)
+        found.evidence["speedup_if_removed"] = 1.15
+        return Report(source="run", tool_version="0", findings=[found])
+
+    fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})
+    monkeypatch.setattr(tuner_module, "run_trial", fake)
+    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
+    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_with_checkpoint)
+    diagnosed.clear()
+    notes = " ".join(tune_report(outcome).notes)
+    assert "allow at most 1.15x" in notes
+    assert diagnosed == [outcome.baseline.record]
