@@ -38,6 +38,9 @@ def severity_for(speedup: float) -> Severity:
     return Severity.LOW
 
 
+MB = 2**20  # the "MB" the distributed rules speak of, as DDP's bucket_cap_mb does (binary)
+
+
 def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 

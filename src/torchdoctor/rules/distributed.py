@@ -15,11 +15,10 @@ from torchdoctor.comm.environment import crippling_settings, what_it_does
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.location import Location
 from torchdoctor.record import RunRecord
-from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
+from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.rank_facts import JobFacts, ddp_model, world_size
 
-MB = 2**20
 # DDP's default bucket (bucket_cap_mb=25): the size its authors chose to overlap all-reduce
 # with backward (Li et al., "PyTorch Distributed", VLDB 2020, §5.2 bucket size experiments).
 DEFAULT_BUCKET_MB = 25.0

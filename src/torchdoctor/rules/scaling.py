@@ -10,12 +10,11 @@ import statistics
 from torchdoctor.comm.verdict import judge
 from torchdoctor.findings import Finding, Severity
 from torchdoctor.record import RunRecord
-from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, amdahl, ms
+from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, amdahl, ms
 from torchdoctor.rules.distributed import DistributedRule
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, predict_fixes
 
-MB = 2**20
 # Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
 # one the others wait for when what it does more explains at least half of their wait
 # (evaluation, logging or data wait only it has), or when it is last so often that chance would
