@@ -9,6 +9,7 @@ import re
 import torchdoctor
 from torchdoctor.findings import Report, Table
 from torchdoctor.location import Location
+from torchdoctor.report.common import fmt_share
 from torchdoctor.trace import idle
 from torchdoctor.trace.rules import trace_findings
 from torchdoctor.trace_summary import RankSummary, TraceSummary
@@ -42,7 +43,7 @@ def _ms(us: float | None) -> float | None:
 
 
 def _pct(part: float, whole: float) -> str:
-    return f"{part / whole:.0%}" if whole > 0 else "—"
+    return fmt_share(part / whole if whole > 0 else None)
 
 
 def _where(loc: Location | None) -> str:
