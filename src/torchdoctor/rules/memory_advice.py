@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 
 from torchdoctor.memory.fit import predict
-from torchdoctor.memory_record import (ACTIVATIONS, OPTIMIZER_STATES, PARAMETERS, GRADIENTS, OTHER, TEMPORARIES,
-                                       BatchScaling, MemoryBreakdown, ModuleMemory, OomEvent)
+from torchdoctor.memory_record import (ACTIVATIONS, OPTIMIZER_STATES, TEMPORARIES, BatchScaling, MemoryBreakdown,
+                                       ModuleMemory, OomEvent)
 from torchdoctor.record import OptimizerInfo
 
 # Optimizer states per parameter (torch.optim's own classes): what "fewer states" can save.
@@ -45,7 +45,7 @@ def smaller_batch(batch: int | None, parts: dict[str, int], requested: int, capa
         basis = f"from the fit of {len(scaling.trials)} measured batch sizes"
     else:
         scaling_bytes = parts.get(ACTIVATIONS, 0) + parts.get(TEMPORARIES, 0) + requested
-        fixed = sum(v for k, v in parts.items() if k not in (ACTIVATIONS, TEMPORARIES))
+        fixed = fixed_bytes(parts)
         if not scaling_bytes or capacity is None or capacity <= fixed:
             return None
         fitting = math.floor(batch * (capacity - fixed) / scaling_bytes)
@@ -170,5 +170,5 @@ def oom_advice(failure: OomEvent, memory: MemoryBreakdown | None, scaling: Batch
 
 
 def fixed_bytes(parts: dict[str, int]) -> int:
-    """What does not shrink with the batch."""
-    return sum(parts.get(p, 0) for p in (PARAMETERS, GRADIENTS, OPTIMIZER_STATES, OTHER))
+    """What does not shrink with the batch: every part but activations and temporaries."""
+    return sum(v for k, v in parts.items() if k not in (ACTIVATIONS, TEMPORARIES))

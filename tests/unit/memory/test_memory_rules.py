@@ -8,6 +8,7 @@ from torchdoctor.memory_record import (ACTIVATIONS, FITS, FORWARD, GRADIENTS, OP
                                        PARAMETERS, TEMPORARIES, BatchScaling, BatchTrial, LiveAllocation,
                                        MemoryBreakdown, MemoryFit, ModuleMemory, OomEvent, ParallelMemory)
 from torchdoctor.location import Location
+from torchdoctor.rules.memory_advice import fixed_bytes
 
 MIB = 2**20
 
@@ -119,3 +120,13 @@ def test_dataparallel_reports_the_replica_and_the_first_gpus_extra_memory():
     f = finding(analyze(rec), "TD604")
     assert f.evidence == {"replicas": 4, "per_replica_bytes": 500 * MIB, "first_gpu_extra_bytes": 1500 * MIB}
     assert "each of its 4 GPUs" in f.message
+
+
+def test_the_batch_that_fits_leaves_room_for_what_does_not_grow_with_the_batch():
+    """Parameters, gradients and states (2000 MiB) stay; activations, temporaries and the request
+    (5512 MiB at batch 64) scale into the 7300 - 2000 MiB left: batch 61."""
+    assert fixed_bytes(oom_record().memory.failure.parts) == 2000 * MIB
+    f = finding(analyze(oom_record()), "TD503")
+    changes = [a["change"] for a in f.evidence["advice"]]
+    assert "batch at most 61 with 2 accumulation steps (effective batch 122)" in changes
+    assert "against 5.18 GiB left beside parameters, gradients and optimizer states" in f.fix
