@@ -59,7 +59,6 @@ class JobFacts:
     last_at: dict[int, int] = field(default_factory=dict)  # step -> the rank the others waited for
     wait_at: dict[int, float] = field(default_factory=dict)  # step -> the others' mean wait then
     transfer_s: float = 0.0  # mean exposed communication of the rank nobody waited for (pure transfer)
-    exposed_s: float = 0.0  # mean exposed communication over ranks and steps
 
     def one_rank_step_s(self) -> float:
         """A rank's step without the communication the job adds: its estimate of one rank alone."""
@@ -132,7 +131,6 @@ def job_facts(record: RunRecord) -> JobFacts | None:
     # the rank nobody waited for at a step saw only the transfer itself
     facts.transfer_s = statistics.fmean(
         next(s.exposed_s for s in facts.by_step[i] if s.rank == facts.last_at[i]) for i in sorted(common))
-    facts.exposed_s = statistics.fmean(r.exposed_s for r in facts.ranks.values())
     return facts
 
 
