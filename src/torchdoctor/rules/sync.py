@@ -72,6 +72,9 @@ class _PerLineSyncRule(Rule):
     noun = ""
     cpu_noun = ""  # the same words for a CPU run, where the sync is a GPU hazard
     unit, units, unit_key = "step", "steps", "step"  # words for one sampled window
+    # whether the line's value may be one the host needs (it feeds a non-torch call, or the
+    # optimizer reads it anyway): said, and ranked low, instead of "drop this sync"
+    asks_if_needed = False
 
     def windows(self, record: RunRecord) -> int:
         return record.dispatch.sampled_steps
@@ -90,17 +93,17 @@ class _PerLineSyncRule(Rule):
             noun = self.noun if on_gpu else self.cpu_noun
             tensors = (f"{group[0].device} tensors" if on_gpu else
                        "tensors that would be on the GPU in a GPU run (from the model or moved with .to(device))")
-            required = self.code == "TD201" and value_use(group[0].text) == EXTERNAL
-            reread = self.code == "TD201" and _optimizer_reads_it(record, group[0])
+            feeds_host = self.asks_if_needed and value_use(group[0].text) == EXTERNAL
+            reread = self.asks_if_needed and _optimizer_reads_it(record, group[0])
             why = (" The value is needed on the host right away (it feeds a non-torch call whose result the "
                    "script goes on with), so the sync is required: batching it, or keeping the work on the device, "
                    "is the fix."
-                   if required else
+                   if feeds_host else
                    f" This is inside the closure of {reread}, which reads the closure's loss itself after every "
                    "evaluation: the device is waited for anyway, so this read adds no wait of its own."
                    if reread else f" {self.rationale}")
-            fix = REQUIRED_SYNC_FIX if required else REREAD_FIX if reread else None
-            required = required or bool(reread)
+            fix = REQUIRED_SYNC_FIX if feeds_host else REREAD_FIX if reread else None
+            required = feeds_host or bool(reread)
             findings.append(
                 self.finding(
                     title=f"{', '.join(apis)} {noun} {per:.0f}x per {self.unit}"
@@ -131,6 +134,7 @@ class HostSync(_PerLineSyncRule):
     example = "running_loss += loss.item()  # every step: the host waits for the GPU to finish"
     title = "Host reads a device tensor every step"
     kinds = ("host-sync", "transfer-d2h")
+    asks_if_needed = True
     noun = "syncs the device"
     cpu_noun = "would sync the GPU"
     rationale = (
