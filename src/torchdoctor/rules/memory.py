@@ -20,6 +20,14 @@ PRESSURE_MIN_USE = 0.95  # peak reserved above 95 %: the allocator is close to f
 NOT_CUDA = "CUDA memory statistics were not available and no batch-size trials were run (`torchdoctor memory`)"
 
 
+def memory_not_measurable(record: RunRecord, facts: RunFacts) -> str | None:
+    """TD501 and TD502 judge batch-size trials, or else a CUDA run's allocator statistics."""
+    scaling = record.batch_scaling
+    if scaling is not None and scaling.capacity_bytes:
+        return None
+    return None if record.cuda_memory and facts.cuda_used else NOT_CUDA
+
+
 def trial_change(scaling: BatchScaling, larger: BatchTrial) -> Change | None:
     """Samples/s at `larger` against the script's own batch, with the trials' own noise."""
     mine = scaling.trial(scaling.user_batch_size) if scaling.user_batch_size else None
@@ -48,10 +56,7 @@ class MemoryHeadroom(Rule):
     fix = "Raise the batch size until peak memory is ~80 % of the card:\n```python\nloader = DataLoader(ds, batch_size=2 * old_batch_size, ...)\n```"
 
     def not_measurable(self, record, facts):
-        scaling = record.batch_scaling
-        if scaling is not None and scaling.capacity_bytes:
-            return None
-        return None if record.cuda_memory and facts.cuda_used else NOT_CUDA
+        return memory_not_measurable(record, facts)
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         scaling = record.batch_scaling
@@ -115,10 +120,7 @@ class MemoryPressure(Rule):
     )
 
     def not_measurable(self, record, facts):
-        scaling = record.batch_scaling
-        if scaling is not None and scaling.capacity_bytes:
-            return None
-        return None if record.cuda_memory and facts.cuda_used else NOT_CUDA
+        return memory_not_measurable(record, facts)
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         findings = []
