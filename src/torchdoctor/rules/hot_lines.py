@@ -59,11 +59,12 @@ class HotLine(Rule):
             ops_s = _op_time_per_step(record, hits)
             if ops_s is not None and ops_s >= COMPUTE_SHARE * share * facts.step_s:
                 continue  # its torch ops are its time: the model's work, shown in the step split
-            findings.append(self._finding(record, facts, hits, share))
+            findings.append(self._finding(record, facts, hits, share, ops_s))
         return findings
 
-    def _finding(self, record: RunRecord, facts: RunFacts, hits: LineHits, share: float) -> Finding:
-        ops_s = _op_time_per_step(record, hits)
+    def _finding(self, record: RunRecord, facts: RunFacts, hits: LineHits, share: float,
+                 ops_s: float | None) -> Finding:
+        """`ops_s`: the line's torch-op time per step (`_op_time_per_step`), None when not sampled."""
         what = ("it issued no torch ops in the sampled steps: the time is Python, I/O or waiting"
                 if ops_s == 0.0 else
                 f"its torch ops took {ms(ops_s):.2f} ms per step" if ops_s is not None else

@@ -165,3 +165,17 @@ def test_gpu_rules_are_not_measured_on_cpu_and_never_guess():
     not_measured = {n.code for n in report.not_measured}
     assert {"TD103", "TD104", "TD402", "TD403", "TD501", "TD801", "TD802"} <= not_measured
     assert all(f.code not in not_measured for f in report.findings)
+
+
+def test_a_hot_line_with_few_torch_ops_says_how_long_they_took():
+    """40 % of a 100 ms step on line 12, whose sampled ops took 6 ms per step: not compute."""
+    from torchdoctor.rules.hot_lines import HotLine
+
+    rec = sampled(record(step_s=0.1), windows=3, sites=[site(12, ops=30, time_s=0.018)],
+                  line_hits=[(12, 40)], total_samples=100)
+    (f,) = run(HotLine, rec)
+    assert f.location.line == 12 and f.evidence["op_ms_per_step"] == 6.0
+    assert "its torch ops took 6.00 ms per step" in f.message
+    rec.line_profile.lines[0].location = Location("train.py", 13, "f")  # no op sampled at this line
+    (f,) = run(HotLine, rec)
+    assert f.evidence["op_ms_per_step"] == 0.0 and "issued no torch ops" in f.message
