@@ -17,7 +17,7 @@ from torchdoctor.location import Location
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.rank_facts import JobFacts, ddp_model, world_size
+from torchdoctor.rules.rank_facts import JobFacts, ddp_model, synced_per_step, world_size
 
 # DDP's default bucket (bucket_cap_mb=25): the size its authors chose to overlap all-reduce
 # with backward (Li et al., "PyTorch Distributed", VLDB 2020, §5.2 bucket size experiments).
@@ -61,13 +61,12 @@ class GradAccumNoSync(DistributedRule):
         model = ddp_model(record)
         if model is None or not self.multi_rank(record) or not facts.measured:
             return []
-        measured = {s.index: s for s in facts.measured}
+        measured = {s.index for s in facts.measured}
         rows = [d for d in record.distributed.ddp_steps if d.step in measured]
         wasteful = [d for d in rows if d.synced_backwards > 1]
         if not rows or len(wasteful) * 2 < len(rows):
             return []
-        reduces = statistics.fmean(d.synced_backwards for d in rows)
-        backwards = statistics.fmean(measured[d.step].micro_batches for d in rows)
+        reduces, backwards = synced_per_step(record)
         saved = self._wasted_exposed(facts.job, wasteful, reduces)
         speedup = amdahl(facts.step_s, saved) if saved is not None else None
         backward_only = [u for u in record.distributed.no_sync if u.forwards_inside == 0 and u.backwards_inside > 0]
