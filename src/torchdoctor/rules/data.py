@@ -86,20 +86,7 @@ class DataLoaderStall(Rule):
         if share < DATA_WAIT_MIN_SHARE or amdahl(step, wait) < MIN_REPORTED_SPEEDUP:
             return []
         workers = loader.num_workers
-        cause = (
-            "the loader has num_workers=0, so every batch is built in the training process"
-            if workers == 0
-            else f"{workers} worker(s) cannot keep up with the model"
-        )
         cpu_share = loading_cpu_share(loader)
-        if starved_of_cpu(loader):
-            cause += (f"; the loading thread was ready to run but had no CPU {loader.runqueue_share:.0%} of that "
-                      "time: other processes were using the CPUs, so part of this wait is the busy machine's")
-        elif cpu_share is not None:
-            cause += (f"; {cpu_share:.0%} of that time was CPU work" if not waits_on_storage(loader) else
-                      f"; only {cpu_share:.0%} of that time was CPU work, the rest waited (storage, network)")
-        speedup, basis = _parallel_loading_estimate(record, facts, loader, wait)
-        fix = None
         if workers == 0 and loader.dataset_type == TENSOR_DATASET:
             # Workers would pickle every sample's tensors across processes: the cheaper fix is
             # to index the tensors once per batch instead of once per sample.
@@ -110,6 +97,20 @@ class DataLoaderStall(Rule):
             basis = ("upper bound: Amdahl with the whole wait removed; one indexing per batch costs a few "
                      "tensor ops instead of a Python call per sample, so most of it goes")
             fix = TENSOR_DATASET_FIX
+        else:
+            cause = (
+                "the loader has num_workers=0, so every batch is built in the training process"
+                if workers == 0
+                else f"{workers} worker(s) cannot keep up with the model"
+            )
+            if starved_of_cpu(loader):
+                cause += (f"; the loading thread was ready to run but had no CPU {loader.runqueue_share:.0%} of "
+                          "that time: other processes were using the CPUs, so part of this wait is the busy machine's")
+            elif cpu_share is not None:
+                cause += (f"; {cpu_share:.0%} of that time was CPU work" if not waits_on_storage(loader) else
+                          f"; only {cpu_share:.0%} of that time was CPU work, the rest waited (storage, network)")
+            speedup, basis = _parallel_loading_estimate(record, facts, loader, wait)
+            fix = None
         return [
             self.finding(
                 title=f"Steps wait {ms(wait):.1f} ms for data ({share:.0%} of each step)",
