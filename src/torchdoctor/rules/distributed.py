@@ -36,6 +36,18 @@ class DistributedRule(Rule):
     def multi_rank(record: RunRecord) -> bool:
         return world_size(record) >= 2
 
+    @staticmethod
+    def reported(speedup: float | None, below: Severity | None,
+                 unestimated: Severity | None = None) -> tuple[float | None, Severity | None]:
+        """The finding's (speedup, severity): an estimate of MIN_REPORTED_SPEEDUP or more is shown
+        and ranks the finding (severity None: from the estimate); one below is noise, not shown,
+        and the finding ranks `below`; without an estimate it ranks `unestimated`."""
+        if speedup is None:
+            return None, unestimated
+        if speedup >= MIN_REPORTED_SPEEDUP:
+            return speedup, None
+        return None, below
+
 
 class GradAccumNoSync(DistributedRule):
     code = "TD601"
@@ -68,7 +80,8 @@ class GradAccumNoSync(DistributedRule):
             return []
         reduces, backwards = synced_per_step(record)
         saved = self._wasted_exposed(facts.job, wasteful, reduces)
-        speedup = amdahl(facts.step_s, saved) if saved is not None else None
+        speedup, severity = self.reported(amdahl(facts.step_s, saved) if saved is not None else None,
+                                          below=Severity.LOW, unestimated=Severity.MEDIUM)
         backward_only = [u for u in record.distributed.no_sync if u.forwards_inside == 0 and u.backwards_inside > 0]
         location = backward_only[0].location if backward_only else model.backward_location
         how = (f"`no_sync()` at {backward_only[0].location} wraps only `backward()`: DDP decided to all-reduce "
@@ -86,8 +99,7 @@ class GradAccumNoSync(DistributedRule):
                       "grad_mb": round(model.grad_bytes / MB, 2),
                       "wasted_exposed_ms": ms(saved) if saved is not None else None,
                       "no_sync_around_backward_only": str(backward_only[0].location) if backward_only else None},
-            speedup=speedup if speedup is None or speedup >= MIN_REPORTED_SPEEDUP else None,
-            severity=(Severity.MEDIUM if speedup is None else None if speedup >= MIN_REPORTED_SPEEDUP else Severity.LOW),
+            speedup=speedup, severity=severity,
             basis=("Amdahl on the exposed communication (all-reduce time after the last gradient was ready, from "
                    "DDP's own runtime statistics, of the rank nobody waited for) of the non-final all-reduces"
                    if saved is not None else "DDP's timings were not available for these steps"),
@@ -191,10 +203,9 @@ class DdpConfig(DistributedRule):
         return []
 
     def _finding(self, model, speedup, title, message, evidence, basis, severity=None) -> Finding:
-        keep = speedup is not None and speedup >= MIN_REPORTED_SPEEDUP
+        shown, ranked = self.reported(speedup, below=Severity.LOW, unestimated=Severity.LOW)
         return self.finding(title=title, message=message, location=model.created_at, evidence=evidence,
-                            speedup=speedup if keep else None, basis=basis,
-                            severity=severity if severity is not None else (None if keep else Severity.LOW))
+                            speedup=shown, basis=basis, severity=severity if severity is not None else ranked)
 
 
 class NcclTransportDisabled(DistributedRule):

@@ -62,8 +62,7 @@ class SlowInterconnect(DistributedRule):
         jf = facts.job
         transfer = jf.transfer_s if jf else 0.0
         saved = transfer * (1 - verdict.share)
-        speedup = amdahl(facts.step_s, saved)
-        keep = speedup >= MIN_REPORTED_SPEEDUP
+        speedup, severity = self.reported(amdahl(facts.step_s, saved), below=Severity.MEDIUM)
         return [self.finding(
             title=f"all-reduce reaches {verdict.measured_gbps:.2f} GB/s; this path should carry "
                   f"{verdict.expected_gbps:.1f} GB/s",
@@ -73,7 +72,7 @@ class SlowInterconnect(DistributedRule):
             evidence={"busbw_gbps": verdict.measured_gbps, "expected_gbps": verdict.expected_gbps,
                       "share": round(verdict.share, 3), "link": comm.link.description if comm.link else None,
                       "simulated_link_gbps": comm.simulated_link_gbps, "exposed_transfer_ms": ms(transfer)},
-            speedup=speedup if keep else None, severity=None if keep else Severity.MEDIUM,
+            speedup=speedup, severity=severity,
             basis=("Amdahl on the exposed transfer (the rank nobody waited for), shrunk by measured / expected "
                    "bus bandwidth"))]
 
@@ -278,7 +277,7 @@ class ScalingVerdict(DistributedRule):
                       "step_ms": ms(t_n), "one_rank_step_ms": ms(t_1), "exposed_transfer_ms": ms(jf.transfer_s),
                       "predictions": {p.fix: round(p.ratio, 3) for p in predictions},
                       "best": best.fix},
-            speedup=speedup if speedup is None or speedup >= MIN_REPORTED_SPEEDUP else None, severity=severity,
+            speedup=self.reported(speedup, below=severity)[0], severity=severity,  # ranked by the verdict itself
             basis=("one rank alone is estimated as a rank's step without the communication the job adds (the "
                    "exposed all-reduce of the rank nobody waited for), same per-rank batch and threads; each fix "
                    "removes only the communication it changes. Measure one rank: --set nproc=1"))]

@@ -199,3 +199,14 @@ def test_the_cross_rank_numbers_are_worked_out_once_per_diagnosis(monkeypatch):
     assert {"TD601", "TD602", "TD606"} <= {f.code for f in report.findings}
     assert "Scaling: 2 ranks against one" in [t.title for t in report.tables]
     assert len(calls) == 1
+
+
+def test_an_estimate_within_noise_is_not_shown_and_ranks_as_each_rule_says():
+    from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP
+    from torchdoctor.rules.distributed import DistributedRule
+
+    reported = DistributedRule.reported
+    assert reported(MIN_REPORTED_SPEEDUP, below=Severity.LOW) == (MIN_REPORTED_SPEEDUP, None)
+    assert reported(1.5, below=Severity.LOW, unestimated=Severity.MEDIUM) == (1.5, None)
+    assert reported(1.01, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.LOW)
+    assert reported(None, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.MEDIUM)
