@@ -164,9 +164,6 @@ class LineSampler:
         while not self._stop.wait(self.interval_s if self.recording else COVERAGE_INTERVAL_S):
             self._take(sys._current_frames().get(self.target_ident))
 
-    def sample_once(self) -> None:
-        self._take(sys._current_frames().get(self.target_ident))
-
     def _take(self, frame) -> None:
         if not self.recording:
             self._note_functions(frame)
