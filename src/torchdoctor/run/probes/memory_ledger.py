@@ -18,7 +18,6 @@ CUDA rounds to 512-byte blocks), and on fake tensors, which is how `memory --est
 from __future__ import annotations
 
 import re
-import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -438,7 +437,3 @@ def frame_of(exc: BaseException):
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame if tb is not None else None
-
-
-def current_frame(depth: int = 1):
-    return sys._getframe(depth + 1)
