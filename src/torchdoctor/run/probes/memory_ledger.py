@@ -88,7 +88,7 @@ def _storage(tensor: torch.Tensor):
 
 
 class StorageLedger:
-    def __init__(self, clock_frames: bool = True) -> None:
+    def __init__(self) -> None:
         self.live: dict[int, _Entry] = {}  # id(storage object) -> entry
         self.step_entries: list[_Entry] = []  # everything live at some point of the open step
         self.total = 0
@@ -105,7 +105,6 @@ class StorageLedger:
         self.roots: list[torch.nn.Module] = []
         self._names: dict[int, tuple[str, str | None]] = {}  # id(module) -> (name, container)
         self.container_sizes: dict[str, int] = {}
-        self.frames = clock_frames  # look up the user line of each allocation
         self.failure: dict[str, Any] | None = None  # filled by `capture_failure`
         self.saved_in_step = 0  # storages autograd saved in the open step
         self.input_rows: int | None = None  # first dimension of the first model input of the step
@@ -177,11 +176,10 @@ class StorageLedger:
             entry.op = _op_name(func)
             entry.shape, entry.dtype = list(tensor.shape), str(tensor.dtype).removeprefix("torch.")
             entry.module = self.module_stack[-1] if self.module_stack else None
-            if self.frames:
-                user, _ = user_frame(frame)
-                if user is not None:
-                    code = user.f_code
-                    entry.frame_key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
+            user, _ = user_frame(frame)  # the user line of each allocation
+            if user is not None:
+                code = user.f_code
+                entry.frame_key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
 
     @staticmethod
     def _shares_input(key: int, args, kwargs) -> bool:
