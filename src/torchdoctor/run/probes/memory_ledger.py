@@ -27,7 +27,7 @@ import torch
 from torchdoctor.location import Location
 from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
-from torchdoctor.run.probes.frames import location_of, user_frame
+from torchdoctor.run.probes.frames import display_path, location_of, user_frame
 
 MAX_TIMELINE_POINTS = 240  # a chart ~900 px wide; each point keeps its bucket's largest value
 LARGEST_KEPT = 10
@@ -343,7 +343,7 @@ class StorageLedger:
     def _allocation(self, entry: _Entry, part: str | None) -> LiveAllocation:
         key = entry.frame_key
         return LiveAllocation(bytes=entry.nbytes, part=self._part(entry, part),
-                              location=Location(_display(key[0]), key[1], key[2]) if key else None,
+                              location=Location(display_path(key[0]), key[1], key[2]) if key else None,
                               op=entry.op, shape=entry.shape, dtype=entry.dtype, module=entry.module)
 
     def _module_table(self) -> list[ModuleMemory]:
@@ -390,12 +390,6 @@ def _downsample(points: list[tuple[int, int]]) -> list[MemoryPoint]:
         event, value = max(bucket, key=lambda p: p[1])  # the bucket's highest point: the peak stays visible
         out.append(MemoryPoint(event, value))
     return out
-
-
-def _display(path: str) -> str:
-    from torchdoctor.run.probes.frames import display_path
-
-    return display_path(path)
 
 
 # ---- out-of-memory errors ----------------------------------------------------------------
