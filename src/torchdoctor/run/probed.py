@@ -144,7 +144,6 @@ class ProbedRun:
         self.knobs.uninstall("outer")
         self.probes.uninstall()
         self.knobs.uninstall("inner")
-        self._installed = False
 
     # ---- after it --------------------------------------------------------------------------
     def settle(self, status: str, exit_code: int = 0, error: str | None = None) -> None:
