@@ -33,8 +33,6 @@ from torchdoctor.run.session import RunSession, SessionConfig, StopRun
 from torchdoctor.run.sources import executed_user_files
 from torchdoctor.run.watchdog import Watchdog
 
-RECORD_FILE = "record.json"
-
 
 @dataclass
 class ProbeOptions:
@@ -146,7 +144,6 @@ class ProbedRun:
         self.knobs.uninstall("outer")
         self.probes.uninstall()
         self.knobs.uninstall("inner")
-        self._installed = False
 
     # ---- after it --------------------------------------------------------------------------
     def settle(self, status: str, exit_code: int = 0, error: str | None = None) -> None:
@@ -205,5 +202,7 @@ class ProbedRun:
 
 
 def _save(record: RunRecord, run_dir: Path) -> int:
+    from torchdoctor.rundir import RECORD_FILE  # not at the top: the run directory code is loaded when needed
+
     record.save(run_dir / RECORD_FILE)
     return 0

@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 import torchdoctor
 from torchdoctor.record import RunRecord
-from torchdoctor.run.probed import RECORD_FILE, ProbedRun, ProbeOptions
+from torchdoctor.run.probed import ProbedRun, ProbeOptions
 from torchdoctor.run.session import StopRun
 from torchdoctor.run.target import check_target
 
-__all__ = ["RECORD_FILE", "RunRequest", "execute"]
+__all__ = ["RunRequest", "execute"]
 
 
 @dataclass

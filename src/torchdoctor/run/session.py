@@ -218,25 +218,9 @@ class RunSession:
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
             self.eval_started = now
         index = len(self.steps) + 1
-        sec = self.ledger.seconds
         windows = self._windows()
-        sample = StepSample(
-            index=index,
-            start=self.interval_start - self.t0,
-            end=now - self.t0,
-            warmup=index <= self.config.warmup,
-            sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in windows),
-            micro_batches=self.ledger.micro_batches,
-            closure_calls=self.ledger.closure_calls,
-            samples=self.ledger.samples,
-            data_wait_s=sec["data_wait"],
-            backward_s=sec["backward"],
-            optimizer_s=sec["optimizer"],
-            zero_grad_s=sec["zero_grad"],
-            eval_s=sec["eval"],
-            checkpoint_s=sec["checkpoint"],
-            logging_s=sec["logging"],
-        )
+        sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
+                                   sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in windows))
         self.steps.append(sample)
         self.ledger.reset()
         self.interval_start = now
@@ -295,10 +279,14 @@ class RunSession:
         ledger = self.ledger
         if not (ledger.micro_batches or ledger.closure_calls or self.training_started):
             return None
-        end = self.clock()
+        return self._step_sample(len(self.steps) + 1, self.clock(), warmup=False, sampled=ledger.heavy_probe_ran)
+
+    def _step_sample(self, index: int, now: float, *, warmup: bool, sampled: bool) -> StepSample:
+        """The interval from `interval_start` to `now` as step `index`, from the ledger's counts."""
+        ledger = self.ledger
         sec = ledger.seconds
-        return StepSample(index=len(self.steps) + 1, start=self.interval_start - self.t0, end=end - self.t0,
-                          warmup=False, sampled=ledger.heavy_probe_ran, micro_batches=ledger.micro_batches,
+        return StepSample(index=index, start=self.interval_start - self.t0, end=now - self.t0,
+                          warmup=warmup, sampled=sampled, micro_batches=ledger.micro_batches,
                           closure_calls=ledger.closure_calls, samples=ledger.samples,
                           data_wait_s=sec["data_wait"], backward_s=sec["backward"], optimizer_s=sec["optimizer"],
                           zero_grad_s=sec["zero_grad"], eval_s=sec["eval"], checkpoint_s=sec["checkpoint"],

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from torchdoctor.distributed_record import CollectiveSite, DistributedInfo, RankIdentity
 from torchdoctor.location import Location
-from torchdoctor.record import RunRecord, StepSample
+from torchdoctor.record import RunRecord
 from torchdoctor.run.probes.frames import USER, classify_file, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.ranks import slow_link
@@ -55,7 +55,6 @@ class CollectivesProbe:
         self.identity: RankIdentity | None = None  # filled by init_process_group
         self.store = None  # the default group's store, kept for the check after the script
         self.simulated = slow_link.simulated_gbps()
-        self._open_step = 1
 
     def install(self) -> None:
         if not dist.is_available():
@@ -67,9 +66,6 @@ class CollectivesProbe:
 
     def uninstall(self) -> None:
         self.patches.restore()
-
-    def on_step(self, step: StepSample) -> None:
-        self._open_step = step.index + 1
 
     def contribute(self, record: RunRecord) -> None:
         if not self.sites and self.identity is None:
@@ -113,7 +109,7 @@ class CollectivesProbe:
         site.calls += 1
         site.total_s += seconds
         site.bytes += nbytes
-        step = str(self._open_step)
+        step = str(len(self.session.steps) + 1)  # the open step
         site.steps[step] = site.steps.get(step, 0.0) + seconds
 
     # ---- init_process_group ------------------------------------------------------------------

@@ -155,9 +155,7 @@ class DdpProbe:
     def _count_forward(self, tracked: _Tracked, synced: bool) -> None:
         session = self.session
         index = len(session.steps) + 1
-        step = self.steps.get(index)
-        if step is None:
-            step = self.steps[index] = DdpStep(step=index)
+        step = self.steps.get(index) or self._new_step(index)
         if self._active_no_sync:
             self._active_no_sync[-1].forwards_inside += 1
         if not synced:
@@ -184,9 +182,15 @@ class DdpProbe:
         index = tracked.step_of_forward.pop(iteration - 1, None)  # the backward after forward #iteration-1
         if index is None:
             return
-        step = self.steps.setdefault(index, DdpStep(step=index))
+        step = self.steps.get(index) or self._new_step(index)
         step.backwards.append(DdpBackward(*(ints[k] * NS for k in TIMESTAMPS)))
         step.forward_compute_s += ints.get("forward_compute_time", 0) * NS
+
+    def _new_step(self, index: int) -> DdpStep:
+        """Step `index`'s DdpStep, on first use: `self.steps.get(index) or self._new_step(index)`
+        (a DdpStep is always true; the lookup stays inline, it runs on every forward)."""
+        step = self.steps[index] = DdpStep(step=index)
+        return step
 
     def _timed(self, attribute: str, original):
         """Time one of DDP's own methods into the open step's DdpStep."""
@@ -198,9 +202,7 @@ class DdpProbe:
                 return original(ddp, *args, **kwargs)
             finally:
                 index = len(probe.session.steps) + 1
-                step = probe.steps.get(index)
-                if step is None:
-                    step = probe.steps[index] = DdpStep(step=index)
+                step = probe.steps.get(index) or probe._new_step(index)
                 setattr(step, attribute, getattr(step, attribute) + time.perf_counter() - started)
 
         return timed

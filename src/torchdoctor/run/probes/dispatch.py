@@ -9,7 +9,6 @@ inside sampled windows; those steps are excluded from timing statistics.
 
 from __future__ import annotations
 
-import linecache
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
                                           TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
-from torchdoctor.run.probes.frames import display_path, library_of, user_frame
+from torchdoctor.run.probes.frames import display_path, library_of, source_text, user_frame
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.record import ApiCall, Location, OpSite, RunRecord
@@ -33,7 +32,6 @@ MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's lo
 CALIBRATION_OPS = 200
 CALIBRATION_REPEATS = 5
 _AUTOGRAD_LOCATION = ("<autograd engine>", 0, "backward")
-MAX_SOURCE_TEXT = 160
 
 
 @dataclass
@@ -270,7 +268,7 @@ class DispatchSampler:
         if call is None:
             location = Location(display_path(key[0]), key[1], key[2])
             call = self.api[full] = ApiCall(location, api, kind, phase, 0, device, {}, placement=placement,
-                                            library=library_of(key[0]), text=_source(key[0], key[1]))
+                                            library=library_of(key[0]), text=source_text(key[0], key[1]))
         call.count += 1
         for k, v in detail.items():  # sum bytes; count how many were pinned / non_blocking
             call.detail[k] = call.detail.get(k, 0) + int(v)
@@ -325,16 +323,12 @@ class DispatchSampler:
             param_updates=acc.param_updates,
             entries=acc.entries,
             library=None if key is _AUTOGRAD_LOCATION else library_of(key[0]),
-            text="" if key is _AUTOGRAD_LOCATION else _source(key[0], key[1]),
+            text="" if key is _AUTOGRAD_LOCATION else source_text(key[0], key[1]),
             time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
             op_counts=dict(acc.op_counts.most_common(8)),
             devices=sorted(acc.devices),
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
         )
-
-
-def _source(filename: str, line: int) -> str:
-    return linecache.getline(filename, line).strip()[:MAX_SOURCE_TEXT]
 
 
 def _bound_by_step_time(sample) -> None:

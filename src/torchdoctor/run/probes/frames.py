@@ -9,6 +9,7 @@ code" instead of being blamed on the user's `trainer.fit(...)`.
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import sysconfig
@@ -26,6 +27,7 @@ _STDLIB_DIRS = tuple(
     {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
 )
 _INSTALLED_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+MAX_SOURCE_TEXT = 160  # characters of a source line kept in the record
 
 # torch files that only forward a call (operator overloads, __torch_function__ plumbing,
 # tensor printing). A call that passes only through these is still the user's own call.
@@ -96,6 +98,11 @@ def display_path(filename: str) -> str:
     except ValueError:
         return filename
     return filename if rel.startswith("..") else rel
+
+
+def source_text(filename: str, line: int) -> str:
+    """The source line, stripped and cut to MAX_SOURCE_TEXT characters ("" when unreadable)."""
+    return linecache.getline(filename, line).strip()[:MAX_SOURCE_TEXT]
 
 
 def user_frame(frame: FrameType | None) -> tuple[FrameType | None, bool]:

@@ -27,7 +27,6 @@ that static findings in code that never ran can be left out of the report.
 
 from __future__ import annotations
 
-import linecache
 import signal
 import sys
 import threading
@@ -35,13 +34,12 @@ import time
 from collections import Counter
 
 from torchdoctor.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
-from torchdoctor.run.probes.frames import display_path, library_of, project_frames, user_frame
+from torchdoctor.run.probes.frames import display_path, library_of, project_frames, source_text, user_frame
 
 SAMPLE_INTERVAL_S = 0.001  # in the window: many samples from a few steps
 COVERAGE_INTERVAL_S = 0.2  # outside it: which functions run, at a cost nobody can measure
 WINDOW_MIN_S = 0.25  # the window grows until its steps add up to this much time
 MAX_LINES_KEPT = 200
-MAX_TEXT = 160
 
 
 class LineSampler:
@@ -166,9 +164,6 @@ class LineSampler:
         while not self._stop.wait(self.interval_s if self.recording else COVERAGE_INTERVAL_S):
             self._take(sys._current_frames().get(self.target_ident))
 
-    def sample_once(self) -> None:
-        self._take(sys._current_frames().get(self.target_ident))
-
     def _take(self, frame) -> None:
         if not self.recording:
             self._note_functions(frame)
@@ -213,10 +208,6 @@ class LineSampler:
             entry[1] += samples
             entry[2] += self.seconds[(filename, line, function)]
         ranked = sorted(merged.items(), key=lambda item: -item[1][2])[:MAX_LINES_KEPT]
-        return [LineHits(Location(display_path(f), line, function), samples, text=_source(f, line),
+        return [LineHits(Location(display_path(f), line, function), samples, text=source_text(f, line),
                          library=library_of(f), seconds=round(seconds, 6))
                 for (f, line), (function, samples, seconds) in ranked]
-
-
-def _source(filename: str, line: int) -> str:
-    return linecache.getline(filename, line).strip()[:MAX_TEXT]

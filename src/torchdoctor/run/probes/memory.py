@@ -190,8 +190,9 @@ class MemoryProbe:
         # The window opened inside step 1: it saw the whole step only when it opened at the loader,
         # or when the forward came after (autograd saved tensors in the window)
         complete = step.index > 1 or self._opened_by in ("batch", "optimizer") or self.ledger.saved_in_step > 0
-        self.accounts.append(self.ledger.close_step(step.index, step.samples, complete, self.parts_now()))
-        self._hold_all()  # states made outside any op (Adam's step counters) join the next step
+        held = self._held()  # read once: closing the step changes none of it
+        self.accounts.append(self.ledger.close_step(step.index, step.samples, complete, self.parts_now(held)))
+        self._hold_all(held)  # states made outside any op (Adam's step counters) join the next step
         self.ledger.start()  # ...as what it starts with, not as its first allocations
 
     def _close_unfinished_step(self) -> None:
@@ -200,8 +201,8 @@ class MemoryProbe:
         self.accounts.append(self.ledger.close_step(len(self.session.steps) + 1, self.session.ledger.samples,
                                                     False, self.parts_now()))
 
-    def _hold_all(self) -> None:
-        for part, tensors in self._held().items():
+    def _hold_all(self, held: dict[str, list[torch.Tensor]] | None = None) -> None:
+        for part, tensors in (self._held() if held is None else held).items():
             for tensor in tensors:
                 self.ledger.hold(tensor, part)
 
@@ -220,9 +221,10 @@ class MemoryProbe:
         grads = [p.grad for p in params if p.grad is not None]
         return {PARAMETERS: params, GRADIENTS: grads, OPTIMIZER_STATES: states}
 
-    def parts_now(self) -> dict[int, str]:
+    def parts_now(self, held: dict[str, list[torch.Tensor]] | None = None) -> dict[int, str]:
+        """id(storage) -> part for what `_held()` returns now (or returned: `held`)."""
         parts: dict[int, str] = {}
-        for part, tensors in self._held().items():
+        for part, tensors in (self._held() if held is None else held).items():
             for key in _unique_storages(tensors):
                 parts.setdefault(key, part)
         return parts

@@ -18,7 +18,6 @@ CUDA rounds to 512-byte blocks), and on fake tensors, which is how `memory --est
 from __future__ import annotations
 
 import re
-import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -28,7 +27,7 @@ import torch
 from torchdoctor.location import Location
 from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
-from torchdoctor.run.probes.frames import location_of, user_frame
+from torchdoctor.run.probes.frames import display_path, location_of, user_frame
 
 MAX_TIMELINE_POINTS = 240  # a chart ~900 px wide; each point keeps its bucket's largest value
 LARGEST_KEPT = 10
@@ -89,7 +88,7 @@ def _storage(tensor: torch.Tensor):
 
 
 class StorageLedger:
-    def __init__(self, clock_frames: bool = True) -> None:
+    def __init__(self) -> None:
         self.live: dict[int, _Entry] = {}  # id(storage object) -> entry
         self.step_entries: list[_Entry] = []  # everything live at some point of the open step
         self.total = 0
@@ -106,7 +105,6 @@ class StorageLedger:
         self.roots: list[torch.nn.Module] = []
         self._names: dict[int, tuple[str, str | None]] = {}  # id(module) -> (name, container)
         self.container_sizes: dict[str, int] = {}
-        self.frames = clock_frames  # look up the user line of each allocation
         self.failure: dict[str, Any] | None = None  # filled by `capture_failure`
         self.saved_in_step = 0  # storages autograd saved in the open step
         self.input_rows: int | None = None  # first dimension of the first model input of the step
@@ -178,11 +176,10 @@ class StorageLedger:
             entry.op = _op_name(func)
             entry.shape, entry.dtype = list(tensor.shape), str(tensor.dtype).removeprefix("torch.")
             entry.module = self.module_stack[-1] if self.module_stack else None
-            if self.frames:
-                user, _ = user_frame(frame)
-                if user is not None:
-                    code = user.f_code
-                    entry.frame_key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
+            user, _ = user_frame(frame)  # the user line of each allocation
+            if user is not None:
+                code = user.f_code
+                entry.frame_key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
 
     @staticmethod
     def _shares_input(key: int, args, kwargs) -> bool:
@@ -346,7 +343,7 @@ class StorageLedger:
     def _allocation(self, entry: _Entry, part: str | None) -> LiveAllocation:
         key = entry.frame_key
         return LiveAllocation(bytes=entry.nbytes, part=self._part(entry, part),
-                              location=Location(_display(key[0]), key[1], key[2]) if key else None,
+                              location=Location(display_path(key[0]), key[1], key[2]) if key else None,
                               op=entry.op, shape=entry.shape, dtype=entry.dtype, module=entry.module)
 
     def _module_table(self) -> list[ModuleMemory]:
@@ -395,12 +392,6 @@ def _downsample(points: list[tuple[int, int]]) -> list[MemoryPoint]:
     return out
 
 
-def _display(path: str) -> str:
-    from torchdoctor.run.probes.frames import display_path
-
-    return display_path(path)
-
-
 # ---- out-of-memory errors ----------------------------------------------------------------
 _CUDA_REQUEST = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
 _CPU_REQUEST = re.compile(r"you tried to allocate (\d+) bytes")
@@ -438,7 +429,3 @@ def frame_of(exc: BaseException):
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame if tb is not None else None
-
-
-def current_frame(depth: int = 1):
-    return sys._getframe(depth + 1)

@@ -34,7 +34,6 @@ from torchdoctor.record import RunRecord
 from torchdoctor.run.ranks.heartbeat import HeartbeatWriter
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, LaunchEnv, agent_store, agree_job_id
 
-RECORD_FILE = "record.json"
 MERGE_WAIT_S = 60.0  # torchrun-started ranks: how long local rank 0 waits for its neighbours' records
 CLEAN_ENDS = ("completed", "step-limit", "time-limit", "exited", "loader-only")
 PR_SET_PDEATHSIG = 1
@@ -167,6 +166,8 @@ class RankRun:
             communication_check(record, self.store_for_check(), self.launch)
         if record.trace_file:
             record.trace_file = f"{self.rank_dir.name}/{record.trace_file}"
+        from torchdoctor.rundir import RECORD_FILE  # not at the top: a rank's start-up stays light
+
         record.save(self.rank_dir / RECORD_FILE)
         self.heartbeat.stop("done")
         self.termination.uninstall() if threading.current_thread() is threading.main_thread() else None
@@ -206,6 +207,8 @@ def run_rank(launch: LaunchEnv, ranks_dir: Path, make_request: Callable, launche
 def wait_for_neighbours(ranks_dir: Path, expected: int, timeout_s: float = MERGE_WAIT_S) -> list[Path]:
     """Ranks started by torchrun directly: the record files of this node's ranks, once all
     `expected` are there or the wait is over."""
+    from torchdoctor.rundir import RECORD_FILE
+
     deadline = time.monotonic() + timeout_s
     while True:
         found = sorted(ranks_dir.glob(f"rank-*/{RECORD_FILE}"))
