@@ -25,7 +25,7 @@ from torchdoctor.memory_record import FAILED, FITS, OOM, BatchTrial
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.serialize import SchemaError
-from torchdoctor.tune.trials import stop_child
+from torchdoctor.tune.trials import output_tail, run_bounded
 
 KILL_GRACE_S = 30.0
 ERROR_TAIL_CHARS = 400
@@ -208,20 +208,11 @@ def _run_process(cmd: list[str], log_path: Path, timeout_s: float) -> int | None
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     with open(log_path, "w", encoding="utf-8") as log:
-        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            return child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_child(child)
-            return None
-        except KeyboardInterrupt:
-            stop_child(child)
-            raise
+        return run_bounded(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _last_line(text: str | None) -> str:
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:ERROR_TAIL_CHARS] if lines else ""
+    return output_tail(text, ERROR_TAIL_CHARS, last_line=True)
 
 
 def _log_tail(path: Path) -> str:
