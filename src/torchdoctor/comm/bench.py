@@ -29,7 +29,6 @@ import torch.distributed as dist
 from torchdoctor.distributed_record import CommResult, CommSize
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
-DEFAULT_SIZES = (4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30)
 LATENCY_BYTES = 8 * 1024  # small enough that the time is the collective's latency
 LOOPBACK_BYTES = 64 * 2**20
 BATCH_S = 0.05  # a timed repeat lasts about this long
