@@ -164,10 +164,6 @@ class CommResult:
     note: str = ""  # why it is partial, when it is
     schema_version: int = COMM_SCHEMA_VERSION
 
-    def best_busbw(self) -> float | None:
-        values = [s.busbw_gbps for s in self.sizes if s.busbw_gbps is not None]
-        return max(values) if values else None
-
     def at(self, nbytes: int) -> CommSize | None:
         """The measured size closest to `nbytes` (in ratio)."""
         measured = [s for s in self.sizes if s.busbw_gbps is not None and s.bytes > 0]

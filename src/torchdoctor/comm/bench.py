@@ -29,7 +29,6 @@ import torch.distributed as dist
 from torchdoctor.distributed_record import CommResult, CommSize
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
-DEFAULT_SIZES = (4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30)
 LATENCY_BYTES = 8 * 1024  # small enough that the time is the collective's latency
 LOOPBACK_BYTES = 64 * 2**20
 BATCH_S = 0.05  # a timed repeat lasts about this long
@@ -99,6 +98,28 @@ def open_communicator(store, rank: int, world_size: int, backend: str, timeout_s
         device = torch.device("cpu")
         group = dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
     return Communicator(group, rank, world_size, device)
+
+
+def measure_all_reduce(store, rank: int, world_size: int, backend: str, sizes: list[int], *, timeout_s: float,
+                       tag: str, warmup: int, repeats: int, budget_s: float, started: float | None = None,
+                       gpus: list[int] | None = None) -> CommResult:
+    """The all-reduce table and the path between the ranks, on a group of our own (`torchdoctor
+    comm`'s ranks, and the check after a multi-rank run). Every rank calls it with the same
+    arguments. The sizes stop `budget_s` after `started` (a `time.perf_counter()` reading;
+    by default, once the group is open). Under the slow-link test hook every all-reduce is
+    delayed as that link would (run/ranks/slow_link.py)."""
+    from torchdoctor.comm.discover import discover_link
+    from torchdoctor.run.ranks import slow_link
+
+    comm = open_communicator(store, rank, world_size, backend, timeout_s, tag=tag)
+    gbps = slow_link.simulated_gbps()
+    if gbps is not None:
+        comm.delay = lambda nbytes: time.sleep(slow_link.transfer_s(nbytes, world_size, gbps))
+    deadline = (time.perf_counter() if started is None else started) + budget_s
+    result = time_all_reduce(comm, sizes, warmup=warmup, repeats=repeats, deadline=deadline)
+    result.simulated_link_gbps = gbps
+    result.link = discover_link(backend, store, rank, world_size, gpus)
+    return result
 
 
 def time_all_reduce(comm: Communicator, sizes: list[int], warmup: int = 1, repeats: int = 3,

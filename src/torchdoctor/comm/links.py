@@ -17,7 +17,6 @@ CPU ranks (gloo) on one host talk over loopback TCP; its capacity is measured, n
 from __future__ import annotations
 
 # GB/s per direction, from NCCL src/graph/topo.h (see the module docstring).
-PCIE_GEN3_X16_GBPS = 12.0
 PCIE_GBPS_BY_GEN = {1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}  # x16; NCCL doubles per generation
 NVLINK_GBPS_PER_LINK = {  # by compute capability (major, minor) of the GPUs
     (6, 0): 18.0, (7, 0): 20.0, (8, 0): 20.0, (8, 6): 12.0, (9, 0): 20.6, (10, 0): 40.1,
@@ -52,8 +51,7 @@ def nvlink_gbps(links: int, capability: tuple[int, int] | None) -> float | None:
 
 
 def gpu_path_gbps(level: str, pcie_generation: int | None, pcie_width: int | None = 16,
-                  nvlinks: int = 0, capability: tuple[int, int] | None = None,
-                  cpu_vendor: str = "intel") -> float | None:
+                  nvlinks: int = 0, capability: tuple[int, int] | None = None) -> float | None:
     """Expected bandwidth between two GPUs whose `nvidia-smi topo -m` level is `level`."""
     if level.startswith("NV"):
         count = nvlinks or _int(level[2:]) or 1
@@ -62,7 +60,7 @@ def gpu_path_gbps(level: str, pcie_generation: int | None, pcie_width: int | Non
     if pcie is None:
         return None
     if level == "SYS":
-        return min(pcie, INTER_SOCKET_GBPS.get(cpu_vendor, INTER_SOCKET_GBPS["intel"]))
+        return min(pcie, INTER_SOCKET_GBPS["intel"])  # the CPU is not identified: Skylake-era Intel's link
     return pcie
 
 

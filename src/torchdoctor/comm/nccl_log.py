@@ -17,8 +17,6 @@ _CHANNEL = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*(\d+)\[[0-9a-fx]+\]
                       r"(?:\s*\[(?:send|receive)\])?\s+via\s+(\S+)")
 _ENV = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+?)\.?$")
 _VERSION = re.compile(r"NCCL version (\S+)")
-_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
-_SOCKET_IF = re.compile(r"NCCL INFO NET/Socket : Using \[\d+\](\w+):")
 
 # Slowest first: a connection through the network is slower than through host memory,
 # which is slower than peer-to-peer over PCIe or NVLink.
@@ -30,9 +28,6 @@ class NcclChoice:
     version: str | None = None
     transports: dict[str, int] = field(default_factory=dict)  # "P2P/IPC" -> connections
     env: dict[str, str] = field(default_factory=dict)  # NCCL_* taken from the environment
-    network: str | None = None  # Socket | IB
-    socket_interface: str | None = None  # eth0, lo, ...
-    lines: int = 0
 
     @property
     def slowest(self) -> str | None:
@@ -53,7 +48,6 @@ def parse_nccl_info(text: str) -> NcclChoice:
         line = raw.strip()
         if "NCCL" not in line:
             continue
-        choice.lines += 1
         if (m := _CHANNEL.search(line)) is not None:
             transport = m.group(3)
             key = "/".join(transport.split("/")[:2])  # P2P/IPC, SHM/direct, NET/Socket, NET/IB
@@ -62,8 +56,4 @@ def parse_nccl_info(text: str) -> NcclChoice:
             choice.env[m.group(1)] = m.group(2)
         elif (m := _VERSION.search(line)) is not None and choice.version is None:
             choice.version = m.group(1)
-        elif (m := _NETWORK.search(line)) is not None:
-            choice.network = m.group(1)
-        elif (m := _SOCKET_IF.search(line)) is not None:
-            choice.socket_interface = m.group(1)
     return choice

@@ -3,8 +3,8 @@
 `parse_topo_matrix` reads the matrix nvidia-smi prints (its legend: X, NV#, PIX, PXB, PHB,
 NODE, SYS; newer drivers underline the headers with ANSI escapes and add NIC columns).
 `nvml_topology` asks NVML for the same facts plus what the matrix lacks (PCIe generation
-and width, NVLink links up, P2P support). Both are best-effort: on a machine without a
-driver they say why and the comm check goes on with what it has.
+and width, NVLink links up, compute capability). Both are best-effort: on a machine without
+a driver they say why and the comm check goes on with what it has.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+from torchdoctor.comm.links import TOPOLOGY_LEVELS
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -27,7 +29,6 @@ class GpuTopology:
     pcie_generation: int | None = None
     pcie_width: int | None = None
     nvlinks_up: int = 0
-    p2p: dict[str, bool] = field(default_factory=dict)  # "GPU0-GPU1" -> P2P read supported
     capability: tuple[int, int] | None = None
     source: str = ""  # nvidia-smi | nvml
     note: str = ""
@@ -37,11 +38,10 @@ class GpuTopology:
 
     def worst_level(self, gpus: list[int]) -> str | None:
         """The farthest pair among `gpus`: the ring is as slow as its slowest hop."""
-        order = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
         found = [self.level(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
         found = [f for f in found if f]
-        return max(found, key=lambda f: order.index("NV" if f.startswith("NV") else ("SYS" if f == "SOC" else f)),
-                   default=None)
+        return max(found, default=None,
+                   key=lambda f: TOPOLOGY_LEVELS.index("NV" if f.startswith("NV") else ("SYS" if f == "SOC" else f)))
 
 
 def parse_topo_matrix(text: str) -> GpuTopology:
@@ -92,7 +92,7 @@ NVML_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
 def nvml_topology(indices: list[int]) -> GpuTopology:
-    """PCIe generation/width, NVLinks up, P2P and the common ancestor of each GPU pair."""
+    """PCIe generation/width, NVLinks up, compute capability and the common ancestor of each GPU pair."""
     topo = GpuTopology(source="nvml")
     try:
         import pynvml
@@ -122,10 +122,6 @@ def nvml_topology(indices: list[int]) -> GpuTopology:
                 level = _try(pynvml.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
                 if level is not None:
                     topo.levels[key] = NVML_LEVELS.get(level, str(level))
-                status = _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j],
-                              getattr(pynvml, "NVML_P2P_CAPS_INDEX_READ", 0))
-                if status is not None:
-                    topo.p2p[key] = status == getattr(pynvml, "NVML_P2P_STATUS_OK", 0)
         if topo.nvlinks_up:
             for key in topo.levels:
                 topo.levels[key] = f"NV{topo.nvlinks_up}"

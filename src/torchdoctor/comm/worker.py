@@ -47,25 +47,18 @@ def main(argv: list[str]) -> int:
 def measure(opts, launch, store):
     import torch
 
-    from torchdoctor.comm.bench import open_communicator, time_all_reduce
-    from torchdoctor.comm.discover import discover_link
-    from torchdoctor.run.ranks import slow_link
+    from torchdoctor.comm.bench import measure_all_reduce
 
     if store is None:
         raise RuntimeError("no launcher store to meet the other ranks on")
     if opts.backend == "nccl":
         torch.cuda.set_device(launch.local_rank)
     started = time.perf_counter()
-    comm = open_communicator(store, launch.rank, launch.world_size, opts.backend, GROUP_TIMEOUT_S, tag="comm")
-    gbps = slow_link.simulated_gbps()
-    if gbps is not None:
-        comm.delay = lambda nbytes: time.sleep(slow_link.transfer_s(nbytes, launch.world_size, gbps))
     sizes = [int(s) for s in opts.sizes.split(",")]
-    result = time_all_reduce(comm, sizes, warmup=opts.warmup, repeats=opts.repeats,
-                             deadline=started + opts.budget)
-    result.simulated_link_gbps = gbps
     gpus = list(range(launch.local_world_size)) if opts.backend == "nccl" else None
-    result.link = discover_link(opts.backend, store, launch.rank, launch.world_size, gpus)
+    result = measure_all_reduce(store, launch.rank, launch.world_size, opts.backend, sizes, timeout_s=GROUP_TIMEOUT_S,
+                                tag="comm", warmup=opts.warmup, repeats=opts.repeats, budget_s=opts.budget,
+                                started=started, gpus=gpus)
     result.seconds = time.perf_counter() - started
     return result
 

@@ -17,7 +17,7 @@ import os
 from torchdoctor.memory_record import PHASES
 from torchdoctor.record import RunRecord
 
-STORE_PREFIX = "torchdoctor/memory/"
+COMM_TAG = "memory"  # the group's store prefix: torchdoctor/comm/memory
 TIMEOUT = datetime.timedelta(seconds=120)
 
 
@@ -33,39 +33,40 @@ def agree(record: RunRecord, rank: int, world: int) -> dict | None:
     import torch.distributed as dist
 
     memory = record.memory
-    group = _group(rank, world)
+    comm = _communicator(rank, world)
     try:
         everyone = torch.tensor([1 if fits(record) else 0, rank if not fits(record) else world], dtype=torch.int64)
         phases = memory.phase_peaks if memory else {}
         largest = torch.tensor([memory.peak_bytes or 0 if memory else 0,
                                 memory.peak_reserved_bytes or 0 if memory else 0,
                                 *(phases.get(phase, -1) for phase in PHASES)], dtype=torch.int64)
-        _all_reduce(group, everyone, dist.ReduceOp.MIN)
-        _all_reduce(group, largest, dist.ReduceOp.MAX)
-        group.barrier().wait()
+        comm.all_reduce(everyone, dist.ReduceOp.MIN)
+        comm.all_reduce(largest, dist.ReduceOp.MAX)
+        comm.group.barrier().wait()
     finally:
-        if hasattr(group, "shutdown"):
-            group.shutdown()
+        if hasattr(comm.group, "shutdown"):
+            comm.group.shutdown()
     all_fit, first_failed = bool(everyone[0]), int(everyone[1])
     return {"all_fit": all_fit, "first_failed_rank": None if all_fit else first_failed, "world_size": world,
             "max_peak_bytes": int(largest[0]), "max_device_peak_bytes": int(largest[1]) or None,
             "max_phase_peaks": {phase: int(v) for phase, v in zip(PHASES, largest[2:].tolist()) if v >= 0}}
 
 
-def _group(rank: int, world: int):
-    """A gloo group on the launcher's store (the agent's, under torch.distributed.run), under a
-    prefix of its own so that nothing of the script's group is touched."""
+def _communicator(rank: int, world: int):
+    """A gloo group (comm/bench.py's `Communicator`) on the launcher's store, under a tag of its
+    own so that nothing of the script's group is touched.
+
+    The store is opened here, not with run/ranks/identity.py's `agent_store` (which gives up
+    when the launcher shares no store): only when the launcher shares its own
+    (TORCHELASTIC_USE_AGENT_STORE=True: torch.distributed.run's c10d rendezvous on recent
+    torch, unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; older torch shares none) is there a
+    store at MASTER_ADDR:MASTER_PORT to join; otherwise rank 0 tries to host one there (which
+    fails with EADDRINUSE while the script's own store still holds that port: a known gap)."""
     import torch.distributed as dist
+
+    from torchdoctor.comm.bench import open_communicator
 
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                           is_master=not agent_store and rank == 0, timeout=TIMEOUT)
-    return dist.ProcessGroupGloo(dist.PrefixStore(STORE_PREFIX, store), rank, world, TIMEOUT)
-
-
-def _all_reduce(group, tensor, op) -> None:
-    import torch.distributed as dist
-
-    options = dist.AllreduceOptions()
-    options.reduceOp = op
-    group.allreduce([tensor], options).wait()
+    return open_communicator(store, rank, world, "gloo", TIMEOUT.total_seconds(), tag=COMM_TAG)

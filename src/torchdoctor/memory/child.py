@@ -98,11 +98,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     opts = parser().parse_args(argv)
+    from torchdoctor.run.ranks.child import rank_dir_of
     from torchdoctor.run.runner import RunRequest, execute
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    out = opts.out / f"rank-{rank}" if world > 1 else opts.out
+    out = rank_dir_of(opts.out, rank) if world > 1 else opts.out
     out.mkdir(parents=True, exist_ok=True)
     listeners = []
     schedule = dict(TRIAL_SCHEDULE)

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Callable
 
 from torchdoctor.compare.noise import throughput
+from torchdoctor.diagnose.ranks import rank_record_paths
 from torchdoctor.memory.child import VERDICT_FILE
 from torchdoctor.memory.search import Unreachable
 from torchdoctor.memory_record import FAILED, FITS, OOM, BatchTrial
 from torchdoctor.record import RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.serialize import SchemaError
-from torchdoctor.tune.trials import stop_child
+from torchdoctor.tune.trials import output_tail, run_bounded
 
 KILL_GRACE_S = 30.0
 ERROR_TAIL_CHARS = 400
@@ -105,7 +106,8 @@ class ProcessTrials:
         limit = self.settings.max_seconds + KILL_GRACE_S
         code = _run_process(self.command(batch, run_dir), run_dir / "output.log", limit)
         seconds = time.monotonic() - started
-        record = _load(run_dir, self.settings.nproc_per_node)
+        ranks = _rank_records(run_dir) if self.settings.nproc_per_node > 1 else None
+        record = _load(run_dir, ranks)
         relative = str(run_dir.relative_to(self.out_dir))
         if record is None:
             if code is None:
@@ -121,8 +123,8 @@ class ProcessTrials:
             if self.settings.estimate:  # fake tensors compute nothing: their step times mean nothing
                 trial.samples_per_s = trial.step_s = trial.relative_sem = None
             self.records[trial.batch_size] = record
-            if self.settings.nproc_per_node > 1:
-                _apply_verdict(trial, run_dir)
+            if ranks is not None:
+                _apply_verdict(trial, run_dir, ranks)
         self.on_trial(batch, trial)
         return record, trial
 
@@ -155,9 +157,9 @@ def to_trial(record: RunRecord, requested: int | None, seconds: float, run_dir: 
     return trial
 
 
-def _apply_verdict(trial: BatchTrial, run_dir: Path) -> None:
+def _apply_verdict(trial: BatchTrial, run_dir: Path, ranks: list[tuple[int, RunRecord]]) -> None:
     """A DDP trial fits only if every rank fitted; its peak is the largest rank's. Without the
-    ranks' verdict a rank failed: its own record says how."""
+    ranks' verdict a rank failed: its own record (`ranks`: each rank's, by rank) says how."""
     import json
 
     try:
@@ -174,7 +176,7 @@ def _apply_verdict(trial: BatchTrial, run_dir: Path) -> None:
         trial.device_peak_bytes = verdict.get("max_device_peak_bytes") or trial.device_peak_bytes
         return
     # a rank that ran out of memory explains the others (they lost their peer in a collective)
-    judged = sorted(((to_trial(record, trial.batch_size, 0.0, ""), rank) for rank, record in _rank_records(run_dir)),
+    judged = sorted(((to_trial(record, trial.batch_size, 0.0, ""), rank) for rank, record in ranks),
                     key=lambda tr: (tr[0].outcome != OOM, tr[1]))
     for failed, rank in judged:
         if failed.outcome != FITS:
@@ -184,17 +186,22 @@ def _apply_verdict(trial: BatchTrial, run_dir: Path) -> None:
     trial.outcome, trial.detail = FAILED, "the ranks did not reach a verdict (a rank ended without a record)"
 
 
-def _rank_records(run_dir: Path):
-    for path in sorted(run_dir.glob("rank-*/record.json"), key=lambda p: int(p.parent.name.split("-")[1])):
+def _rank_records(run_dir: Path) -> list[tuple[int, RunRecord]]:
+    """Each rank's record that can be read, by rank."""
+    found = []
+    for path in rank_record_paths(run_dir):
         try:
-            yield int(path.parent.name.split("-")[1]), RunRecord.load(path)
+            found.append((int(path.parent.name.split("-", 1)[1]), RunRecord.load(path)))
         except (SchemaError, ValueError):
             continue
+    return found
 
 
-def _load(run_dir: Path, nproc: int) -> RunRecord | None:
-    if nproc > 1:  # the rank that ran out of memory, else rank 0's (or the first there is)
-        records = [record for _, record in _rank_records(run_dir)]
+def _load(run_dir: Path, ranks: list[tuple[int, RunRecord]] | None) -> RunRecord | None:
+    """`ranks` (a DDP trial's, None for one process): the rank that ran out of memory, else
+    rank 0's (or the first there is)."""
+    if ranks is not None:
+        records = [record for _, record in ranks]
         failed = [r for r in records if r.memory is not None and r.memory.failure is not None]
         return (failed or records or [None])[0]
     try:
@@ -208,20 +215,11 @@ def _run_process(cmd: list[str], log_path: Path, timeout_s: float) -> int | None
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     with open(log_path, "w", encoding="utf-8") as log:
-        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            return child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_child(child)
-            return None
-        except KeyboardInterrupt:
-            stop_child(child)
-            raise
+        return run_bounded(cmd, timeout_s, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _last_line(text: str | None) -> str:
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:ERROR_TAIL_CHARS] if lines else ""
+    return output_tail(text, ERROR_TAIL_CHARS, last_line=True)
 
 
 def _log_tail(path: Path) -> str:

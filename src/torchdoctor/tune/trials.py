@@ -62,21 +62,31 @@ def run_trial(trial: Trial, settings: TrialSettings, run_dir: Path) -> TrialResu
     log_path = run_dir.with_suffix(".stderr.log")  # the script's stderr, tracebacks, the doctor's errors
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log, open(run_dir.with_suffix(".stdout.log"), "w") as out:
-        child = subprocess.Popen(command_for(trial, settings, run_dir), stdout=out, stderr=log,
-                                 start_new_session=True)  # our Ctrl-C is forwarded deliberately, below
-        try:
-            code = child.wait(timeout=settings.max_seconds + KILL_GRACE_S + 60)
-        except subprocess.TimeoutExpired:
-            stop_child(child)
-            code = -signal.SIGKILL
-        except KeyboardInterrupt:
-            stop_child(child)
-            raise
+        code = run_bounded(command_for(trial, settings, run_dir), settings.max_seconds + KILL_GRACE_S + 60,
+                           stdout=out, stderr=log)
+    if code is None:
+        code = -signal.SIGKILL
     seconds = time.monotonic() - started
     error = None
     if code != 0:
-        error = _tail(log_path) or f"exited with code {code}"
+        error = output_tail(log_path.read_text(encoding="utf-8", errors="replace"), LOG_TAIL_CHARS)
+        error = error or f"exited with code {code}"
     return TrialResult(trial, run_dir, code, seconds, error)
+
+
+def run_bounded(cmd: list[str], timeout_s: float, stdout, stderr, env: dict[str, str] | None = None) -> int | None:
+    """Runs `cmd` in a session of its own (our Ctrl-C is forwarded deliberately, by stop_child)
+    and waits: its exit code, or None when it had to be stopped at `timeout_s`. Ctrl-C stops
+    the child too, then propagates."""
+    child = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, start_new_session=True, env=env)
+    try:
+        return child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_child(child)
+        return None
+    except KeyboardInterrupt:
+        stop_child(child)
+        raise
 
 
 def stop_child(child: subprocess.Popen) -> None:
@@ -92,7 +102,10 @@ def stop_child(child: subprocess.Popen) -> None:
         child.wait()
 
 
-def _tail(path: Path) -> str:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = [line for line in text.splitlines() if line.strip() and "\r" not in line]  # no progress redraws
-    return "\n".join(lines)[-LOG_TAIL_CHARS:]
+def output_tail(text: str | None, max_chars: int, last_line: bool = False) -> str:
+    """The end of a child's output, its blank lines and progress redraws left out: the last
+    `max_chars` characters of its lines, or with `last_line` the first `max_chars` of the last."""
+    lines = [line for line in (text or "").splitlines() if line.strip() and "\r" not in line]
+    if last_line:
+        return lines[-1][:max_chars] if lines else ""
+    return "\n".join(lines)[-max_chars:]

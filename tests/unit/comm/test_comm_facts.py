@@ -75,6 +75,13 @@ def test_sizes_read_like_nccl_tests():
         parse_size("-3M")
 
 
+def test_the_comm_commands_default_sizes_are_the_ones_that_matter():
+    from torchdoctor.commands.comm import DEFAULT_SIZES
+
+    assert [parse_size(s) for s in DEFAULT_SIZES.split(",")] == [4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30]
+    assert [format_size(parse_size(s)) for s in DEFAULT_SIZES.split(",")] == DEFAULT_SIZES.split(",")
+
+
 def test_nccl_link_model():
     assert links.pcie_gbps(3) == 12.0 and links.pcie_gbps(4) == 24.0 and links.pcie_gbps(5) == 48.0
     assert links.pcie_gbps(4, width=8) == 12.0

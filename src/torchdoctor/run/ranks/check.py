@@ -10,14 +10,10 @@ CHECK_TIMEOUT_S leaves the check out with a note, never a hang.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from torchdoctor.comm.bench import DDP_BUCKET_BYTES, open_communicator, time_all_reduce
-from torchdoctor.comm.discover import discover_link
+from torchdoctor.comm.bench import DDP_BUCKET_BYTES, measure_all_reduce
 from torchdoctor.record import ProbeNote, RunRecord
-from torchdoctor.run.ranks import slow_link
 from torchdoctor.run.ranks.identity import LaunchEnv
 
 CHECK_TIMEOUT_S = 20.0
@@ -43,16 +39,10 @@ def communication_check(record: RunRecord, store, launch: LaunchEnv) -> None:
     backend = "nccl" if "nccl" in (info.identity.backend or "") and torch.cuda.is_available() else "gloo"
     grad_bytes = max((m.grad_bytes for m in info.ddp), default=0)
     try:
-        comm = open_communicator(store, launch.rank, launch.world_size, backend, CHECK_TIMEOUT_S)
-        gbps = slow_link.simulated_gbps()
-        if gbps is not None:
-            comm.delay = lambda nbytes: time.sleep(slow_link.transfer_s(nbytes, launch.world_size, gbps))
-        result = time_all_reduce(comm, check_sizes(grad_bytes), warmup=1, repeats=3,
-                                 deadline=time.perf_counter() + CHECK_BUDGET_S)
-        result.simulated_link_gbps = gbps
         gpus = [torch.cuda.current_device()] if backend == "nccl" else None
-        result.link = discover_link(backend, store, launch.rank, launch.world_size, gpus)
-        info.comm = result
+        info.comm = measure_all_reduce(store, launch.rank, launch.world_size, backend, check_sizes(grad_bytes),
+                                       timeout_s=CHECK_TIMEOUT_S, tag="check", warmup=1, repeats=3,
+                                       budget_s=CHECK_BUDGET_S, gpus=gpus)
     except Exception as exc:  # another rank never came, or the backend refused: say so, keep the run
         record.probe_notes.append(ProbeNote(
             "comm", f"the communication check after the script did not finish: {type(exc).__name__}: "
