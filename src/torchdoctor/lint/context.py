@@ -160,6 +160,14 @@ class Context:
     def callers(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
         return self._callers.get(id(scope), [])
 
+    def call_sites(self, function: Scope) -> list[tuple[ast.Call, Block]]:
+        """Where `function` is called: its callers, and for an `__init__` the calls that make an
+        instance of its class (`Trainer(model, loader)`)."""
+        sites = list(self.callers(function))
+        if function.name == "__init__" and function.class_scope is not None:
+            sites += self.instantiations(function.class_scope)
+        return sites
+
     def guard_between(self, block: Block, outer: Block) -> bool:
         """A periodic `if` between `block` and the enclosing `outer` block."""
         for b in block.ancestors():

@@ -245,17 +245,11 @@ class LoaderFlow:
 
     def _param_sources(self, function: Scope, name: str, depth: int) -> frozenset:
         found = EMPTY
-        for call, block in self._call_sites(function):
+        for call, block in self.context.call_sites(function):
             argument = argument_for(call, function, name)
             if argument is not None:
                 found |= self.sources(argument, block, depth + 1)
         return found
-
-    def _call_sites(self, function: Scope) -> list[tuple[ast.Call, Block]]:
-        sites = list(self.context.callers(function))
-        if function.name == "__init__" and function.class_scope is not None:
-            sites += self.context.instantiations(function.class_scope)
-        return sites
 
     def _self_attribute(self, scope: Scope, attr: str, depth: int) -> frozenset:
         cls = scope.class_scope
