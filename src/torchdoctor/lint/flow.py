@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from torchdoctor.lint.bindings import Binding, argument_for, reaching_bindings
+from torchdoctor.lint.bindings import Binding, argument_for, visible_bindings
 from torchdoctor.lint.context import STEP, Region, nearest_loop
 from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
 from torchdoctor.lint.names import call_tail, dotted, last_name
@@ -180,19 +180,12 @@ class LoaderFlow:
         return EMPTY
 
     def _name(self, name: str, block: Block, position: tuple[int, int], depth: int) -> frozenset:
-        scope: Scope | None = block.scope
-        while scope is not None:
-            if name in scope.bindings or name in scope.params:
-                break
-            scope = scope.parent
-            while scope is not None and scope.kind == "class":
-                scope = scope.parent  # methods do not see class-body names
+        scope, bindings, certain = visible_bindings(name, block, position)
         if scope is None:
             return EMPTY
         if scope is not block.scope:  # a closure or a global: any of its bindings
-            return self._memoized(("all", id(scope), name), lambda: self._union(scope.bindings.get(name, ()), depth))
-        reaching, certain = reaching_bindings(scope, name, block, position)
-        found = self._union(reaching, depth)
+            return self._memoized(("all", id(scope), name), lambda: self._union(bindings, depth))
+        found = self._union(bindings, depth)
         if not certain and name in scope.params:
             found |= self._param(scope, name, depth)
         return found
