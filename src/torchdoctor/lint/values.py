@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from torchdoctor.lint.bindings import argument_for
 from torchdoctor.lint.model import FileModel, Scope
 from torchdoctor.lint.names import dotted, short_source
+from torchdoctor.lint.torch_api import NO_DEFAULT, parameter
 
 
 class Unknown:
@@ -299,11 +300,8 @@ class Values:
 
 
 def _default_of(function: Scope, name: str) -> ast.expr | None:
-    args = function.node.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    return defaults.get(name)
+    _, default = parameter(function.node, name)
+    return None if default is NO_DEFAULT else default
 
 
 def _unpack(target: ast.expr, value: ast.expr | None):
