@@ -101,8 +101,7 @@ class LoaderFlow:
         self.loops_iterating[id(loop)] = self.loops_iterating.get(id(loop), EMPTY) | origins
         # `for loader in (train, val): for x in loader:` iterates each loader once per pass of
         # what is around the picking loop, not once per pass of the picking loop
-        outer = picked_by if picked_by is not None else loop
-        repeats = outer.parent is not None and self._entered_repeatedly(outer.parent, 0)
+        repeats = self.repeats(picked_by if picked_by is not None else loop)
         for origin in origins:
             if id(loop) not in uses[origin]:
                 uses[origin][id(loop)] = LoaderUse(loop, self.context.region(loop), repeats)
