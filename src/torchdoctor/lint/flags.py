@@ -18,7 +18,7 @@ import re
 from bisect import bisect_right
 from typing import Any
 
-from torchdoctor.lint.model import Block, Scope
+from torchdoctor.lint.model import Scope
 from torchdoctor.lint.names import dotted
 from torchdoctor.lint.torch_api import parameter
 from torchdoctor.lint.values import CliOption, Unknown, Values, truthy
@@ -206,4 +206,4 @@ def _end(node: ast.AST) -> tuple[int, int]:
     return node.end_lineno or node.lineno, node.end_col_offset or 0
 
 
-__all__ = ["Block", "DefaultValues", "OffByDefault"]
+__all__ = ["DefaultValues", "OffByDefault"]
