@@ -38,6 +38,7 @@ class Batches:
         self._sorted_bindings: dict[int, tuple[list, list]] = {}
         self._transfers: dict[int, list[tuple[ast.Call, Scope]]] = {}
         self._callee_moves: dict[tuple[int, frozenset], list[ast.Call]] = {}
+        self._goes_to_cuda: dict[tuple[int, str], bool] = {}  # (id(scope), device name) → `.to(name)` may go to CUDA
 
     # -- names -----------------------------------------------------------------------------
     def names(self, loop: Block) -> set[str]:
@@ -120,7 +121,7 @@ class Batches:
         for call, block in self.calls_inside(loop):
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr in _MOVES:
-                if moves_batch(call, names, self.facts, block.scope):
+                if self._moves_batch(call, names, block.scope):
                     found.append((call, block.scope))
                 continue
             callee = self.context.local_callee(call, block)  # `self.to_device(x, y)`: one call down
@@ -136,8 +137,24 @@ class Batches:
             inner = self.derived(received, callee)
             self._callee_moves[key] = [c for c, _ in self.context.calls_in(callee)
                                        if isinstance(c.func, ast.Attribute) and c.func.attr in _MOVES
-                                       and moves_batch(c, inner, self.facts, callee)]
+                                       and self._moves_batch(c, inner, callee)]
         return self._callee_moves[key]
+
+    def _moves_batch(self, call: ast.Call, names: set[str], scope: Scope) -> bool:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
+            return False
+        if func.attr == "cuda":
+            return True
+        device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        if device is None:
+            return False
+        if type(device) is ast.Name:  # the same `device` is asked about in every loop of a script
+            key = (id(scope), device.id)
+            if key not in self._goes_to_cuda:
+                self._goes_to_cuda[key] = _to_cuda(device, self.facts, scope)
+            return self._goes_to_cuda[key]
+        return _to_cuda(device, self.facts, scope)
 
     def calls_inside(self, loop: Block) -> list[tuple[ast.Call, Block]]:
         """The calls in the loop's body (and header), in its own function."""
@@ -150,23 +167,6 @@ class Batches:
         start = bisect_left(positions, (node.lineno, node.col_offset))
         end = bisect_right(positions, (node.end_lineno or node.lineno, node.end_col_offset or 0))
         return [(call, block) for call, block in calls[start:end] if _inside(block, loop)]
-
-
-def moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) -> bool:
-    func = call.func
-    if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
-        return False
-    if func.attr == "cuda":
-        return True
-    device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-    if device is None:
-        return False
-    if type(device) is ast.Name:  # the same `device` is asked about in every loop of a script
-        key = ("to_cuda", id(scope), device.id)
-        if key not in facts.memo:
-            facts.memo[key] = _to_cuda(device, facts, scope)
-        return facts.memo[key]
-    return _to_cuda(device, facts, scope)
 
 
 def _to_cuda(device: ast.expr, facts: Facts, scope: Scope) -> bool:

@@ -43,7 +43,7 @@ _MAX_DEPTH = 6
 def on_host(expr: ast.expr, where: Block | Scope, facts: Facts, depth: int = 0) -> bool:
     """`expr`, evaluated in `where` (a block: the point of use is known; a scope: it is not), is a
     tensor (or a value of one) known to live on the CPU."""
-    if depth > _MAX_DEPTH or _default_device_changed(facts):
+    if depth > _MAX_DEPTH or facts.default_device_changed:
         return False
     t = type(expr)
     if t is ast.Subscript:
@@ -177,11 +177,9 @@ def _flattened(operands):
             yield operand
 
 
-def _default_device_changed(facts: Facts) -> bool:
-    """`torch.set_default_device(...)` anywhere, or `with torch.device(...):` around code."""
-    changed = facts.memo.get("default_device_changed")
-    if changed is None:
-        changed = facts.memo["default_device_changed"] = "set_default_device" in facts.model.calls_by_tail or any(
-            facts.qualify(call.func) == "torch.device" for call, _ in facts.model.calls_named("device")
-            if id(call) in facts.model.with_items)
-    return changed
+def default_device_changed(facts: Facts) -> bool:
+    """`torch.set_default_device(...)` anywhere, or `with torch.device(...):` around code (asked
+    once per file, through `facts.default_device_changed`)."""
+    return "set_default_device" in facts.model.calls_by_tail or any(
+        facts.qualify(call.func) == "torch.device" for call, _ in facts.model.calls_named("device")
+        if id(call) in facts.model.with_items)
