@@ -12,7 +12,6 @@ import ast
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
-from torchdoctor.lint.context import nearest_loop
 from torchdoctor.lint.model import Block, Scope, loop_targets, names_in
 from torchdoctor.lint.values import device_type
 
@@ -31,7 +30,7 @@ class Batches:
         self.context = facts.context
         self._edges: dict[int, dict[str, set[str]]] = {}
         self._derived: dict[tuple[int, frozenset], frozenset] = {}
-        self._drawn: dict[int, list[ast.Call]] | None = None
+        self._next_indexed = False
         self._next_targets: dict[int, set[str]] = {}  # id(next call) → the names it is assigned to
         self._scope_next_names: dict[int, set[str]] = {}
         self._sorted_calls: dict[int, tuple[list, list]] = {}
@@ -48,7 +47,7 @@ class Batches:
         names: set[str] = set()
         for target in loop_targets(loop):
             names |= names_in(target)
-        for call in self._drawn.get(id(loop), ()):
+        for call in self.context.drawing_loops.get(id(loop), ()):
             names |= self._next_targets.get(id(call), set())
         if not names:  # `x, y = next(it)` before a `while True:` that uses them
             names = set(self._scope_next_names.get(id(loop.scope), set()))
@@ -96,13 +95,9 @@ class Batches:
         return [(b.target, b.value) for b in bindings[start:end] if _inside(b.block, loop)]
 
     def _index_next_calls(self) -> None:
-        if self._drawn is not None:
+        if self._next_indexed:
             return
-        self._drawn = {}
-        for call, block in self.facts.model.calls_named("next"):
-            loop = nearest_loop(block)
-            if loop is not None:
-                self._drawn.setdefault(id(loop), []).append(call)
+        self._next_indexed = True
         for scope in self.facts.model.scopes:
             for target, value, how in scope.assigns:
                 if type(value) is ast.Call and how == "=" and getattr(value.func, "id", "") == "next":

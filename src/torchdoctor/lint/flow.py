@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass, field
 
 from torchdoctor.lint.bindings import Binding, argument_for, visible_bindings
-from torchdoctor.lint.context import STEP, Region, nearest_loop
+from torchdoctor.lint.context import STEP, Region
 from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
 from torchdoctor.lint.names import call_tail, dotted, last_name
 
@@ -81,9 +81,8 @@ class LoaderFlow:
             iterable = loop_iter(loop)
             if iterable is not None and loop.parent is not None:
                 self._add(uses, self.sources(iterable, loop.parent), loop, self._picking_loop(iterable, loop))
-        for call, block in self.facts.model.calls_named("next"):
-            loop = nearest_loop(block)
-            if call.args and loop is not None:
+        for call, block, loop in self.context.next_calls:
+            if call.args:
                 self._add(uses, self.sources(call.args[0], block), loop)
         for call, block in self.context.steps.epoch_helpers:
             region = Region(STEP, False, f"`{last_name(call.func)}()`, a helper that trains on the loader,")
