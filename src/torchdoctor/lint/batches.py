@@ -12,7 +12,6 @@ import ast
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
-from torchdoctor.lint.context import nearest_loop
 from torchdoctor.lint.model import Block, Scope, loop_targets, names_in
 from torchdoctor.lint.values import device_type
 
@@ -31,13 +30,14 @@ class Batches:
         self.context = facts.context
         self._edges: dict[int, dict[str, set[str]]] = {}
         self._derived: dict[tuple[int, frozenset], frozenset] = {}
-        self._drawn: dict[int, list[ast.Call]] | None = None
+        self._next_indexed = False
         self._next_targets: dict[int, set[str]] = {}  # id(next call) → the names it is assigned to
         self._scope_next_names: dict[int, set[str]] = {}
         self._sorted_calls: dict[int, tuple[list, list]] = {}
         self._sorted_bindings: dict[int, tuple[list, list]] = {}
         self._transfers: dict[int, list[tuple[ast.Call, Scope]]] = {}
         self._callee_moves: dict[tuple[int, frozenset], list[ast.Call]] = {}
+        self._goes_to_cuda: dict[tuple[int, str], bool] = {}  # (id(scope), device name) → `.to(name)` may go to CUDA
 
     # -- names -----------------------------------------------------------------------------
     def names(self, loop: Block) -> set[str]:
@@ -47,7 +47,7 @@ class Batches:
         names: set[str] = set()
         for target in loop_targets(loop):
             names |= names_in(target)
-        for call in self._drawn.get(id(loop), ()):
+        for call in self.context.drawing_loops.get(id(loop), ()):
             names |= self._next_targets.get(id(call), set())
         if not names:  # `x, y = next(it)` before a `while True:` that uses them
             names = set(self._scope_next_names.get(id(loop.scope), set()))
@@ -95,13 +95,9 @@ class Batches:
         return [(b.target, b.value) for b in bindings[start:end] if _inside(b.block, loop)]
 
     def _index_next_calls(self) -> None:
-        if self._drawn is not None:
+        if self._next_indexed:
             return
-        self._drawn = {}
-        for call, block in self.facts.model.calls_named("next"):
-            loop = nearest_loop(block)
-            if loop is not None:
-                self._drawn.setdefault(id(loop), []).append(call)
+        self._next_indexed = True
         for scope in self.facts.model.scopes:
             for target, value, how in scope.assigns:
                 if type(value) is ast.Call and how == "=" and getattr(value.func, "id", "") == "next":
@@ -120,7 +116,7 @@ class Batches:
         for call, block in self.calls_inside(loop):
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr in _MOVES:
-                if moves_batch(call, names, self.facts, block.scope):
+                if self._moves_batch(call, names, block.scope):
                     found.append((call, block.scope))
                 continue
             callee = self.context.local_callee(call, block)  # `self.to_device(x, y)`: one call down
@@ -136,8 +132,24 @@ class Batches:
             inner = self.derived(received, callee)
             self._callee_moves[key] = [c for c, _ in self.context.calls_in(callee)
                                        if isinstance(c.func, ast.Attribute) and c.func.attr in _MOVES
-                                       and moves_batch(c, inner, self.facts, callee)]
+                                       and self._moves_batch(c, inner, callee)]
         return self._callee_moves[key]
+
+    def _moves_batch(self, call: ast.Call, names: set[str], scope: Scope) -> bool:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
+            return False
+        if func.attr == "cuda":
+            return True
+        device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        if device is None:
+            return False
+        if type(device) is ast.Name:  # the same `device` is asked about in every loop of a script
+            key = (id(scope), device.id)
+            if key not in self._goes_to_cuda:
+                self._goes_to_cuda[key] = _to_cuda(device, self.facts, scope)
+            return self._goes_to_cuda[key]
+        return _to_cuda(device, self.facts, scope)
 
     def calls_inside(self, loop: Block) -> list[tuple[ast.Call, Block]]:
         """The calls in the loop's body (and header), in its own function."""
@@ -150,23 +162,6 @@ class Batches:
         start = bisect_left(positions, (node.lineno, node.col_offset))
         end = bisect_right(positions, (node.end_lineno or node.lineno, node.end_col_offset or 0))
         return [(call, block) for call, block in calls[start:end] if _inside(block, loop)]
-
-
-def moves_batch(call: ast.Call, names: set[str], facts: Facts, scope: Scope) -> bool:
-    func = call.func
-    if not isinstance(func, ast.Attribute) or not names_in(func.value) & names:
-        return False
-    if func.attr == "cuda":
-        return True
-    device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-    if device is None:
-        return False
-    if type(device) is ast.Name:  # the same `device` is asked about in every loop of a script
-        key = ("to_cuda", id(scope), device.id)
-        if key not in facts.memo:
-            facts.memo[key] = _to_cuda(device, facts, scope)
-        return facts.memo[key]
-    return _to_cuda(device, facts, scope)
 
 
 def _to_cuda(device: ast.expr, facts: Facts, scope: Scope) -> bool:

@@ -59,6 +59,27 @@ def reaching_bindings(scope: Scope, name: str, block: Block, position: tuple[int
     return reaching, False
 
 
+def visible_bindings(name: str, block: Block, position: tuple[int, int]) -> tuple[Scope | None, list[Binding], bool]:
+    """Where a use of `name` at `position` in `block` looks it up: the nearest scope around it
+    that binds `name` or takes it as a parameter (methods do not see class-body names), the
+    bindings the use may see there, and whether one of them certainly ran. In the block's own
+    scope those are `reaching_bindings`; in an enclosing one (a closure or a global), any of its
+    bindings, none certain. (None, [], False) when no scope binds the name."""
+    scope: Scope | None = block.scope
+    while scope is not None:
+        if name in scope.bindings or name in scope.params:
+            break
+        scope = scope.parent
+        while scope is not None and scope.kind == "class":
+            scope = scope.parent
+    if scope is None:
+        return None, [], False
+    if scope is not block.scope:
+        return scope, scope.bindings.get(name, []), False
+    reaching, certain = reaching_bindings(scope, name, block, position)
+    return scope, reaching, certain
+
+
 def argument_for(call: ast.Call, function: Scope, name: str) -> ast.expr | None:
     """What `call` passes for parameter `name` of `function` (a bound method skips `self`)."""
     for keyword in call.keywords:

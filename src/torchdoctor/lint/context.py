@@ -69,8 +69,13 @@ class Context:
         self.backward_calls = self.steps.backward + self.steps.helper_steps
         self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps
         self.loss_loops = _loops_of(self.steps.loss_calls)  # loops that compute a loss
-        self.drawing_loops = {id(loop) for _, block in model.calls_named("next")  # `batch = next(it)` in them
-                              for loop in (nearest_loop(block),) if loop is not None}
+        # `batch = next(it)`: every next() call inside a loop, with its block and that innermost loop,
+        # in source order; and id(loop) → the next() calls in it (the loops that draw batches so)
+        self.next_calls = [(call, block, loop) for call, block in model.calls_named("next")
+                           for loop in (nearest_loop(block),) if loop is not None]
+        self.drawing_loops: dict[int, list[ast.Call]] = {}
+        for call, _, loop in self.next_calls:
+            self.drawing_loops.setdefault(id(loop), []).append(call)
         self.step_loops, self.step_functions = self._training_structure()
         self.loops_around_training = self._loops_around_training()
         self._first_eval_call = _first_eval_calls(model)
@@ -159,6 +164,14 @@ class Context:
 
     def callers(self, scope: Scope) -> list[tuple[ast.Call, Block]]:
         return self._callers.get(id(scope), [])
+
+    def call_sites(self, function: Scope) -> list[tuple[ast.Call, Block]]:
+        """Where `function` is called: its callers, and for an `__init__` the calls that make an
+        instance of its class (`Trainer(model, loader)`)."""
+        sites = list(self.callers(function))
+        if function.name == "__init__" and function.class_scope is not None:
+            sites += self.instantiations(function.class_scope)
+        return sites
 
     def guard_between(self, block: Block, outer: Block) -> bool:
         """A periodic `if` between `block` and the enclosing `outer` block."""

@@ -111,7 +111,7 @@ def _lint_source(source: SourceFile, selection: Selection, relative: str) -> Fil
                 continue
             if key in on_line:  # one finding per code and line: the most severe hit's; their fixes add up
                 kept = on_line[key]
-                if _RANK[hit.severity] < _RANK[kept.finding.severity]:
+                if hit.severity.rank < kept.finding.severity.rank:
                     end = getattr(hit.node, "end_lineno", None) or key[1]
                     on_line[key] = _finding(hit, source, facts, lines, end, kept.fixes)
                 else:
@@ -186,9 +186,6 @@ def _parse(source: SourceFile, outcome: FileOutcome) -> tuple[ast.Module | None,
     return None, text
 
 
-_RANK = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2, Severity.INFO: 3}
-
-
 def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: int,
              earlier_fixes: list | None = None) -> LintFinding:
     rule = rule_by_code(hit.code)
@@ -208,7 +205,7 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
         # Checks speak of lines of the joined cells; a notebook user needs "cell 3, line 2".
         message = _LINE_WORDS.sub(lambda m: f"{m.group(1)} {_cell_line(int(m.group(2)), source)}", message)
     finding = make_finding(rule, title=hit.title, message=message,
-                           location=Location(source.display, shown_line, _function_at(facts, line)),
+                           location=Location(source.display, shown_line, facts.model.function_at(line)),
                            evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity)
     fixes = (earlier_fixes or []) + _fixes(hit, source, lines)
     notebook_fix = source.cells is not None and _has_fix(hit)
@@ -241,7 +238,3 @@ def char_column(line: str, byte_offset: int) -> int:
     if line.isascii():
         return byte_offset
     return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
-
-
-def _function_at(facts: Facts, line: int) -> str:
-    return facts.model.function_at(line)

@@ -21,7 +21,6 @@ class Facts:
         self.kinds = Kinds(self.model, self.values)
         self.context = Context(self.model, self.kinds)
         self.values.context = self.context  # a parameter's value can now be read where the function is called
-        self.memo: dict = {}  # small per-file answers the checks share (worked out once)
 
     def qualify(self, expr: ast.expr) -> str | None:
         return self.imports.qualify(expr)
@@ -46,3 +45,10 @@ class Facts:
         from torchdoctor.lint.batches import Batches
 
         return Batches(self)
+
+    @cached_property
+    def default_device_changed(self) -> bool:
+        """The file moves the default device off the CPU (`host_tensors.default_device_changed`)."""
+        from torchdoctor.lint.host_tensors import default_device_changed
+
+        return default_device_changed(self)

@@ -18,8 +18,9 @@ import re
 from bisect import bisect_right
 from typing import Any
 
-from torchdoctor.lint.model import Block, Scope
+from torchdoctor.lint.model import Scope
 from torchdoctor.lint.names import dotted
+from torchdoctor.lint.torch_api import parameter
 from torchdoctor.lint.values import CliOption, Unknown, Values, truthy
 
 # Options that pick the device rather than count or tune: `--cuda`, `--no-cuda`, `--gpu 0`, `--device`.
@@ -175,11 +176,8 @@ def _option_default(option: CliOption, values: DefaultValues, depth: int) -> Any
 
 
 def _annotation(function: Scope, name: str) -> ast.expr | None:
-    args = function.node.args
-    for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
-        if arg.arg == name:
-            return arg.annotation
-    return None
+    arg, _ = parameter(function.node, name)
+    return arg.annotation if arg is not None else None
 
 
 def _assigned_attributes(model) -> set[str]:
@@ -208,4 +206,4 @@ def _end(node: ast.AST) -> tuple[int, int]:
     return node.end_lineno or node.lineno, node.end_col_offset or 0
 
 
-__all__ = ["Block", "DefaultValues", "OffByDefault"]
+__all__ = ["DefaultValues", "OffByDefault"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from torchdoctor.lint.bindings import Binding, argument_for, reaching_bindings
-from torchdoctor.lint.context import STEP, Region, nearest_loop
+from torchdoctor.lint.bindings import Binding, argument_for, visible_bindings
+from torchdoctor.lint.context import STEP, Region
 from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
 from torchdoctor.lint.names import call_tail, dotted, last_name
 
@@ -81,9 +81,8 @@ class LoaderFlow:
             iterable = loop_iter(loop)
             if iterable is not None and loop.parent is not None:
                 self._add(uses, self.sources(iterable, loop.parent), loop, self._picking_loop(iterable, loop))
-        for call, block in self.facts.model.calls_named("next"):
-            loop = nearest_loop(block)
-            if call.args and loop is not None:
+        for call, block, loop in self.context.next_calls:
+            if call.args:
                 self._add(uses, self.sources(call.args[0], block), loop)
         for call, block in self.context.steps.epoch_helpers:
             region = Region(STEP, False, f"`{last_name(call.func)}()`, a helper that trains on the loader,")
@@ -101,8 +100,7 @@ class LoaderFlow:
         self.loops_iterating[id(loop)] = self.loops_iterating.get(id(loop), EMPTY) | origins
         # `for loader in (train, val): for x in loader:` iterates each loader once per pass of
         # what is around the picking loop, not once per pass of the picking loop
-        outer = picked_by if picked_by is not None else loop
-        repeats = outer.parent is not None and self._entered_repeatedly(outer.parent, 0)
+        repeats = self.repeats(picked_by if picked_by is not None else loop)
         for origin in origins:
             if id(loop) not in uses[origin]:
                 uses[origin][id(loop)] = LoaderUse(loop, self.context.region(loop), repeats)
@@ -180,19 +178,12 @@ class LoaderFlow:
         return EMPTY
 
     def _name(self, name: str, block: Block, position: tuple[int, int], depth: int) -> frozenset:
-        scope: Scope | None = block.scope
-        while scope is not None:
-            if name in scope.bindings or name in scope.params:
-                break
-            scope = scope.parent
-            while scope is not None and scope.kind == "class":
-                scope = scope.parent  # methods do not see class-body names
+        scope, bindings, certain = visible_bindings(name, block, position)
         if scope is None:
             return EMPTY
         if scope is not block.scope:  # a closure or a global: any of its bindings
-            return self._memoized(("all", id(scope), name), lambda: self._union(scope.bindings.get(name, ()), depth))
-        reaching, certain = reaching_bindings(scope, name, block, position)
-        found = self._union(reaching, depth)
+            return self._memoized(("all", id(scope), name), lambda: self._union(bindings, depth))
+        found = self._union(bindings, depth)
         if not certain and name in scope.params:
             found |= self._param(scope, name, depth)
         return found
@@ -245,17 +236,11 @@ class LoaderFlow:
 
     def _param_sources(self, function: Scope, name: str, depth: int) -> frozenset:
         found = EMPTY
-        for call, block in self._call_sites(function):
+        for call, block in self.context.call_sites(function):
             argument = argument_for(call, function, name)
             if argument is not None:
                 found |= self.sources(argument, block, depth + 1)
         return found
-
-    def _call_sites(self, function: Scope) -> list[tuple[ast.Call, Block]]:
-        sites = list(self.context.callers(function))
-        if function.name == "__init__" and function.class_scope is not None:
-            sites += self.context.instantiations(function.class_scope)
-        return sites
 
     def _self_attribute(self, scope: Scope, attr: str, depth: int) -> frozenset:
         cls = scope.class_scope

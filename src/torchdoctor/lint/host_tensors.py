@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.lint.bindings import Binding, reaching_bindings
+from torchdoctor.lint.bindings import Binding, visible_bindings
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.kinds import OTHER
 from torchdoctor.lint.model import Block, Scope, names_in
@@ -43,7 +43,7 @@ _MAX_DEPTH = 6
 def on_host(expr: ast.expr, where: Block | Scope, facts: Facts, depth: int = 0) -> bool:
     """`expr`, evaluated in `where` (a block: the point of use is known; a scope: it is not), is a
     tensor (or a value of one) known to live on the CPU."""
-    if depth > _MAX_DEPTH or _default_device_changed(facts):
+    if depth > _MAX_DEPTH or facts.default_device_changed:
         return False
     t = type(expr)
     if t is ast.Subscript:
@@ -73,28 +73,13 @@ def _name_on_host(name_node: ast.Name, where: Block | Scope, facts: Facts, depth
     if name == _PACKED_SIZES:
         return _packed_sizes(name, scope, facts, depth)
     if isinstance(where, Block):
-        binder = _binding_scope(name, scope)
+        binder, bindings, certain = visible_bindings(name, where, (name_node.lineno, name_node.col_offset))
         if binder is not None and binder.bindings.get(name):
-            if binder is scope:
-                bindings, certain = reaching_bindings(scope, name, where, (name_node.lineno, name_node.col_offset))
-            else:
-                bindings, certain = binder.bindings[name], False
             if not certain and name in binder.params:
                 return False  # a parameter may hold anything
             return all(_binding_on_host(b, facts, depth) for b in bindings)
     found = facts.values.definition(name, scope)
     return found is not None and found[0] is not None and on_host(found[0], found[1], facts, depth + 1)
-
-
-def _binding_scope(name: str, scope: Scope) -> Scope | None:
-    current: Scope | None = scope
-    while current is not None:
-        if name in current.bindings or name in current.params:
-            return current
-        current = current.parent
-        while current is not None and current.kind == "class":
-            current = current.parent
-    return None
 
 
 def _binding_on_host(binding: Binding, facts: Facts, depth: int) -> bool:
@@ -192,11 +177,9 @@ def _flattened(operands):
             yield operand
 
 
-def _default_device_changed(facts: Facts) -> bool:
-    """`torch.set_default_device(...)` anywhere, or `with torch.device(...):` around code."""
-    changed = facts.memo.get("default_device_changed")
-    if changed is None:
-        changed = facts.memo["default_device_changed"] = "set_default_device" in facts.model.calls_by_tail or any(
-            facts.qualify(call.func) == "torch.device" for call, _ in facts.model.calls_named("device")
-            if id(call) in facts.model.with_items)
-    return changed
+def default_device_changed(facts: Facts) -> bool:
+    """`torch.set_default_device(...)` anywhere, or `with torch.device(...):` around code (asked
+    once per file, through `facts.default_device_changed`)."""
+    return "set_default_device" in facts.model.calls_by_tail or any(
+        facts.qualify(call.func) == "torch.device" for call, _ in facts.model.calls_named("device")
+        if id(call) in facts.model.with_items)

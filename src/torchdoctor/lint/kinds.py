@@ -299,7 +299,7 @@ class Kinds:
         key = (id(function), "<return>")
         if key not in self._names:
             self._names[key] = None
-            self._names[key] = combine([self.of(r, function) for r in function.returns])
+            self._names[key] = combine([self.of(r, function) for r, _ in function.returns_at])
         return self._names[key]
 
     def _base_kind(self, base: ast.expr) -> str | None:

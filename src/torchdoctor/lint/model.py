@@ -29,8 +29,8 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 class Scope:
     """A function, lambda, class body or the module: where names are bound."""
 
-    __slots__ = ("kind", "node", "name", "parent", "class_scope", "block", "functions", "assigns", "returns",
-                 "returns_at", "bindings", "positions", "tensor_evidence")
+    __slots__ = ("kind", "node", "name", "parent", "class_scope", "block", "functions", "assigns", "returns_at",
+                 "bindings", "positions", "tensor_evidence")
 
     def __init__(self, kind: str, node: ast.AST, name: str, parent: Scope | None, class_scope: Scope | None):
         self.kind = kind
@@ -43,8 +43,8 @@ class Scope:
         # (target, value, how): how is "=" for assignments, "+=" etc. for augmented ones,
         # "for" when the target is a loop variable bound from `value` (the iterable)
         self.assigns: list[tuple[ast.expr, ast.expr | None, str]] = []
-        self.returns: list[ast.expr] = []  # returned expressions, for what a local call gives back
-        self.returns_at: list[tuple[ast.expr, Block]] = []  # the same, with the block each is returned from
+        # returned expressions, for what a local call gives back, with the block each is returned from
+        self.returns_at: list[tuple[ast.expr, Block]] = []
         # name (or "self.attr") → its bindings in source order, for where a value flows
         self.bindings: dict[str, list[Binding]] = {}
         self.positions: dict[str, list[tuple[int, int]]] = {}  # the bindings' positions, made when asked
@@ -224,7 +224,6 @@ class _Walker:
             if node.value is not None:
                 self.expr(node.value, block)
                 if t is ast.Return:
-                    block.scope.returns.append(node.value)
                     block.scope.returns_at.append((node.value, block))
         elif t in (ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal):
             return
@@ -343,7 +342,7 @@ class _Walker:
                     continue
             elif t is ast.Lambda:
                 scope = self.new_scope("lambda", node, "<lambda>", block.scope, None, block)
-                scope.returns.append(node.body)
+                scope.returns_at.append((node.body, scope.block))
                 self.expr(node.body, scope.block)
                 continue
             elif t in _COMPREHENSIONS:

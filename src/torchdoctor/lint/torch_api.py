@@ -103,9 +103,9 @@ _PLAIN_ANNOTATIONS = ("bool", "int", "float", "str", "dict", "list", "tuple", "C
 NO_DEFAULT = object()
 
 
-def declared(name: str, function: ast.AST) -> tuple[str | None, object]:
-    """(kind from the annotation or None, the default expression or NO_DEFAULT) of a parameter:
-    `x: Tensor` is a tensor, `flag: bool = False` is not."""
+def parameter(function: ast.AST, name: str) -> tuple[ast.arg | None, object]:
+    """(the `ast.arg`, the default expression or NO_DEFAULT) of parameter `name` of a function
+    or lambda node, positional or keyword-only; (None, NO_DEFAULT) when it has none such."""
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         return None, NO_DEFAULT
     args = function.args
@@ -113,20 +113,28 @@ def declared(name: str, function: ast.AST) -> tuple[str | None, object]:
     defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
     defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
     for arg in (*positional, *args.kwonlyargs):
-        if arg.arg != name:
-            continue
-        kind = None
-        annotation = getattr(arg, "annotation", None)
-        if annotation is not None:
-            text = ast.unparse(annotation)
-            if _is_container(annotation):
-                kind = OTHER  # `list[Tensor]`: indexing it picks a tensor, `len()` counts tensors
-            elif "Tensor" in text:
-                kind = TENSOR
-            elif any(word in text for word in _PLAIN_ANNOTATIONS):
-                kind = OTHER
-        return kind, defaults.get(name, NO_DEFAULT)
+        if arg.arg == name:
+            return arg, defaults.get(name, NO_DEFAULT)
     return None, NO_DEFAULT
+
+
+def declared(name: str, function: ast.AST) -> tuple[str | None, object]:
+    """(kind from the annotation or None, the default expression or NO_DEFAULT) of a parameter:
+    `x: Tensor` is a tensor, `flag: bool = False` is not."""
+    arg, default = parameter(function, name)
+    if arg is None:
+        return None, NO_DEFAULT
+    kind = None
+    annotation = getattr(arg, "annotation", None)
+    if annotation is not None:
+        text = ast.unparse(annotation)
+        if _is_container(annotation):
+            kind = OTHER  # `list[Tensor]`: indexing it picks a tensor, `len()` counts tensors
+        elif "Tensor" in text:
+            kind = TENSOR
+        elif any(word in text for word in _PLAIN_ANNOTATIONS):
+            kind = OTHER
+    return kind, default
 
 
 _CONTAINERS = {"list", "List", "tuple", "Tuple", "Sequence", "Iterable", "dict", "Dict", "Mapping", "set", "Set"}

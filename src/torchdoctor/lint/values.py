@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from torchdoctor.lint.bindings import argument_for
 from torchdoctor.lint.model import FileModel, Scope
 from torchdoctor.lint.names import dotted, short_source
+from torchdoctor.lint.torch_api import NO_DEFAULT, parameter
 
 
 class Unknown:
@@ -184,10 +185,13 @@ class Values:
         return self._parameters[key]
 
     def _passed(self, function: Scope, name: str, depth: int) -> Any:
-        if function.kind != "function" or len(self._call_sites(function)) > _CALL_SITES:
+        if function.kind != "function":
+            return Unknown()
+        sites = self.context.call_sites(function)
+        if len(sites) > _CALL_SITES:
             return Unknown()
         values = []
-        for call, block in self._call_sites(function):
+        for call, block in sites:
             argument = argument_for(call, function, name)
             if argument is None and any(isinstance(a, ast.Starred) for a in call.args) or any(
                     k.arg is None for k in call.keywords):
@@ -199,12 +203,6 @@ class Values:
         if values and all(not isinstance(v, Unknown) and v == values[0] for v in values):
             return values[0]
         return Unknown()
-
-    def _call_sites(self, function: Scope):
-        sites = list(self.context.callers(function))
-        if function.name == "__init__" and function.class_scope is not None:
-            sites += self.context.instantiations(function.class_scope)
-        return sites
 
     def definition(self, name: str, scope: Scope) -> tuple[ast.expr | None, Scope] | None:
         """The one expression assigned to `name` as seen from `scope`, and the scope that assigns it.
@@ -302,11 +300,8 @@ class Values:
 
 
 def _default_of(function: Scope, name: str) -> ast.expr | None:
-    args = function.node.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    return defaults.get(name)
+    _, default = parameter(function.node, name)
+    return None if default is NO_DEFAULT else default
 
 
 def _unpack(target: ast.expr, value: ast.expr | None):

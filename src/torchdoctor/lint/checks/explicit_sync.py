@@ -14,6 +14,7 @@ from typing import Iterator
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.context import EVAL, STEP, Region, nearest_loop
+from torchdoctor.lint.environment import environment_writes
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.model import Block, enclosing_loops
 from torchdoctor.lint.names import call_tail
@@ -65,7 +66,7 @@ class ExplicitSync(Check):
         return facts.qualify(func)
 
     def _launch_blocking(self, facts: Facts) -> Iterator[Hit]:
-        for node, value, block in _environment_writes(facts, _LAUNCH_BLOCKING):
+        for _, node, value, block in environment_writes(facts, (_LAUNCH_BLOCKING,)):
             result = facts.values.evaluate(value, block.scope)
             if isinstance(result, Unknown):
                 yield Hit("TD204", node, "CUDA_LAUNCH_BLOCKING set from a run-time value",
@@ -107,29 +108,3 @@ class _LoopFacts:
 _CLOCKS = {"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns",
            "time.monotonic_ns", "timeit.default_timer"}
 _CLOCK_TAILS = sorted({n.rsplit(".", 1)[1] for n in _CLOCKS} | {"elapsed_time"})
-
-
-def _environment_writes(facts: Facts, variable: str) -> Iterator[tuple[ast.AST, ast.expr, Block]]:
-    """`os.environ[V] = x`, `os.environ.setdefault(V, x)`, `os.putenv(V, x)`, `os.environ.update(V=x)`."""
-    for statement, block in facts.model.assignments:
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        for target in targets:
-            if (isinstance(target, ast.Subscript) and facts.qualify(target.value) == "os.environ"
-                    and _is_string(target.slice, variable) and statement.value is not None):
-                yield statement, statement.value, block
-    for call, block in facts.model.calls_named("setdefault", "putenv", "update"):
-        name = facts.qualify(call.func) or ""
-        if name in ("os.environ.setdefault", "os.putenv") and len(call.args) == 2 and _is_string(call.args[0], variable):
-            yield call, call.args[1], block
-        elif name == "os.environ.update":
-            for kw in call.keywords:
-                if kw.arg == variable:
-                    yield call, kw.value, block
-            if call.args and isinstance(call.args[0], ast.Dict):
-                for key, value in zip(call.args[0].keys, call.args[0].values):
-                    if key is not None and _is_string(key, variable):
-                        yield call, value, block
-
-
-def _is_string(expr: ast.expr, text: str) -> bool:
-    return isinstance(expr, ast.Constant) and expr.value == text

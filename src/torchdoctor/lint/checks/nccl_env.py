@@ -10,7 +10,7 @@ from typing import Iterator
 from torchdoctor.comm.environment import CRIPPLING_NCCL_ENV, crippling_settings, what_it_does
 from torchdoctor.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
-from torchdoctor.lint.checks.explicit_sync import _environment_writes
+from torchdoctor.lint.environment import environment_writes
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.values import Unknown
 
@@ -21,8 +21,12 @@ class NcclEnvInCode(Check):
     def run(self, facts: Facts) -> Iterator[Hit]:
         if "NCCL_" not in facts.model.text:
             return
+        writes: dict[str, list] = {}
+        for variable, node, value, block in environment_writes(facts, CRIPPLING_NCCL_ENV):
+            writes.setdefault(variable, []).append((node, value, block))
+        # variable by variable, in the table's order: of two hits on one line the engine keeps the first
         for variable in CRIPPLING_NCCL_ENV:
-            for node, value, block in _environment_writes(facts, variable):
+            for node, value, block in writes.get(variable, ()):
                 result = facts.values.evaluate(value, block.scope)
                 if isinstance(result, Unknown):
                     yield Hit("TD607", node, f"{variable} set from a run-time value",
