@@ -105,10 +105,15 @@ def diagnose(example: Example, out: Path) -> list[dict]:
         env.setdefault("OMP_NUM_THREADS", "1")  # their README's advice for a shared 2-core machine
     env.update(example.env)
     ranks = ["--nproc-per-node", str(example.nproc)] if example.nproc else []
-    subprocess.run([sys.executable, "-m", "torchdoctor", "run", *STEPS, *ranks, "--out", str(out), "--format", "json",
-                    str(example.path.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                   env=env)
-    return json.loads((out / "report.json").read_text())["findings"]
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", *STEPS, *ranks, "--out", str(out), "--format",
+                           "json", str(example.path.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    try:
+        return json.loads((out / "report.json").read_text())["findings"]
+    except OSError as exc:  # what the doctor said on its way out is the evidence of why
+        tail = " | ".join(done.stderr.strip().splitlines()[-6:])[-800:]
+        raise OSError(f"{exc.strerror}: {out / 'report.json'} (exit {done.returncode}; stderr: {tail or 'empty'})") \
+            from None
 
 
 def judge(example: Example, tmp: Path) -> dict | None:
@@ -200,6 +205,8 @@ def main(argv: list[str]) -> int:
         for row in pool.map(lambda example: judge(example, Path(tmp)), collect(opts.only)):
             if row is not None:
                 rows.append(row)
+                print(f"{row['example']}: {row['status']}" + (f" ({row['error']})" if "error" in row else ""),
+                      flush=True)  # progress: a run stopped at its limit still shows how far it got
                 opts.out.write_text(json.dumps(summarize(rows, complete=False), indent=2) + "\n")
     result = summarize(rows, complete=True)
     opts.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -11,7 +11,7 @@ from typing import Callable
 
 from benchmarks.gpucheck import bundle, dryrun, wheels
 from benchmarks.gpucheck.orchestrate import Orchestrator, new_work_dir
-from benchmarks.gpucheck.plan import ROOT, TOTAL_BUDGET_S, Context, budgets
+from benchmarks.gpucheck.plan import ROOT, STEPS, TOTAL_BUDGET_S, Context, budgets, select_steps
 
 DEFAULT_OUT = ROOT / ".gpu-out"
 
@@ -19,7 +19,9 @@ USAGE = """python3 dev.py gpu --prepare               wheels for the GPU machine
        python3 dev.py gpu --dry-run               the plan, checked on this machine (CI runs it)
        python3 dev.py gpu [--out DIR]             the check itself, on the GPU machine (at most 8 files in DIR)
        python3 dev.py gpu --rehearse [--out DIR]  the same steps, small, on a CPU machine (no GPU evidence)
-       python3 dev.py gpu --unpack DIR            a run's files into benchmarks/results/gpu/ and tests/fixtures/real/"""
+       python3 dev.py gpu --unpack DIR            a run's files into benchmarks/results/gpu/ and tests/fixtures/real/
+       python3 dev.py gpu --steps fixtures,memory [--examples a.py,b.py] [--budget STEP=S]
+                                                  a rerun of some steps (install and machine always run)"""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,6 +36,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", action="append", default=[], metavar="STEP=SECONDS", help="change one step's budget")
     p.add_argument("--total", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
     p.add_argument("--python", default=sys.executable, help="the interpreter to check (default: this one)")
+    p.add_argument("--steps", help="comma-separated steps of a rerun; its bundle's tag carries the time of day")
+    p.add_argument("--examples", help="comma-separated examples for the accuracy step (default: every one)")
     return p
 
 
@@ -57,6 +61,7 @@ def main(argv: list[str], venv_python: Callable[[], str]) -> int:
     opts = parser().parse_args(argv)
     try:
         step_budgets = _budgets(opts.budget)
+        steps = select_steps(opts.steps)
     except ValueError as exc:
         print(f"dev.py gpu: {exc}", file=sys.stderr)
         return 2
@@ -79,7 +84,8 @@ def main(argv: list[str], venv_python: Callable[[], str]) -> int:
     if opts.dry_run:
         return dryrun.dry_run(python, step_budgets)
     work = new_work_dir()
-    orchestrator = Orchestrator(Context(ROOT, python, work, opts.rehearse), opts.out, step_budgets, opts.total)
+    ctx = Context(ROOT, python, work, opts.rehearse, accuracy_only=opts.examples)
+    orchestrator = Orchestrator(ctx, opts.out, step_budgets, opts.total, steps=steps, partial=steps != STEPS)
     try:
         code = orchestrator.run()
     finally:

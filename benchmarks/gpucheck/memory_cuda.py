@@ -33,9 +33,10 @@ def main(argv: list[str]) -> int:
         out = Path(tmp) / "memory"
         cmd = [sys.executable, "-m", "torchdoctor", "memory", *limit, "--max-trials", "5", "--steps", "2",
                "--warmup", "2", "--max-seconds", "60", "--format", "json", "--out", str(out), EXAMPLE]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        # streamed into this step's log as it runs: a step stopped at its budget still shows how far it got
+        done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=None, text=True)
         result["exit_code"] = done.returncode
-        result["stderr_tail"] = done.stderr[-1500:]
+        result["stdout_tail"] = done.stdout[-1500:]
         record = json.loads((out / "record.json").read_text()) if (out / "record.json").exists() else None
     if record is not None:
         memory, scaling = record.get("memory") or {}, record.get("batch_scaling") or {}

@@ -50,6 +50,7 @@ class CheckState:
     finished: bool = False
     seconds: float = 0.0
     steps: list[StepOutcome] = field(default_factory=list)
+    not_selected: list[str] = field(default_factory=list)  # a rerun's (--steps) left-out steps
 
     def to_plain(self) -> dict:
         return asdict(self)
@@ -141,11 +142,13 @@ def run_command(argv: list[str], timeout_s: float, log: Path, env: dict[str, str
 
 class Orchestrator:
     def __init__(self, ctx: Context, out: Path, budgets: dict[str, float], total_s: float = TOTAL_BUDGET_S,
-                 steps: tuple[Step, ...] = STEPS, echo=print) -> None:
+                 steps: tuple[Step, ...] = STEPS, echo=print, partial: bool = False) -> None:
         self.ctx, self.out, self.budgets, self.steps, self.echo = ctx, out, budgets, steps, echo
+        self.partial = partial  # a rerun of some steps: its tag adds the time, so no full run's files are replaced
         self.total_s = total_s
         self.state = CheckState(SCHEMA_VERSION, ctx.rehearse, _dt.datetime.now(_dt.timezone.utc).isoformat(
             timespec="seconds"), ctx.python, total_s, tag=bundle.provisional_tag(ctx.rehearse))
+        self.state.not_selected = [s.name for s in STEPS if s not in steps]
         self._t0 = time.monotonic()
         self._packed: list[Path] = []
 
@@ -201,7 +204,10 @@ class Orchestrator:
             machine = _read_json(self.ctx.work / "machine.json")
             # no machine.json (a cold start past its budget): unknown, so the GPU steps still run
             self.state.cuda = bool(machine["cuda_available"]) if machine and "cuda_available" in machine else None
-            self.state.tag = bundle.tag_for(machine or {}, self.ctx.rehearse, self.state.started_at[:10])
+            when = self.state.started_at[:10]
+            if self.partial:
+                when += "-" + self.state.started_at[11:16].replace(":", "")
+            self.state.tag = bundle.tag_for(machine or {}, self.ctx.rehearse, when)
 
     def _pack(self) -> None:
         self.state.seconds = time.monotonic() - self._t0

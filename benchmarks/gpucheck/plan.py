@@ -48,6 +48,7 @@ class Context:
     work: Path  # scratch folder: each step writes its result and log here
     rehearse: bool
     pythonpath: list[str] = field(default_factory=list)  # set by the install step
+    accuracy_only: str | None = None  # comma-separated examples: a rerun's accuracy step on some only
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ def _accuracy(ctx: Context, budget: float) -> list[str]:
     # Three examples at a time on one GPU: 21 examples one by one do not fit the budget. The
     # check is whether each cause is found at its line; the timings inside are not clean.
     extra = ["--only", ",".join(REHEARSAL_ACCURACY_EXAMPLES)] if ctx.rehearse else ["--jobs", "3"]
+    if ctx.accuracy_only and not ctx.rehearse:
+        extra += ["--only", ctx.accuracy_only]
     return [ctx.python, "benchmarks/accuracy.py", "--out", str(ctx.work / "accuracy.json"), *extra]
 
 
@@ -160,6 +163,20 @@ STEPS: tuple[Step, ...] = (
          _examples(e for e, _ in TUNE_PLAN + REHEARSAL_TUNE_PLAN), exit_codes={1: "a baseline run failed (below)"}),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
+
+
+ALWAYS_RUN = ("install", "machine")  # every later step needs their results
+
+
+def select_steps(names: str | None) -> tuple[Step, ...]:
+    """The steps of a rerun (`--steps fixtures,memory`), in plan order, install and machine always."""
+    if not names:
+        return STEPS
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = sorted(wanted - set(STEP_NAMES))
+    if unknown:
+        raise ValueError(f"--steps: no step named {', '.join(unknown)}; the steps are {', '.join(STEP_NAMES)}")
+    return tuple(s for s in STEPS if s.name in wanted or s.name in ALWAYS_RUN)
 
 
 def budgets(overrides: dict[str, float]) -> dict[str, float]:

@@ -198,6 +198,8 @@ def render(state, work: Path, files: list[Path]) -> str:
     lines = [f"# GPU check: {state.tag}", "", REHEARSAL if state.rehearsal else HONESTY, ""]
     if not state.finished:
         lines += [f"**Incomplete:** written after {len(state.steps)} of the steps; the run had not finished.", ""]
+    if getattr(state, "not_selected", None):
+        lines += [f"**A rerun of some steps** (`--steps`); not run this time: {', '.join(state.not_selected)}.", ""]
     lines += _table(["", ""], [["started", state.started_at], *_machine_rows(work, state),
                                ["time", f"{state.seconds:.0f} s of the {state.total_budget_s:.0f} s allowed"]])
     lines += ["", "## Steps", "", *_table(["step", "status", "seconds / budget", "why"],

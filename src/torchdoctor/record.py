@@ -24,7 +24,8 @@ from torchdoctor.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-SCHEMA_VERSION = 5
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line)
+SCHEMA_VERSION = 6
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -130,6 +131,7 @@ class OpSite:
     entries: int = 0  # times the ops came here from another line: how often the line ran (≈)
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     text: str = ""  # the source line
+    fp32_matmul_ops_cuda: int = 0  # of its ops, fp32 matmul/conv on CUDA outside autocast (TD402's line)
 
 
 @dataclass

@@ -51,7 +51,9 @@ def test_fp32_matmuls_on_tensor_cores_are_flagged(tmp_path):
     if device.compute_capability[0] < 8:
         pytest.skip("TF32/bf16 tensor cores need compute capability 8.0+")
     assert device.matmul_fp32_us > 0
-    assert {"TD402", "TD403"} <= {f.code for f in report.findings}
+    found = {f.code: f for f in report.findings}
+    # placed where the user acts: the forward line (the most fp32 matmuls), the line that set TF32 off
+    assert (found["TD402"].location.line, found["TD403"].location.line) == (22, 15)
 
 
 def test_launch_bound_loop_is_found_at_its_line(tmp_path):

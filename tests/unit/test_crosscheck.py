@@ -35,3 +35,19 @@ def test_no_static_findings_adds_nothing():
     report = Report(source="run", tool_version="0", findings=[_finding("TD201", 12)])
     link_static_findings(report, record())
     assert report.tables == [] and report.findings[0].evidence == {}
+
+
+def test_a_global_setting_takes_the_one_line_lint_found_for_it():
+    """TF32 off is measured as a setting (no line); lint saw the line that set it."""
+    rec = record()
+    rec.static_findings = [StaticFinding("TD403", "no-tf32", "medium", "/w/train.py", 15, "allow_tf32 = False")]
+    unplaced = _finding("TD403", 1)
+    unplaced.location = None
+    report = Report(source="run", tool_version="0", findings=[unplaced])
+    link_static_findings(report, rec)
+    assert (str(unplaced.location), unplaced.evidence["confirmed_by_lint"]) == ("train.py:15", "TD403 no-tf32 at train.py:15")
+    rec.static_findings.append(StaticFinding("TD403", "no-tf32", "medium", "/w/other.py", 3, "again"))
+    twice = _finding("TD403", 1)
+    twice.location = None
+    link_static_findings(Report(source="run", tool_version="0", findings=[twice]), rec)
+    assert twice.location is None  # two candidate lines: none is guessed

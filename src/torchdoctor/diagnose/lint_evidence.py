@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from torchdoctor.findings import Report, Table
+from torchdoctor.location import Location
 from torchdoctor.record import RunRecord, StaticFinding
 
 # A static code that names the same cause as a different runtime code.
@@ -17,6 +18,14 @@ def _shown(path: str, cwd: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def _place_by_lint(finding, record: RunRecord) -> None:
+    """A runtime finding measured without a line (TF32 off is a global setting) takes the line
+    lint found for the same cause, when the executed files hold exactly one."""
+    same = [sf for sf in record.static_findings if STATIC_TO_RUNTIME.get(sf.code, sf.code) == finding.code]
+    if len(same) == 1:
+        finding.location = Location(_shown(same[0].path, record.run.cwd), same[0].line)
+
+
 def link_static_findings(report: Report, record: RunRecord) -> None:
     if not record.static_findings:
         return
@@ -26,6 +35,8 @@ def link_static_findings(report: Report, record: RunRecord) -> None:
         by_key.setdefault((sf.path, sf.line, STATIC_TO_RUNTIME.get(sf.code, sf.code)), sf)
     confirmed: set[int] = set()
     for finding in report.findings:
+        if finding.location is None:
+            _place_by_lint(finding, record)
         loc = finding.location
         if loc is None:
             continue

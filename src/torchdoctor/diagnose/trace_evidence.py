@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from torchdoctor.findings import Finding, Report
+from torchdoctor.findings import Finding, Report, Severity
 from torchdoctor.location import Location
 from torchdoctor.record import RunRecord
 
@@ -51,7 +51,9 @@ def merge_trace_findings(report: Report, record: RunRecord) -> None:
 def _confirm(mine: Finding, found: Finding) -> None:
     mine.evidence["trace"] = {k: v for k, v in found.evidence.items() if k != "source"}
     mine.message += f" The profiler trace shows it too: {found.message}"
-    if mine.estimated_speedup is None and found.estimated_speedup is not None:
+    if mine.estimated_speedup is None and (found.estimated_speedup is not None or found.severity == Severity.LOW):
+        # the runtime could not size it (a GPU hazard); the trace measured it, large or small: a
+        # sync that cost 1% of the step here ranks low, not at the hazard's default medium
         mine.estimated_speedup = found.estimated_speedup
         mine.estimate_basis = f"from the profiler trace: {found.estimate_basis}"
         mine.severity = found.severity

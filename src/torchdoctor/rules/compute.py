@@ -4,7 +4,8 @@ steps made of many small ops that a compiler could fuse."""
 from __future__ import annotations
 
 from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import RunRecord
+from torchdoctor.location import Location
+from torchdoctor.record import DispatchSample, RunRecord
 from torchdoctor.rules.base import MEDIUM_SPEEDUP, Rule
 from torchdoctor.rules.facts import RunFacts, training_loader
 from torchdoctor.rules.memory import best_larger_trial, trial_change
@@ -114,7 +115,7 @@ class NoMixedPrecision(Rule):
             self.finding(
                 title=f"{d.fp32_matmul_ops_cuda / max(1, d.sampled_steps):.0f} fp32 matmul/conv ops per step, no autocast",
                 message=f"The GPU (compute capability {cap[0]}.{cap[1]}) has tensor cores, but every sampled matmul ran in fp32.",
-                location=None,
+                location=_most_fp32_matmuls(d),
                 evidence={"fp32_matmul_ops_per_step": d.fp32_matmul_ops_cuda / max(1, d.sampled_steps)},
                 speedup=None,
                 basis="precision gains depend on the model; `torchdoctor tune --set amp=bf16` measures it",
@@ -148,6 +149,12 @@ class NoTf32(Rule):
                 severity=Severity.MEDIUM,
             )
         ]
+
+
+def _most_fp32_matmuls(d: DispatchSample) -> Location | None:
+    """The user line that issued the most fp32 CUDA matmuls (the forward call autocast should wrap)."""
+    sites = [s for s in d.sites if s.fp32_matmul_ops_cuda and s.library is None and s.location.line > 0]
+    return max(sites, key=lambda s: s.fp32_matmul_ops_cuda).location if sites else None
 
 
 def _mean_util(record: RunRecord) -> float | None:

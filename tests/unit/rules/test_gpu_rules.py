@@ -1,6 +1,6 @@
 """GPU-only rules judged from CUDA records built by hand (no GPU needed to test the logic)."""
 
-from helpers.records import call, loader, record, sampled
+from helpers.records import call, loader, record, sampled, site
 
 from torchdoctor.record import CudaMemory, NvmlRecord, NvmlSample
 from torchdoctor.rules.compute import NoMixedPrecision, NoTf32, SmallBatch
@@ -62,7 +62,12 @@ def test_explicit_sync_every_step_and_launch_blocking():
 def test_fp32_matmuls_without_autocast_on_tensor_core_gpu():
     rec = cuda_record()
     rec.dispatch.fp32_matmul_ops_cuda, rec.dispatch.sampled_steps = 30, 3
-    assert [f.code for f in run(NoMixedPrecision, rec)] == ["TD402"]
+    rec.dispatch.sites = [site(22, 60), site(31, 40), site(0, 90)]
+    rec.dispatch.sites[0].fp32_matmul_ops_cuda, rec.dispatch.sites[1].fp32_matmul_ops_cuda = 18, 12
+    rec.dispatch.sites[2].fp32_matmul_ops_cuda = 40  # the autograd engine's backward matmuls: no user line
+    rec.dispatch.sites[2].location.line = 0
+    (mixed,) = run(NoMixedPrecision, rec)
+    assert mixed.location.line == 22  # the line whose forward issued the most fp32 matmuls
     assert [f.code for f in run(NoTf32, rec)] == ["TD403"]
     rec.dispatch.autocast_seen = True
     rec.environment.tf32_matmul = True

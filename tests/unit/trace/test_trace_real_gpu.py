@@ -11,6 +11,8 @@ import pytest
 from helpers.real_fixtures import cases
 
 from torchdoctor.diagnose.run import analyze
+from torchdoctor.findings import Severity
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP
 from torchdoctor.rundir import load_record
 from torchdoctor.serialize import to_plain
 from torchdoctor.trace import analyze_trace_files, idle, trace_findings
@@ -45,11 +47,19 @@ def test_real_sync_trace_puts_gpu_idle_behind_the_item_line(rec):
     assert_timeline_adds_up(dev)
     assert dev.total.idle_by_cause_us[idle.SYNC] > 0
     items = [s for s in dev.idle_sites if s.cause == idle.SYNC and s.kind == idle.ITEM]
-    assert any(s.location and s.location.path.endswith("host_sync_item.py") and s.location.line == 40 for s in items)
-    (f,) = [f for f in trace_findings(summary) if f.code == "TD201" and f.location.line == 40]
+    # A real trace names a frame by the line its function starts at, or, for a frame already
+    # running when the profiler started (`fit` here), the line it was on then: the function is
+    # what a trace can say, never the line of the `.item()` (the first H200 recording put it at 39).
+    assert any(s.location and s.location.path.endswith("host_sync_item.py") and s.location.function == "fit"
+               for s in items)
+    (f,) = [f for f in trace_findings(summary) if f.code == "TD201" and f.location.function == "fit"]
     share = f.evidence["share_of_step_time"]
     assert 0 < share < 1
-    assert f.estimated_speedup == pytest.approx(1 / (1 - share), rel=1e-3)  # Amdahl on the measured idle
+    amdahl = 1 / (1 - share)
+    if f.estimated_speedup is None:  # measured, and too small to rank (a host-bound step): said, and low
+        assert amdahl < MIN_REPORTED_SPEEDUP and f.severity == Severity.LOW and f"{amdahl:.3f}x" in f.estimate_basis
+    else:
+        assert f.estimated_speedup == pytest.approx(amdahl, rel=1e-3)  # Amdahl on the measured idle
 
 
 @pytest.mark.parametrize("rec", cases(SYNC))
@@ -84,7 +94,7 @@ def test_real_loop_trace_is_launch_bound_at_the_loop_line(rec):
     found = {f.code: f for f in trace_findings(summary)}
     assert "TD304" in found
     loop = found["TD301"]
-    assert (loop.location.line, loop.location.function) == (25, "time_mask")
+    assert loop.location.function == "time_mask"  # a real trace names the function, not the loop's line
     assert loop.evidence["launch_waits_per_step"] >= 64 * 8  # one write per (sample, mask) at least
 
 
@@ -121,6 +131,7 @@ def test_real_cuda_record_sizes_the_item_finding_from_its_trace(rec):
     assert record.environment.cuda_used and record.trace is not None
     report = analyze(record)
     (sync,) = [f for f in report.findings if f.code == "TD201" and f.location and f.location.line == 40]
-    assert sync.estimated_speedup is not None and sync.estimated_speedup > 1.0
-    assert sync.estimate_basis.startswith("from the profiler trace")
+    # the runtime could only call it a hazard; the trace measured what it cost on this GPU
+    assert sync.estimate_basis.startswith("from the profiler trace") and sync.evidence["trace"]["idle_ms_per_step"] > 0
+    assert (sync.estimated_speedup or 0) > 1.0 or sync.severity == Severity.LOW
     assert any(t.title == "Profiler trace: GPU time per step" for t in report.tables)

@@ -44,6 +44,7 @@ class _SiteAcc:
     op_counts: Counter = field(default_factory=Counter)
     devices: set = field(default_factory=set)
     numels: list = field(default_factory=list)
+    fp32_matmul_cuda: int = 0
 
 
 class _ApiWatcher(TorchFunctionMode):
@@ -241,6 +242,7 @@ class DispatchSampler:
             if tensor is not None and tensor.is_cuda:
                 if tensor.dtype == torch.float32:
                     self.fp32_matmul_cuda += 1
+                    site.fp32_matmul_cuda += 1
                 else:
                     self.autocast_seen = True
         self.last_end = self.clock()
@@ -328,6 +330,7 @@ class DispatchSampler:
             op_counts=dict(acc.op_counts.most_common(8)),
             devices=sorted(acc.devices),
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
+            fp32_matmul_ops_cuda=acc.fp32_matmul_cuda,
         )
 
 
