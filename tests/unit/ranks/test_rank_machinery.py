@@ -107,6 +107,29 @@ def test_the_ranks_are_started_by_torch_distributed_run():
     assert (args.nnodes, args.node_rank, args.rdzv_backend, args.max_restarts) == ("2", 1, "static", 0)
 
 
+def test_a_torchrun_without_shutdown_timeout_is_not_given_it(monkeypatch):
+    """torch 2.11's torchrun has no --shutdown-timeout and exits 2 on it (seen on the H200)."""
+    import argparse
+
+    import torch.distributed.run as torchrun
+
+    real = torchrun.get_args_parser()
+    assert "--shutdown-timeout" in launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["t.py"])) or \
+        not any("--shutdown-timeout" in a.option_strings for a in real._actions)
+
+    def older_parser():
+        p = argparse.ArgumentParser()
+        for action in real._actions:
+            if action.option_strings and "--shutdown-timeout" not in action.option_strings and "-h" not in \
+                    action.option_strings:
+                p.add_argument(*action.option_strings, dest=action.dest, default=action.default)
+        return p
+
+    monkeypatch.setattr(torchrun, "get_args_parser", older_parser)
+    argv = launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["t.py"]))
+    assert "--shutdown-timeout" not in argv and argv[:2] == ["--nproc-per-node", "2"]
+
+
 def _train(rank, scale):
     return rank * scale
 

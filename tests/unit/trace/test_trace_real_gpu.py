@@ -88,8 +88,10 @@ def test_real_loop_trace_is_launch_bound_at_the_loop_line(rec):
     summary = analyze_trace_files([rec / LOOP])
     dev = gpu_device(summary)
     assert_timeline_adds_up(dev)
-    causes = dev.total.idle_by_cause_us
-    assert causes[idle.LAUNCH] == max(causes.values()) > 0
+    # The GPU waits for the host at the loop: the largest idle site is the loop's function. (On the
+    # H200 the whole step's "host CPU work" outweighed the launch gaps, so no cause is asserted largest.)
+    top = max(dev.idle_sites, key=lambda s: s.idle_us)
+    assert top.cause in (idle.LAUNCH, idle.HOST) and top.location.function == "time_mask"
     assert dev.launch["median_kernel_us"] < dev.launch["median_gap_us"]  # tiny kernels, longer waits between
     found = {f.code: f for f in trace_findings(summary)}
     assert "TD304" in found

@@ -106,9 +106,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launcher_accepts(option: str) -> bool:
+    """Whether this torch's torch.distributed.run knows `option`: torchrun gains flags over
+    releases (`--shutdown-timeout` is not in torch 2.11, whose torchrun exits 2 on it)."""
+    from torch.distributed.run import get_args_parser
+
+    return any(option in action.option_strings for action in get_args_parser()._actions)
+
+
 def launcher_argv(request: LaunchRequest) -> list[str]:
     argv = ["--nproc-per-node", str(request.nproc_per_node), "--nnodes", str(request.nnodes),
-            "--max-restarts", "0", "--monitor-interval", "0.2", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+            "--max-restarts", "0", "--monitor-interval", "0.2"]
+    if launcher_accepts("--shutdown-timeout"):  # older torchrun waits its own default (30 s) after SIGTERM
+        argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if request.rdzv_endpoint:
         argv += ["--rdzv-backend", "static", "--rdzv-endpoint", request.rdzv_endpoint,
                  "--node-rank", str(request.node_rank)]
