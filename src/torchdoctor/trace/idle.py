@@ -78,6 +78,7 @@ class Blocking:
 ITEM, DATA_DEPENDENT, D2H_COPY, PAGEABLE_COPY, EXPLICIT, OTHER_SYNC = (
     "item", "data-dependent", "device-to-host copy", "pageable copy", "explicit sync", "sync")
 ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"})
+COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
 # ops whose output size depends on device values: the host must read it back
 DATA_DEPENDENT_OPS = frozenset({
     "aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique", "aten::_unique2",
@@ -229,6 +230,8 @@ def _resolve_sites(pending: list[tuple[str, RawEvent, float]], joins: Joins) -> 
         frame = (loc.path, loc.line, loc.function) if loc is not None else None
         if cause == SYNC:
             copy = joins.copy_by_corr.get(call.args.correlation)
+            if copy is None and call.name.endswith("Synchronize"):  # the copy it may wait for (sync_kind)
+                copy = joins.copy_launched_before(call, float("-inf"))
             memo = (inner, call.name, copy.name if copy is not None else "", frame)
             if memo not in kinds:
                 kinds[memo] = sync_kind(call, joins)
@@ -263,4 +266,12 @@ def sync_kind(call: RawEvent, joins: Joins) -> tuple[str, str]:
             return PAGEABLE_COPY, outer
     if not chain and call.name.endswith("Synchronize"):
         return EXPLICIT, call.name
+    if chain and call.name.endswith("Synchronize") and names & COPY_OPS:
+        # a copy from pageable memory is a cudaMemcpyAsync then this synchronize, inside one
+        # aten::copy_ (seen on the H200): the sync belongs to the copy, not to a user's sync
+        launched = joins.copy_launched_before(call, chain[0].ts)
+        if launched is not None and "DtoH" in launched.name:
+            return D2H_COPY, outer
+        if launched is not None and "Pageable" in launched.name:
+            return PAGEABLE_COPY, outer
     return OTHER_SYNC, outer

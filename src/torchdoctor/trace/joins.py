@@ -160,6 +160,7 @@ class Joins:
     _op_by_ext: dict[int, RawEvent] | None = None
     _frames: FrameIndex | None = None
     _ops: dict[int | str, tuple[list[float], list[RawEvent]]] | None = None
+    _runtime: dict[int | str, tuple[list[float], list[RawEvent]]] | None = None
 
     @classmethod
     def build(cls, events: TraceEvents) -> "Joins":
@@ -215,3 +216,21 @@ class Joins:
         i = bisect_right(starts, t)
         chain = [op for op in ops[max(0, i - OP_LOOKBACK): i] if op.ts + op.dur >= t]
         return chain
+
+    def copy_launched_before(self, host_event: RawEvent, since: float) -> RawEvent | None:
+        """The memcpy of the last copy call on the host event's thread that started in
+        [since, host_event.ts): the copy a `cudaStreamSynchronize` inside `aten::copy_` waits for."""
+        if self._runtime is None:
+            by_tid: dict[int | str, list[RawEvent]] = defaultdict(list)
+            for rt in self.events.runtime:
+                if "Memcpy" in rt.name or "memcpy" in rt.name:
+                    by_tid[rt.tid].append(rt)
+            self._runtime = {}
+            for tid, calls in by_tid.items():
+                calls.sort(key=_TS)
+                self._runtime[tid] = (list(map(_TS, calls)), calls)
+        starts, calls = self._runtime.get(host_event.tid, ((), ()))
+        i = bisect_right(starts, host_event.ts) - 1
+        if i < 0 or calls[i].ts < since or calls[i] is host_event:
+            return None
+        return self.copy_by_corr.get(calls[i].args.correlation)

@@ -161,6 +161,29 @@ def test_generated_cpu_copy_and_pageable_upload_are_told_apart(tmp_path):
     assert {"TD103", "TD201"} <= codes
 
 
+def test_a_sync_inside_a_copy_belongs_to_the_copy(tmp_path):
+    """The real shape of a blocking copy (an H200 trace): `aten::copy_` issues cudaMemcpyAsync,
+    then cudaStreamSynchronize. The sync is the copy's, not a user's sync: pageable upload or
+    device→host read, never "sync in aten::to" (TD201 at an upload was a false cause)."""
+    tb = TraceBuilder(tmp_path / "t.json")
+    for s, o in enumerate((100.0, 1100.0)):
+        tb.step(s + 1, o, 1000)
+        tb.launch("ampere_sgemm_128x64_tn", o - 10, 5, o, 300)
+        tb.op("aten::to", o + 5, 420)
+        copy = tb.op("aten::copy_", o + 10, 410)
+        tb.memcpy("HtoD", "Pageable", "Device", 1 << 20, o + 20, 20, o + 300, 80, ext=copy)
+        tb.sync(o + 45, 340, ext=copy)  # returns when the upload is done, at o + 385
+        tb.launch("k", o + 500, 5, o + 510, 40)
+        tb.op("aten::to", o + 600, 210)
+        back = tb.op("aten::copy_", o + 601, 205)
+        tb.memcpy("DtoH", "Device", "Pinned", 4096, o + 602, 5, o + 610, 3, ext=back)
+        tb.sync(o + 608, 200, ext=back)
+        tb.launch("k", o + 900, 5, o + 910, 40)
+    dev = device(analyze_trace_files([tb.close()]))
+    kinds = {s.kind for s in dev.idle_sites if s.cause == idle.SYNC}
+    assert kinds == {idle.PAGEABLE_COPY, idle.D2H_COPY}
+
+
 def test_generated_sub_microsecond_kernels_keep_their_length(tmp_path):
     tb = TraceBuilder(tmp_path / "t.json")
     tb.step(1, 100, 10)
