@@ -42,10 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from torchdoctor.memory.fit import FitPoint, fit_points, predict  # noqa: E402
+from torchdoctor.rules.memory_fit import FitPoint, fit_points, predict  # noqa: E402
 from torchdoctor.memory.search import BatchSearch, Capacity  # noqa: E402
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings  # noqa: E402
-from torchdoctor.memory_record import FITS, PARAMETERS  # noqa: E402
+from torchdoctor.model.memory_record import FITS, PARAMETERS  # noqa: E402
 
 WORKLOADS = ROOT / "benchmarks" / "memory_workloads"
 OUT = ROOT / "benchmarks" / "results" / "memory_accuracy.json"

@@ -11,7 +11,7 @@ runs in a process of its own (so one workload's imports and allocator state do n
 another's), and inside it alternates plain and doctor runs for `--rounds` rounds (plain,
 doctor, plain, doctor, ...): separate processes differ by ~10 % on this machine, which
 would hide a 2 % effect. The doctor side is the public run stage:
-`torchdoctor.run.measure(RunRequest(...), run_dir)`.
+`torchdoctor.run.runner.execute(RunRequest(...), run_dir)`.
 
 A round's ratio compares the same step indices on both sides: the measured steps that the
 doctor did not sample (its record flags warm-up and sampled steps). The targets apply to
@@ -93,13 +93,12 @@ def _run_plain(workload: Workload, out: Path, n_steps: int, device: str) -> dict
 
 
 def _run_doctor(workload: Workload, out: Path, run_dir: Path, n_steps: int, device: str) -> tuple[dict, set, set]:
-    from torchdoctor.run import measure
-    from torchdoctor.run.runner import RunRequest
+    from torchdoctor.run.runner import RunRequest, execute
 
     run_dir.mkdir()
     request = RunRequest(target=str(workload.path), args=_args(workload, out, n_steps, device), steps=workload.steps,
                          warmup=WARMUP)
-    record = measure(request, run_dir)
+    record = execute(request, run_dir)  # the run stage alone: the evidence after it is not timed
     if record.run.status != "step-limit":
         raise RuntimeError(f"{workload.name}: doctor run ended {record.run.status!r}: {record.run.error}")
     counted = {s.index for s in record.steps if not s.warmup and not s.sampled}
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": [round(x, 2) for x in load_end],
         "note": args.note,
         "method": (f"per workload one process; {args.rounds} rounds of a plain run then a doctor run "
-                   f"(torchdoctor.run.measure, warmup {WARMUP}); a round's ratio is median(doctor)/median(plain) "
+                   f"(torchdoctor.run.runner.execute, warmup {WARMUP}); a round's ratio is median(doctor)/median(plain) "
                    "over the same step indices, the measured steps the doctor did not sample"),
         "targets": {"median_ratio": MEDIAN_TARGET, "worst_ratio": WORST_TARGET},
         "workloads": results,

@@ -63,7 +63,7 @@ OVERLAP_PLAN = trace_gen.Plan(layers=1, loop_ops=400, loop_kernel_ns=5_000, host
 OURS_SCRIPT = r"""
 import json, sys, time
 from torchdoctor.report import render
-from torchdoctor.diagnose.trace import trace_report
+from torchdoctor.diagnosis.trace import trace_report
 from torchdoctor.trace import analyze_trace_files
 t0 = time.perf_counter()
 summary = analyze_trace_files([sys.argv[1]])

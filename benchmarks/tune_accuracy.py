@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from torchdoctor.compare.noise import change, throughput
-from torchdoctor.rundir import load_record
+from torchdoctor.rules.noise import change, throughput
+from torchdoctor.pipeline import load_record
 from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial
-from torchdoctor.diagnose.tune import ESTIMATE_TOLERANCE, EstimateCheck, estimate_checks
+from torchdoctor.tune.report import ESTIMATE_TOLERANCE, EstimateCheck, estimate_checks
 from torchdoctor.tune.trials import TrialSettings, run_trial
 from torchdoctor.tune.tuner import Tuner
 

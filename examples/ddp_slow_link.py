@@ -5,7 +5,7 @@
 
 On a CPU machine the slow link is simulated: the header below sets torchdoctor's test hook
 TORCHDOCTOR_SIMULATED_LINK_GBPS, which delays every collective to that bus bandwidth (see
-src/torchdoctor/run/ranks/slow_link.py). Run it by hand the same way:
+src/torchdoctor/comm/slow_link.py). Run it by hand the same way:
 `TORCHDOCTOR_SIMULATED_LINK_GBPS=0.25 torchdoctor run --nproc-per-node 2 examples/ddp_slow_link.py`.
 
 Fix: repair the link (`torchdoctor comm` shows the path and what cripples it); until then

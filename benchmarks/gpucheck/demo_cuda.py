@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpucheck.plan import DEMO, ROOT
-from torchdoctor.compare.noise import change, throughput
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.rundir import load_record
+from torchdoctor.rules.noise import change, throughput
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.pipeline import load_record
 from torchdoctor.tune.plan import FIX, Trial
 from torchdoctor.tune.trials import TrialSettings, run_trial
 

@@ -123,7 +123,7 @@ def _fixtures(ctx: Context, budget: float) -> list[str]:
             "--machine", str(ctx.work / "machine.json"), *(["--rehearse"] if ctx.rehearse else [])]
 
 
-TWIN_TESTS = ("tests/unit/trace/test_trace_real_gpu.py", "tests/unit/probes/test_nvml_real_gpu.py")
+TWIN_TESTS = ("tests/unit/trace/test_trace_real_gpu.py", "tests/unit/run/probes/test_nvml_real_gpu.py")
 
 
 def _twins(ctx: Context, budget: float) -> list[str]:

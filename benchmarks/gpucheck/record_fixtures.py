@@ -107,7 +107,7 @@ def record_nvml_and_memory(rec: Recorder) -> None:
 
     from torchdoctor.run.probes.cuda_memory import read_cuda_memory
     from torchdoctor.run.probes.nvml import sample_device
-    from torchdoctor.serialize import to_plain
+    from torchdoctor.model.serialize import to_plain
 
     sampler = sample_device(0, interval_s=0.05)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpucheck.plan import REHEARSAL_TUNE_PLAN, ROOT, TUNE_PLAN
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.diagnose.tune import ESTIMATE_TOLERANCE, estimate_checks
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.tune.report import ESTIMATE_TOLERANCE, estimate_checks
 from torchdoctor.tune.plan import FIX, Trial, plan_trials
 from torchdoctor.tune.trials import TrialSettings
 from torchdoctor.tune.tuner import Tuner

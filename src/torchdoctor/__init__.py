@@ -13,18 +13,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from torchdoctor.version import __version__
 
-# name -> (module, attribute); attribute None: the module itself (torchdoctor.diagnose, the
-# diagnose stage's package, is callable as the API's diagnose(): see diagnose/__init__.py)
-_LAZY: dict[str, tuple[str, str | None]] = {
+# name -> (module, attribute). The one deliberate upward import of the floors (the package root
+# reaching the API): lazy, so `import torchdoctor` or any submodule loads no torch.
+_LAZY: dict[str, tuple[str, str]] = {
     "watch": ("torchdoctor.api", "watch"),
     "Watch": ("torchdoctor.api", "Watch"),
     "lint_source": ("torchdoctor.api", "lint_source"),
-    "diagnose": ("torchdoctor.diagnose", None),
-    "Report": ("torchdoctor.findings", "Report"),
-    "Finding": ("torchdoctor.findings", "Finding"),
-    "Severity": ("torchdoctor.findings", "Severity"),
+    "diagnose": ("torchdoctor.api", "diagnose"),
+    "Report": ("torchdoctor.model.findings", "Report"),
+    "Finding": ("torchdoctor.model.findings", "Finding"),
+    "Severity": ("torchdoctor.model.findings", "Severity"),
     "TorchdoctorError": ("torchdoctor.errors", "TorchdoctorError"),
 }
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     # `X as X`: re-exported names, for type checkers and editors
     from torchdoctor.api import Watch as Watch, diagnose as diagnose, lint_source as lint_source, watch as watch
     from torchdoctor.errors import TorchdoctorError as TorchdoctorError
-    from torchdoctor.findings import Finding as Finding, Report as Report, Severity as Severity
+    from torchdoctor.model.findings import Finding as Finding, Report as Report, Severity as Severity
 
 
 def __getattr__(name: str) -> Any:
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'torchdoctor' has no attribute {name!r}")
     module, attribute = _LAZY[name]
     loaded = importlib.import_module(module)
-    value = loaded if attribute is None else getattr(loaded, attribute)
+    value = getattr(loaded, attribute)
     globals()[name] = value  # later lookups skip this function
     return value
 

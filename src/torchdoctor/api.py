@@ -1,6 +1,6 @@
 """The Python API: what `torchdoctor run`, `report` and `lint` do, from a notebook or a
 custom loop. The same code paths as the command line (`run.inprocess` around
-`run.probed.ProbedRun`, `rundir.diagnose_run_dir`, `lint.api.lint_text`).
+`run.probed.ProbedRun`, `pipeline.diagnose_run_dir`, `lint.api.lint_text`).
 
     with torchdoctor.watch(steps=30, warmup=3, out="runs/try1") as doc:
         train()                      # ends after warmup + 30 optimizer steps
@@ -24,18 +24,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Sequence
 
 from torchdoctor.errors import InputError, UsageError
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 
 if TYPE_CHECKING:
     from torchdoctor.lint.engine import LintFinding
-    from torchdoctor.record import RunRecord
+    from torchdoctor.model.record import RunRecord
     from torchdoctor.run.inprocess import InProcessRun
 
 
 def diagnose(run_dir: str | os.PathLike[str]) -> Report:
     """The report of a run directory, re-made from its record.json (`torchdoctor report RUN_DIR`).
     Raises InputError (one line) for a folder that is not a run directory."""
-    from torchdoctor.rundir import diagnose_run_dir
+    from torchdoctor.pipeline import diagnose_run_dir
 
     return diagnose_run_dir(Path(run_dir))
 
@@ -109,16 +109,18 @@ class Watch:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
+        from torchdoctor.pipeline import finish_in_process
+
         run = self._run
         if run is None or run.finished:  # stop=False: measuring ended inside the block already
             return False
         swallowed = run.stop_probes(exc_type, exc, tb)
         if exc_type is None or swallowed:
-            run.finish("completed")
+            finish_in_process(run, "completed")
         elif issubclass(exc_type, KeyboardInterrupt):
-            run.finish("interrupted", 130)
+            finish_in_process(run, "interrupted", 130)
         else:  # the block raised: what was measured is kept, and the exception goes on to the caller
-            run.finish("crashed", 1, "".join(traceback.format_exception(exc_type, exc, tb)))
+            finish_in_process(run, "crashed", 1, "".join(traceback.format_exception(exc_type, exc, tb)))
         return swallowed
 
     # ---- results ---------------------------------------------------------------------
@@ -164,8 +166,10 @@ class _FinishAfterStop:
         self.run = run
 
     def on_batch(self, in_eval: bool) -> None:
+        from torchdoctor.pipeline import finish_in_process
+
         if self.run.stop_requested and not self.run.finished:
-            self.run.finish("completed")
+            finish_in_process(self.run, "completed")
 
 
 def _existing_optimizers() -> int:

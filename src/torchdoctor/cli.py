@@ -12,7 +12,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from torchdoctor import __version__
+from torchdoctor.version import __version__
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TorchdoctorError, UsageError
 
 # name -> (module under torchdoctor.commands, one-line help)

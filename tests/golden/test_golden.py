@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.diagnose.run import analyze
+from torchdoctor.diagnosis.run import analyze
 from torchdoctor.run.runner import RunRequest, execute
 
 CASES = sorted(p.parent for p in Path(__file__).parent.glob("*/case.py"))

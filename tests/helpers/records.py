@@ -2,7 +2,7 @@
 
 import random
 
-from torchdoctor.record import (ApiCall, DispatchSample, Environment, LineHits, LineProfile, LoaderStats,
+from torchdoctor.model.record import (ApiCall, DispatchSample, Environment, LineHits, LineProfile, LoaderStats,
                                 Location, OpSite, OptimizerInfo, RunInfo, RunRecord, StepSample)
 
 

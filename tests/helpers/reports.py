@@ -1,9 +1,9 @@
 """Reports built by hand for renderer tests: each one a shape a renderer must handle."""
 
-from torchdoctor.figures import (Figures, GpuPoint, GpuSeries, RunBar, SourceExcerpt, StepMarker, StepPoint,
+from torchdoctor.model.figures import (Figures, GpuPoint, GpuSeries, RunBar, SourceExcerpt, StepMarker, StepPoint,
                                  StepSeries)
-from torchdoctor.findings import Finding, NotMeasured, Report, RunSummary, Severity, Table, TimeSplit
-from torchdoctor.record import Location
+from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary, Severity, Table, TimeSplit
+from torchdoctor.model.record import Location
 
 # Everything a Report carries may come from user code: pipes and newlines break Markdown
 # tables, brackets are rich markup, angle brackets are HTML.

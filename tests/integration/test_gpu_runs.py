@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.run import measure
+from torchdoctor.diagnosis.run import analyze
+from helpers.measure import measure
 from torchdoctor.run.probeset import TRACE_FILE
 from torchdoctor.run.runner import RunRequest
 

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("lightning", reason="the Lightning tests need `pip install lightning` (the test extra)")
 
 from frameworks.harness import HERE, STEPS, WARMUP, by_file, causes, planted, with_callback, zero_code  # noqa: E402
-from torchdoctor.findings import Report  # noqa: E402
-from torchdoctor.record import RunRecord  # noqa: E402
+from torchdoctor.model.findings import Report  # noqa: E402
+from torchdoctor.model.record import RunRecord  # noqa: E402
 from torchdoctor.run.probes.patching import is_patched  # noqa: E402
 
 SCRIPT = "lightning_blobs.py"

@@ -82,11 +82,11 @@ def test_diagnose_remakes_the_report_of_a_watched_run_and_both_diagnose_names_wo
     with torchdoctor.watch(steps=6, warmup=1, out=tmp_path / "run") as doc:
         while True:
             helpers.train_one_epoch(model, loader, optimizer, [])
-    stage = importlib.import_module("torchdoctor.diagnose.run")  # the stage's package, after the API name was used
+    stage = importlib.import_module("torchdoctor.diagnosis.run")  # the stage's package, after the API name was used
 
     again = torchdoctor.diagnose(tmp_path / "run")
     assert [(f.code, f.location) for f in again.findings] == [(f.code, f.location) for f in doc.report.findings]
-    assert torchdoctor.diagnose.run is stage and callable(stage.analyze)
+    assert torchdoctor.diagnosis.run is stage and callable(stage.analyze)
     with pytest.raises(InputError, match="not a run directory"):
         torchdoctor.diagnose(tmp_path / "missing")
 
@@ -184,11 +184,11 @@ def test_importing_torchdoctor_and_linting_source_load_no_torch():
 def test_the_diagnose_stage_imported_first_is_still_the_api_function(tmp_path):
     seen = fresh(textwrap.dedent(f"""
         import json
-        import torchdoctor.diagnose.run
+        import torchdoctor.diagnosis.run
         import torchdoctor
         try:
             torchdoctor.diagnose({str(tmp_path / "nothing")!r})
         except torchdoctor.TorchdoctorError as exc:
-            print(json.dumps({{"error": str(exc), "analyze": callable(torchdoctor.diagnose.run.analyze)}}))
+            print(json.dumps({{"error": str(exc), "analyze": callable(torchdoctor.diagnosis.run.analyze)}}))
     """))
     assert "is not a run directory" in seen["error"] and seen["analyze"] is True

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.run import measure
+from torchdoctor.diagnosis.run import analyze
+from helpers.measure import measure
 from torchdoctor.run.runner import RunRequest
 
 

@@ -13,7 +13,7 @@ pytest.importorskip("transformers", reason="the transformers tests need `pip ins
 pytest.importorskip("accelerate", reason="transformers.Trainer needs `pip install accelerate`")
 
 from frameworks.harness import STEPS, WARMUP, by_file, causes, planted, with_callback, zero_code  # noqa: E402
-from torchdoctor.record import RunRecord  # noqa: E402
+from torchdoctor.model.record import RunRecord  # noqa: E402
 
 SCRIPT = "transformers_tiny_gpt.py"
 

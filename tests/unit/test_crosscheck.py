@@ -3,9 +3,9 @@
 
 from helpers.records import record
 
-from torchdoctor.diagnose.lint_evidence import link_static_findings
-from torchdoctor.findings import Finding, Report, Severity
-from torchdoctor.record import Location, StaticFinding
+from torchdoctor.diagnosis.lint_evidence import link_static_findings
+from torchdoctor.model.findings import Finding, Report, Severity
+from torchdoctor.model.record import Location, StaticFinding
 
 
 def _finding(code, line):

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from torchdoctor.record import SCHEMA_VERSION, Environment, LoaderStats, RunInfo, RunRecord, StepSample
+from torchdoctor.model.record import SCHEMA_VERSION, Environment, LoaderStats, RunInfo, RunRecord, StepSample
 from torchdoctor.rules.facts import loading_cpu_share
-from torchdoctor.serialize import SchemaError, from_plain, to_plain
+from torchdoctor.model.serialize import SchemaError, from_plain, to_plain
 
 
 def _record() -> RunRecord:
@@ -84,7 +84,7 @@ def test_a_version_2_loader_without_cpu_time_is_read_as_not_measured(tmp_path):
 
 
 def test_fixed_length_tuples_read_back_as_tuples_and_a_wrong_length_is_named():
-    from torchdoctor.figures import MemoryFigure
+    from torchdoctor.model.figures import MemoryFigure
 
     figure = from_plain(MemoryFigure, to_plain(MemoryFigure(title="step 2", peak_bytes=4096, timeline=[(1, 2048), (2, 4096)])))
     assert figure.timeline == [(1, 2048), (2, 4096)]

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from torchdoctor.distributed_record import CommResult, CommSize
+from torchdoctor.model.distributed_record import CommResult, CommSize
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
 LATENCY_BYTES = 8 * 1024  # small enough that the time is the collective's latency
@@ -68,7 +68,7 @@ class Communicator:
     rank: int
     world_size: int
     device: torch.device
-    delay: Callable[[int], None] | None = None  # the slow-link test hook (run/ranks/slow_link.py)
+    delay: Callable[[int], None] | None = None  # the slow-link test hook (comm/slow_link.py)
 
     def all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> None:
         options = dist.AllreduceOptions()
@@ -107,9 +107,9 @@ def measure_all_reduce(store, rank: int, world_size: int, backend: str, sizes: l
     comm`'s ranks, and the check after a multi-rank run). Every rank calls it with the same
     arguments. The sizes stop `budget_s` after `started` (a `time.perf_counter()` reading;
     by default, once the group is open). Under the slow-link test hook every all-reduce is
-    delayed as that link would (run/ranks/slow_link.py)."""
+    delayed as that link would (comm/slow_link.py)."""
     from torchdoctor.comm.discover import discover_link
-    from torchdoctor.run.ranks import slow_link
+    from torchdoctor.comm import slow_link
 
     comm = open_communicator(store, rank, world_size, backend, timeout_s, tag=tag)
     gbps = slow_link.simulated_gbps()

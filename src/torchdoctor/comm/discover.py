@@ -18,7 +18,7 @@ from torchdoctor.comm.environment import is_wsl2
 from torchdoctor.comm.nccl_log import NcclChoice, parse_nccl_info
 from torchdoctor.comm.topology import nvml_topology, read_nvidia_smi_topology
 from torchdoctor.comm.verdict import gloo_link, nccl_link
-from torchdoctor.distributed_record import LinkInfo
+from torchdoctor.model.distributed_record import LinkInfo
 
 NCCL_LOG_ENV = "TORCHDOCTOR_NCCL_LOG_DIR"  # set by the launcher when it turned NCCL's INFO log on
 NCCL_LOG_PATTERN = "nccl-%h-%p.log"  # NCCL_DEBUG_FILE: %h host name, %p process id

@@ -9,7 +9,7 @@ from torchdoctor.comm import links
 from torchdoctor.comm.environment import WSL2_NOTE, crippling_settings, what_it_does
 from torchdoctor.comm.nccl_log import NcclChoice
 from torchdoctor.comm.topology import GpuTopology
-from torchdoctor.distributed_record import CommResult, LinkInfo
+from torchdoctor.model.distributed_record import CommResult, LinkInfo
 
 # A link delivering under this share of its expected bus bandwidth is slow. nccl-tests reach
 # 80-90 % of NCCL's link figures on large messages (NVIDIA/nccl-tests doc/PERFORMANCE.md), so

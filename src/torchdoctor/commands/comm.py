@@ -2,7 +2,7 @@
 [--format text|md|json]`: all-reduce latency and bandwidth between N ranks on this machine,
 the path between them, and whether it delivers what it should.
 
-The ranks are started through torch.distributed.run (comm/worker.py); the table is nccl-tests'
+The ranks are started through torch.distributed.run (run/ranks/comm_worker.py); the table is nccl-tests'
 (algbw, busbw = algbw·2(n−1)/n) with warm-up, repeats and their spread.
 """
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="torchdoctor-comm-") as tmp:
         out = Path(tmp) / "comm.json"
         argv = ["--nproc-per-node", str(nproc), "--standalone", "--max-restarts", "0", "--monitor-interval", "0.2",
-                "--module", "torchdoctor.comm.worker", "--out", str(out), "--backend", backend,
+                "--module", "torchdoctor.run.ranks.comm_worker", "--out", str(out), "--backend", backend,
                 "--sizes", ",".join(map(str, sizes)), "--warmup", str(opts.warmup), "--repeats", str(opts.repeats),
                 "--budget", str(opts.max_seconds)]
         outcome = LaunchOutcome()
@@ -68,15 +68,15 @@ def main(argv: Sequence[str]) -> int:
             why = errors[0].read_text(encoding="utf-8").splitlines()[0] if errors else (outcome.error or "no result")
             sys.stderr.write(f"torchdoctor: error: the all-reduce check failed: {why}\n")
             return EXIT_SCRIPT_FAILED
-        from torchdoctor.distributed_record import CommResult
+        from torchdoctor.model.distributed_record import CommResult
 
         result = CommResult.load(out)
     if opts.format == "json":
-        from torchdoctor.serialize import to_plain
+        from torchdoctor.model.serialize import to_plain
 
         sys.stdout.write(json.dumps(to_plain(result), indent=2) + "\n")
         return EXIT_OK
-    from torchdoctor.comm.report import comm_report
+    from torchdoctor.diagnosis.comm import comm_report
     from torchdoctor.report import emit
 
     emit(comm_report(result), opts.format)

@@ -67,7 +67,7 @@ def main(argv: Sequence[str]) -> int:
     if opts.steps < 1 or not 2 <= opts.max_trials <= 20:
         raise UsageError("--steps must be at least 1 and --max-trials between 2 and 20")
     from torchdoctor.run.target import check_target
-    from torchdoctor.rundir import create_run_dir
+    from torchdoctor.model.layout import create_run_dir
 
     check_target(opts.target, opts.module)
     out = create_run_dir(opts.out, opts.target, parent=DEFAULT_PARENT)

@@ -12,7 +12,7 @@ from torchdoctor.report import RENDERERS, emit
 
 
 def main(argv: Sequence[str]) -> int:
-    from torchdoctor.rundir import diagnose_run_dir
+    from torchdoctor.pipeline import diagnose_run_dir
 
     p = CommandParser(prog="torchdoctor report",
                       description="re-render a run directory (or a tune directory) without re-running")
@@ -27,9 +27,9 @@ def _tune_report(folder: Path):
     """A tune directory's own report (tune.json): its trials are run directories of their
     own, and what tune concluded across them is that file; None for anything else."""
     from torchdoctor.errors import InputError
-    from torchdoctor.findings import Report
-    from torchdoctor.rundir import RECORD_FILE
-    from torchdoctor.serialize import SchemaError
+    from torchdoctor.model.findings import Report
+    from torchdoctor.model.layout import RECORD_FILE
+    from torchdoctor.model.serialize import SchemaError
 
     tune_file = folder / "tune.json"
     if not tune_file.is_file() or (folder / RECORD_FILE).exists():

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator, Sequence, TextIO
 
 from torchdoctor.commands.parser import CommandParser, non_negative
-from torchdoctor.diagnose.steps import no_step_explanation
+from torchdoctor.diagnosis.steps import no_step_explanation
 from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, Interrupted,
                                 NoStepsMeasured, ScriptFailed, UsageError)
 from torchdoctor.report import RENDERERS, emit
@@ -73,7 +73,7 @@ def main(argv: Sequence[str]) -> int:
     from torchdoctor.run.progress import RunProgress
     from torchdoctor.run.runner import RunRequest, execute
     from torchdoctor.run.target import check_target
-    from torchdoctor.rundir import create_run_dir
+    from torchdoctor.model.layout import create_run_dir
 
     check_target(target, module)
     run_dir = create_run_dir(opts.out, target)
@@ -87,7 +87,7 @@ def main(argv: Sequence[str]) -> int:
                              listeners=[progress], on_abandon=finish)
         record = execute(request, run_dir)
         if any(run_dir.glob("rank-*/record.json")):  # the script spawned its ranks (torch.multiprocessing.spawn)
-            from torchdoctor.diagnose.ranks import merge_run_dir
+            from torchdoctor.diagnosis.ranks import merge_run_dir
 
             record = merge_run_dir(run_dir, launcher_record=record)
         code = finish(record)
@@ -129,7 +129,8 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     """Everything after the script: evidence, diagnosis, the run directory, the printed
     report. Also called from the watchdog's thread when it must end a script that would not
     stop, so it never raises: it returns the exit code."""
-    from torchdoctor.rundir import HTML_FILE, complete_run
+    from torchdoctor.model.layout import HTML_FILE
+    from torchdoctor.pipeline import complete_run
 
     report = complete_run(run_dir, record)
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "

@@ -38,8 +38,8 @@ def child_argv(opts, raw_knobs: list[str], run_dir: Path, target: str, args: lis
 def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list[str], module: bool, finish) -> int:
     """The launching process: start the ranks, wait, merge, report. `finish(record, run_dir)`
     diagnoses, writes and prints a record, returning the run's exit code."""
-    from torchdoctor.diagnose.ranks import merge_run_dir
-    from torchdoctor.rundir import create_run_dir
+    from torchdoctor.diagnosis.ranks import merge_run_dir
+    from torchdoctor.model.layout import create_run_dir
     from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, launch
     from torchdoctor.run.target import check_target
 
@@ -55,7 +55,7 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
                          "--nnodes/--node-rank (every node must use the same endpoint)")
     record = merge_run_dir(run_dir, outcome)
     if any(k.partition("=")[0].strip() == "nproc" for k in raw_knobs):
-        from torchdoctor.record import KnobOutcome
+        from torchdoctor.model.record import KnobOutcome
 
         record.knobs.append(KnobOutcome("nproc", str(nproc), applied=True,
                                         detail=f"launched {nproc} rank(s) per node (as --nproc-per-node {nproc})"))
@@ -81,7 +81,7 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
     """This process is one rank: run the script under the probes, write rank-K/record.json.
     A rank started by torchrun directly (no launcher of ours) merges its node's ranks when it
     is local rank 0."""
-    from torchdoctor.diagnose.ranks import merge_run_dir
+    from torchdoctor.diagnosis.ranks import merge_run_dir
     from torchdoctor.run.progress import RunProgress
     from torchdoctor.run.ranks.child import run_rank, wait_for_neighbours
     from torchdoctor.run.ranks.identity import RANKS_DIR_ENV, default_ranks_dir

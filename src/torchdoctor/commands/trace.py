@@ -13,7 +13,7 @@ HELP = "explain torch.profiler (Kineto) traces: GPU idle time by cause, syncs, c
 
 
 def main(argv: Sequence[str]) -> int:
-    from torchdoctor.diagnose.trace import trace_report
+    from torchdoctor.diagnosis.trace import trace_report
     from torchdoctor.trace import analyze_trace_files
 
     p = CommandParser(prog="torchdoctor trace", description=HELP)

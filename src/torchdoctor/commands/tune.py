@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.commands.parser import CommandParser
-from torchdoctor.diagnose.tune import estimate_checks, tune_report
+from torchdoctor.tune.report import estimate_checks, tune_report
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, ScriptFailed, UsageError
 from torchdoctor.report import RENDERERS, emit, render
 from torchdoctor.run.knobs.spec import parse_settings
 from torchdoctor.run.target import check_target
-from torchdoctor.rundir import create_run_dir
-from torchdoctor.serialize import to_plain
+from torchdoctor.model.layout import create_run_dir
+from torchdoctor.model.serialize import to_plain
 from torchdoctor.tune.plan import Trial, parse_trials
 from torchdoctor.tune.trials import TrialSettings
 from torchdoctor.tune.tuner import Tuner

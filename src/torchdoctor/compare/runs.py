@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torchdoctor
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.compare.noise import Z_95, Throughput, change, throughput
-from torchdoctor.figures import Figures, RunBar
-from torchdoctor.findings import Finding, Report, Table
-from torchdoctor.record import RunRecord
+from torchdoctor.version import __version__
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.rules.noise import Z_95, Throughput, change, throughput
+from torchdoctor.model.figures import Figures, RunBar
+from torchdoctor.model.findings import Finding, Report, Table
+from torchdoctor.model.record import RunRecord
 from torchdoctor.report.common import fmt_bytes
 
 
@@ -28,7 +28,7 @@ class ComparedRun:
 
     @property
     def busy(self) -> bool:
-        """Measured while other processes took the CPU (see diagnose/reliability.py)."""
+        """Measured while other processes took the CPU (see diagnosis/reliability.py)."""
         return self.report.summary is not None and self.report.summary.machine_busy is not None
 
     @property
@@ -57,7 +57,7 @@ def _label(f: Finding) -> str:
 
 
 def compare_runs(runs: list[ComparedRun]) -> Report:
-    report = Report(source="compare", tool_version=torchdoctor.__version__)
+    report = Report(source="compare", tool_version=__version__)
     first = runs[0]
     scripts = sorted({r.record.run.script for r in runs})
     rows, split_rows = [], []
@@ -173,7 +173,7 @@ def _warnings(runs: list[ComparedRun]) -> list[str]:
 
 
 def load_runs(paths: list[Path]) -> list[ComparedRun]:
-    from torchdoctor.rundir import load_record
+    from torchdoctor.pipeline import load_record
 
     names = [p.name or str(p) for p in paths]
     if len(set(names)) < len(names):  # two runs/ dirs of the same name: show the full paths

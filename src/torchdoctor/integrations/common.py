@@ -13,11 +13,12 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchdoctor.record import ProbeNote
+from torchdoctor.model.record import ProbeNote
+from torchdoctor.pipeline import finish_in_process
 from torchdoctor.run.inprocess import InProcessRun, MeasureSpec, main_script, script_label
 
 if TYPE_CHECKING:
-    from torchdoctor.findings import Finding, Report
+    from torchdoctor.model.findings import Finding, Report
 
 TOP_FINDINGS = 3  # findings logged through the trainer's logger and printed
 
@@ -51,7 +52,8 @@ class FrameworkRun:
             error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.run.stop_probes()
         notes = self._micro_step_note()
-        return self.run.finish(status, 130 if status == "interrupted" else 1 if error else 0, error, notes=notes)
+        return finish_in_process(self.run, status, 130 if status == "interrupted" else 1 if error else 0, error,
+                                 notes=notes)
 
     def _micro_step_note(self) -> list[ProbeNote]:
         """The framework's count of micro-steps against the probes' `backward()` calls: they

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchdoctor.findings import Finding
+from torchdoctor.model.findings import Finding
 from torchdoctor.lint.config import SEVERITIES, LintConfig, find_config, load_config
 from torchdoctor.lint.discovery import discover, display_path, force_excluded
 from torchdoctor.lint.engine import FileOutcome, LintFinding, lint_source

@@ -10,7 +10,7 @@ import gc
 import re
 from dataclasses import dataclass, field, replace
 
-from torchdoctor.findings import Finding, Severity
+from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.lint.checks.base import Check, FixAction, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.noqa import suppressions
@@ -18,7 +18,7 @@ from torchdoctor.lint.notebook import blank_cell
 from torchdoctor.lint.parse_cost import slow_to_parse
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
-from torchdoctor.location import Location
+from torchdoctor.model.location import Location
 from torchdoctor.rules.base import make_finding
 from torchdoctor.rules.registry import detectors, rule_by_code
 

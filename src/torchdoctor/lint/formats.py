@@ -10,7 +10,7 @@ from typing import Callable
 from torchdoctor.lint.api import LintResult
 from torchdoctor.lint.engine import LintFinding
 from torchdoctor.lint.sarif import render_sarif
-from torchdoctor.serialize import to_plain
+from torchdoctor.model.serialize import to_plain
 
 
 def location_text(item: LintFinding) -> str:

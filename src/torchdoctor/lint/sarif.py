@@ -22,13 +22,13 @@ from collections import Counter
 from pathlib import Path, PurePath
 from urllib.parse import quote
 
-from torchdoctor import __version__
+from torchdoctor.version import __version__
 from torchdoctor.lint.api import LintResult
 from torchdoctor.lint.engine import LintFinding
 from torchdoctor.lint.ipynb_lines import cell_line_map
 from torchdoctor.rules.registry import detected_codes
 from torchdoctor.rules.registry import rule_by_code
-from torchdoctor.serialize import to_plain
+from torchdoctor.model.serialize import to_plain
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 DOCS_URI = "https://github.com/torchdoctor/torchdoctor/blob/main/docs/rules.md"

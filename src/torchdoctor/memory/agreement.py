@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime
 import os
 
-from torchdoctor.memory_record import PHASES
-from torchdoctor.record import RunRecord
+from torchdoctor.model.memory_record import PHASES
+from torchdoctor.model.record import RunRecord
 
 COMM_TAG = "memory"  # the group's store prefix: torchdoctor/comm/memory
 TIMEOUT = datetime.timedelta(seconds=120)

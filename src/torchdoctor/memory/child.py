@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     else:
         record = execute(request, out)
     if limit is not None and limit.applied:
-        from torchdoctor.record import ProbeNote
+        from torchdoctor.model.record import ProbeNote
 
         record.probe_notes.append(ProbeNote("memory", f"limit imposed for this trial: {limit.applied}"))
     record.save(out / "record.json")

@@ -17,7 +17,7 @@ import sys
 import warnings
 from typing import Callable
 
-from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.model.record import ProbeNote, RunRecord
 
 DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchdoctor.memory.fit import FitPoint, fit_points, grid_step, max_batch, predict, prediction_error
-from torchdoctor.memory_record import FAILED, FITS, OOM, OVER_LIMIT, BatchScaling, BatchTrial
+from torchdoctor.rules.memory_fit import FitPoint, fit_points, grid_step, max_batch, predict, prediction_error
+from torchdoctor.model.memory_record import FAILED, FITS, OOM, OVER_LIMIT, BatchScaling, BatchTrial
 
 MAX_TRIALS = 8
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Callable
 
 from torchdoctor.errors import ScriptFailed, UsageError
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings
-from torchdoctor.memory_record import FITS, BatchTrial
-from torchdoctor.record import RunRecord
+from torchdoctor.model.memory_record import FITS, BatchTrial
+from torchdoctor.model.record import RunRecord
 
 # A CUDA context and the libraries it loads take 0.3-0.6 GiB depending on the GPU, driver and
 # CUDA version, and the caching allocator rounds blocks up and keeps a cache: without a GPU in
@@ -65,8 +65,8 @@ def capacity_for(record: RunRecord | None, total: int | None, source: str,
 
 def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headroom: int | None,
                           progress: Callable[[int | None, BatchTrial], None]) -> tuple[RunRecord, Report]:
-    from torchdoctor.diagnose.run import analyze
-    from torchdoctor.rundir import write_run
+    from torchdoctor.diagnosis.run import analyze
+    from torchdoctor.pipeline import write_run
 
     settings = TrialSettings(opts.target, list(opts.args), opts.module, warmup=opts.warmup, steps=opts.steps,
                              max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node,
@@ -106,7 +106,7 @@ def _knob_detail(runner: ProcessTrials) -> str:
 
 
 def _predict_only(scaling, capacity: Capacity | None) -> None:
-    from torchdoctor.memory.fit import grid_step, max_batch
+    from torchdoctor.rules.memory_fit import grid_step, max_batch
 
     scaling.notes.insert(0, "estimate on fake tensors: every step ran without memory or a device; samples/s is not "
                             "measured and no batch size was checked by a real step")

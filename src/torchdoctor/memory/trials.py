@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from torchdoctor.compare.noise import throughput
-from torchdoctor.diagnose.ranks import rank_record_paths
+from torchdoctor.rules.noise import throughput
+from torchdoctor.diagnosis.ranks import rank_record_paths
 from torchdoctor.memory.child import VERDICT_FILE
 from torchdoctor.memory.search import Unreachable
-from torchdoctor.memory_record import FAILED, FITS, OOM, BatchTrial
-from torchdoctor.record import RunRecord
+from torchdoctor.model.memory_record import FAILED, FITS, OOM, BatchTrial
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.facts import training_loader
-from torchdoctor.serialize import SchemaError
+from torchdoctor.model.serialize import SchemaError
 from torchdoctor.tune.trials import output_tail, run_bounded
 
 KILL_GRACE_S = 30.0

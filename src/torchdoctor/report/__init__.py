@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TextIO
 
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 
 Renderer = Callable[[Report], str]
 _WHERE = {

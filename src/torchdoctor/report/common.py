@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torchdoctor.findings import Finding, Report, RunSummary
-from torchdoctor.location import Location
+from torchdoctor.model.findings import Finding, Report, RunSummary
+from torchdoctor.model.location import Location
 
 DASH = "—"  # shown where a value does not exist (no location, no estimate)
 NOT_MEASURED = "not measured"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 from torchdoctor.report.common import ranked_findings
-from torchdoctor.serialize import to_plain
+from torchdoctor.model.serialize import to_plain
 
 
 def render_json(report: Report) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor.findings import Finding, Report, RunSummary, Table
+from torchdoctor.model.findings import Finding, Report, RunSummary, Table
 from torchdoctor.report.common import (DASH, fmt_ms, fmt_share, fmt_speedup, fmt_value, ranked_findings,
                                        split_rows, summary_rows, where)
 from torchdoctor.report.mdtext import cell, code, heading, prose

@@ -18,8 +18,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from torchdoctor.findings import Finding, NotMeasured, Report, RunSummary
-from torchdoctor.findings import Table as ReportTable
+from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary
+from torchdoctor.model.findings import Table as ReportTable
 from torchdoctor.report.common import (NOT_MEASURED, fmt_ms, fmt_value, fmt_share, fmt_speedup, one_line, plain,
                                        ranked_findings, split_rows, summary_rows, where)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import Location, RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import Location, RunRecord
 from torchdoctor.rules.facts import RunFacts
 
 # Severity from an estimated end-to-end speedup. 25 % is the gain at which the reference

@@ -3,9 +3,9 @@ steps made of many small ops that a compiler could fuse."""
 
 from __future__ import annotations
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.location import Location
-from torchdoctor.record import DispatchSample, RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import DispatchSample, RunRecord
 from torchdoctor.rules.base import MEDIUM_SPEEDUP, Rule
 from torchdoctor.rules.facts import RunFacts, training_loader
 from torchdoctor.rules.memory import best_larger_trial, trial_change

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_right
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import ApiCall, RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import ApiCall, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import (
     RunFacts, core_duration, loading_cpu_share, starved_of_cpu, training_loader, waits_on_storage, workers_for_fix,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.memory_record import GRADIENTS, OPTIMIZER_STATES
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.memory_record import GRADIENTS, OPTIMIZER_STATES
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import Rule
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.memory_advice import gib

@@ -12,9 +12,9 @@ import os
 import statistics
 
 from torchdoctor.comm.environment import crippling_settings, what_it_does
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.location import Location
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.rank_facts import JobFacts, ddp_model, synced_per_step, world_size

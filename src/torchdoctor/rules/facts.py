@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from torchdoctor.findings import Finding
-from torchdoctor.record import LoaderStats, RunRecord, StepSample
+from torchdoctor.model.findings import Finding
+from torchdoctor.model.record import LoaderStats, RunRecord, StepSample
 from torchdoctor.rules.rank_facts import JobFacts, job_facts
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import Rule
 from torchdoctor.rules.facts import RunFacts
 

@@ -7,8 +7,8 @@ no other rule has a finding there, the user still learns where the time went.
 
 from __future__ import annotations
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import LineHits, RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import LineHits, RunRecord
 from torchdoctor.rules.base import Rule, ms
 from torchdoctor.rules.facts import RunFacts
 

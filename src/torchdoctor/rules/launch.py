@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.sync import syncing_calls

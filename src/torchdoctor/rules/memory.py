@@ -6,10 +6,10 @@ batch-size trials of `torchdoctor memory` (RunRecord.batch_scaling) when there a
 
 from __future__ import annotations
 
-from torchdoctor.compare.noise import Change, Throughput, change
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.memory_record import FITS, PARTS, BatchScaling, BatchTrial
-from torchdoctor.record import RunRecord
+from torchdoctor.rules.noise import Change, Throughput, change
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.memory_record import FITS, PARTS, BatchScaling, BatchTrial
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import Rule
 from torchdoctor.rules.facts import RunFacts, training_loader
 from torchdoctor.rules.memory_advice import gib, expandable_segments, oom_advice

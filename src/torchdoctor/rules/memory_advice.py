@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchdoctor.memory.fit import predict
-from torchdoctor.memory_record import (ACTIVATIONS, OPTIMIZER_STATES, TEMPORARIES, BatchScaling, MemoryBreakdown,
+from torchdoctor.rules.memory_fit import predict
+from torchdoctor.model.memory_record import (ACTIVATIONS, OPTIMIZER_STATES, TEMPORARIES, BatchScaling, MemoryBreakdown,
                                        ModuleMemory, OomEvent)
-from torchdoctor.record import OptimizerInfo
+from torchdoctor.model.record import OptimizerInfo
 
 # Optimizer states per parameter (torch.optim's own classes): what "fewer states" can save.
 STATES_PER_PARAMETER = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adadelta": 2,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from torchdoctor.findings import Finding
-from torchdoctor.record import PhaseStats, RunRecord
+from torchdoctor.model.findings import Finding
+from torchdoctor.model.record import PhaseStats, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts, core_duration, training_loader
 

@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from torchdoctor.comm.verdict import judge
-from torchdoctor.distributed_record import DdpModel, DdpStep
-from torchdoctor.record import RankView, RunRecord, StepSample
+from torchdoctor.model.distributed_record import DdpModel, DdpStep
+from torchdoctor.model.record import RankView, RunRecord, StepSample
 
 EXTRA = ("eval_s", "checkpoint_s", "logging_s")
 

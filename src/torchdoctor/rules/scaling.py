@@ -8,8 +8,8 @@ import math
 import statistics
 
 from torchdoctor.comm.verdict import judge
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, amdahl, ms
 from torchdoctor.rules.distributed import DistributedRule
 from torchdoctor.rules.facts import RunFacts

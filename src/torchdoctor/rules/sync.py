@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import ApiCall, RunRecord
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import ApiCall, RunRecord
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.value_use import EXTERNAL, value_use

@@ -1,15 +1,15 @@
 """Measuring code that runs in this process but that torchdoctor did not start: the body of a
 `torchdoctor.watch()` block, or a Trainer's fit with a DoctorCallback.
 
-The same ProbedRun as `torchdoctor run` measures with, and the same path after it
-(`rundir.complete_run`: lint and trace evidence, the diagnosis, the run directory), so the
-three ways in measure the same things the same way.
+The same ProbedRun as `torchdoctor run` measures with; what comes after it (lint and trace
+evidence, the diagnosis, the run directory) is the caller's: `pipeline.finish_in_process`, so
+the three ways in measure and diagnose the same things the same way.
 
     run = InProcessRun(MeasureSpec(steps=30), label="train.py", script_path="train.py")
     run.start(optimizers=1)     # the probes go in
     ...training...              # a limit sets run.stop_requested (or raises StopRun, stop="raise")
     run.stop_probes()           # the probes come out
-    report = run.finish("completed")
+    record = run.finish("completed")  # None on a rank that keeps nothing
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.errors import UsageError
-from torchdoctor.findings import Report
-from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.model.findings import Report  # set by pipeline.finish_in_process
+from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
 
 
@@ -94,7 +94,7 @@ class InProcessRun:
 
     def start(self, optimizers: int = 0) -> None:
         """Put the probes in. `optimizers`: how many exist already (made before this)."""
-        from torchdoctor.rundir import create_run_dir
+        from torchdoctor.model.layout import create_run_dir
 
         if self.writes:
             self.run_dir = create_run_dir(self.spec.out, self.label)
@@ -114,23 +114,19 @@ class InProcessRun:
         return bool(self.probed.__exit__(exc_type, exc, tb))
 
     def finish(self, status: str = "completed", exit_code: int = 0, error: str | None = None,
-               notes: Sequence[ProbeNote] = ()) -> Report | None:
-        """How the code ended; then the record (with the caller's `notes`), and (when this
-        process writes) the report and the run directory. Returns the report; None where
-        nothing is written."""
+               notes: Sequence[ProbeNote] = ()) -> RunRecord | None:
+        """How the code ended; then the record (with the caller's `notes`). Returns the record
+        where this process writes (its run directory stays for the pipeline), else None."""
         if self.probed is None or self.finished:
-            return self.report
+            return self.record if self.writes else None
         self.stop_probes()
         self.probed.settle(status, exit_code, error)
         self.record = self.probed.record()
         self.record.probe_notes.extend(notes)
-        if self.writes:
-            from torchdoctor.rundir import complete_run
-
-            self.report = complete_run(self.run_dir, self.record)
-        else:
+        if not self.writes:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        return self.report
+            return None
+        return self.record
 
 
 def script_label(filename: str | None) -> tuple[str, str | None]:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torchdoctor
-from torchdoctor.record import ProbeNote, RunInfo, RunRecord
+from torchdoctor.version import __version__
+from torchdoctor.model.record import ProbeNote, RunInfo, RunRecord
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
 from torchdoctor.run.probes.env import read_environment
@@ -75,7 +75,7 @@ class ProbedRun:
         self.info = RunInfo(
             script=script, argv=list(argv or []), cwd=os.getcwd(),
             started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            torchdoctor_version=torchdoctor.__version__, warmup=options.warmup, steps_requested=options.steps,
+            torchdoctor_version=__version__, warmup=options.warmup, steps_requested=options.steps,
             max_seconds=options.max_seconds,
         )
         session = self.session
@@ -202,7 +202,7 @@ class ProbedRun:
 
 
 def _save(record: RunRecord, run_dir: Path) -> int:
-    from torchdoctor.rundir import RECORD_FILE  # not at the top: the run directory code is loaded when needed
+    from torchdoctor.model.layout import RECORD_FILE# not at the top: the run directory code is loaded when needed
 
     record.save(run_dir / RECORD_FILE)
     return 0

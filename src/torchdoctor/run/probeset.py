@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from torchdoctor.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
 from torchdoctor.run.probes.collectives import CollectivesProbe
 from torchdoctor.run.probes.contention import ContentionProbe

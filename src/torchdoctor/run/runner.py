@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torchdoctor
-from torchdoctor.record import RunRecord
+from torchdoctor.version import PACKAGE_DIR
+from torchdoctor.model.record import RunRecord
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
 from torchdoctor.run.session import StopRun
 from torchdoctor.run.target import check_target
@@ -50,7 +50,7 @@ def _user_traceback(exc: BaseException) -> str:
     """The traceback as the user would see it from plain `python`: our frames removed."""
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(os.path.dirname(torchdoctor.__file__))
+        if not f.filename.startswith(PACKAGE_DIR)
         and os.path.basename(f.filename) != "runpy.py" and f.filename != "<frozen runpy>"
     ]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]

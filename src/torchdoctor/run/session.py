@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from torchdoctor.record import StepSample
+from torchdoctor.model.record import StepSample
 
 CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
 # Events the session passes on to every probe that defines a handler of that name:

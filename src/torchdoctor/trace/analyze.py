@@ -25,7 +25,7 @@ from torchdoctor.trace.kernels import (
     COMM, COMPUTE, COPY, CollectiveCall, collective_calls, collective_stats, kernel_kind, kernel_totals,
 )
 from torchdoctor.trace.loader import LoadedTrace, load_trace
-from torchdoctor.trace_summary import (
+from torchdoctor.model.trace_summary import (
     Breakdown, DeviceSummary, HostSummary, IdleSiteSummary, LateRank, RankSummary, StepSummary, TraceSummary,
 )
 from torchdoctor.trace.timeline import DeviceUnions, Union, merge, union

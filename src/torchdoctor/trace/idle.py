@@ -30,7 +30,7 @@ from itertools import compress
 from operator import attrgetter
 from statistics import median
 
-from torchdoctor.location import Location
+from torchdoctor.model.location import Location
 from torchdoctor.trace.events import DATALOADER_PREFIX, RawEvent
 from torchdoctor.trace.joins import Joins
 from torchdoctor.trace.timeline import Union, gaps, union

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import add, attrgetter
 
-from torchdoctor.location import Location
+from torchdoctor.model.location import Location
 from torchdoctor.trace.events import KERNEL_CATS, RawEvent, TraceEvents, is_user_frame, parse_frame
 
 _TS, _DUR, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("name")

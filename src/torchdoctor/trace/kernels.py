@@ -16,7 +16,7 @@ from functools import lru_cache
 from statistics import median
 
 from torchdoctor.trace.events import KERNEL_CATS, RawEvent
-from torchdoctor.trace_summary import CollectiveStat, KernelStat
+from torchdoctor.model.trace_summary import CollectiveStat, KernelStat
 
 TOP_KERNELS = 10
 COMPUTE, COMM, COPY = "compute", "comm", "copy"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchdoctor.findings import Finding, Severity
+from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, make_finding, ms
 from torchdoctor.rules.catalogue import LaunchBound
 from torchdoctor.rules.scaling import SlowInterconnect
@@ -20,7 +20,7 @@ from torchdoctor.rules.launch import LOOP_OPS_PER_STEP, PythonLoopOps
 from torchdoctor.rules.sync import DataDependentSync, ExplicitSync, HostSync
 from torchdoctor.rules.registry import detectors
 from torchdoctor.trace import idle
-from torchdoctor.trace_summary import DeviceSummary, IdleSiteSummary, RankSummary, TraceSummary
+from torchdoctor.model.trace_summary import DeviceSummary, IdleSiteSummary, RankSummary, TraceSummary
 
 # Launch gaps under 5 % of a step are within the run-to-run noise of step times.
 LAUNCH_MIN_SHARE = 0.05

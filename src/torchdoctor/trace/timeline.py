@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Iterable, Sequence
 
-from torchdoctor.trace_summary import Breakdown
+from torchdoctor.model.trace_summary import Breakdown
 
 
 @dataclass

@@ -11,7 +11,7 @@ import re
 
 from torchdoctor.trace.events import MEMCPY_CATS, MEMSET_CATS, RawEvent
 from torchdoctor.trace.joins import Joins
-from torchdoctor.trace_summary import TransferSummary
+from torchdoctor.model.trace_summary import TransferSummary
 
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 

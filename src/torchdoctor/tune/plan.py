@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchdoctor.findings import Report
-from torchdoctor.record import RunRecord
+from torchdoctor.model.findings import Report
+from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.facts import training_loader, waits_on_storage, workers_for_fix
 
 FIX, UPPER_BOUND, LADDER, COMBINED = "fix", "upper bound", "ladder", "combined"

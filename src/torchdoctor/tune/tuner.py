@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from torchdoctor.compare.noise import change, throughput
-from torchdoctor.diagnose.reliability import busy_machine
-from torchdoctor.findings import Report
-from torchdoctor.record import RunRecord
-from torchdoctor.rundir import load_record, safe_name
+from torchdoctor.rules.noise import change, throughput
+from torchdoctor.diagnosis.reliability import busy_machine
+from torchdoctor.model.findings import Report
+from torchdoctor.model.record import RunRecord
+from torchdoctor.model.layout import safe_name
+from torchdoctor.pipeline import load_record
 from torchdoctor.tune.plan import FIX, Trial, combined_trial, plan_trials
 from torchdoctor.tune.trials import TrialResult, TrialSettings, run_trial
 
@@ -61,7 +62,7 @@ class Tuner:
                  trials: list[Trial] | None = None,
                  on_trial: Callable[[int, int | None, Trial, float | None], None] | None = None,
                  analyze: Callable[[RunRecord], Report] | None = None):
-        from torchdoctor.diagnose.run import analyze as default_analyze
+        from torchdoctor.diagnosis.run import analyze as default_analyze
 
         self.settings = settings
         self.tune_dir = tune_dir

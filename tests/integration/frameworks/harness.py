@@ -7,9 +7,10 @@ import runpy
 import sys
 from pathlib import Path
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.findings import Report
-from torchdoctor.run import measure
+from helpers.measure import measure
+
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.findings import Report
 from torchdoctor.run.runner import RunRequest
 
 HERE = Path(__file__).resolve().parent

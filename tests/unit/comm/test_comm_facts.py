@@ -12,7 +12,7 @@ from torchdoctor.comm.environment import crippling_settings, is_wsl2
 from torchdoctor.comm.nccl_log import parse_nccl_info
 from torchdoctor.comm.topology import GpuTopology, parse_topo_matrix
 from torchdoctor.comm.verdict import gloo_link, judge, nccl_link
-from torchdoctor.distributed_record import CommResult, CommSize, LinkInfo
+from torchdoctor.model.distributed_record import CommResult, CommSize, LinkInfo
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "comm"
 

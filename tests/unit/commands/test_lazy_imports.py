@@ -56,7 +56,7 @@ def test_lint_fix_does_load_libcst(tmp_path):
 def test_the_tune_parent_process_never_imports_torch(tmp_path):
     """A bad target fails after the tune command has loaded everything its parent uses."""
     loaded = modules_after(["tune", "--out", str(tmp_path / "t"), str(tmp_path / "missing.py")])
-    assert "torchdoctor.tune.tuner" in loaded and "torchdoctor.diagnose.tune" in loaded
+    assert "torchdoctor.tune.tuner" in loaded and "torchdoctor.tune.report" in loaded
     assert "torch" not in _top(loaded)
 
 
@@ -64,6 +64,6 @@ def test_the_memory_parent_process_never_imports_torch(tmp_path):
     """Trials run in their own processes; a bad size fails after the command loaded what it uses."""
     loaded = modules_after(["memory", "--device-memory", "24Gb", str(tmp_path / "train.py")])
     assert "torchdoctor.commands.memory" in loaded and "torch" not in _top(loaded)
-    check = "import sys, torchdoctor.memory.summary, torchdoctor.diagnose.run; print('torch' in sys.modules)"
+    check = "import sys, torchdoctor.memory.summary, torchdoctor.diagnosis.run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # the search, the trials' parent side and the diagnosis

@@ -7,9 +7,9 @@ import pytest
 from helpers.records import noisy
 
 from torchdoctor.cli import main
-from torchdoctor.compare.noise import change, throughput
+from torchdoctor.rules.noise import change, throughput
 from torchdoctor.compare.runs import ComparedRun, compare_runs
-from torchdoctor.record import KnobOutcome
+from torchdoctor.model.record import KnobOutcome
 
 
 def test_a_real_speedup_is_reported_with_its_noise_band():
@@ -103,7 +103,7 @@ def test_two_different_scripts_are_said_in_the_header():
 
 
 def test_a_busy_machine_widens_the_band_so_no_winner_is_named_inside_it():
-    from torchdoctor.record import Contention
+    from torchdoctor.model.record import Contention
 
     quiet = throughput(noisy(0.100, 0.005, steps=60))
     faster = throughput(noisy(0.094, 0.005, steps=60, seed=1))  # 6 %: beyond the quiet band

@@ -2,7 +2,7 @@
 
 from helpers.lint_files import write
 
-from torchdoctor.findings import Finding, Severity
+from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.lint import lint_files
 from torchdoctor.lint.engine import lint_checks
 from torchdoctor.rules.docs import rules_table

@@ -4,10 +4,10 @@ found within one step of the search, in at most 8 trials, and the bad cases say 
 import pytest
 
 from torchdoctor.errors import UsageError
-from torchdoctor.memory.fit import FitPoint, fit_line, fit_points, grid_step, max_batch, predict
+from torchdoctor.rules.memory_fit import FitPoint, fit_line, fit_points, grid_step, max_batch, predict
 from torchdoctor.memory.search import MAX_TRIALS, BatchSearch, Capacity, Unreachable
 from torchdoctor.memory.sizes import gpu_memory, parse_size
-from torchdoctor.memory_record import FAILED, FITS, FORWARD, OOM, OPTIMIZER, OVER_LIMIT, BatchTrial
+from torchdoctor.model.memory_record import FAILED, FITS, FORWARD, OOM, OPTIMIZER, OVER_LIMIT, BatchTrial
 
 MIB = 2**20
 

@@ -5,7 +5,7 @@ import textwrap
 
 from torchdoctor.memory.child import TRIAL_SCHEDULE
 from torchdoctor.memory.estimate import on_fake_tensors
-from torchdoctor.memory_record import GRADIENTS, OPTIMIZER_STATES, PARAMETERS
+from torchdoctor.model.memory_record import GRADIENTS, OPTIMIZER_STATES, PARAMETERS
 from torchdoctor.run.runner import RunRequest, execute
 
 TRAIN = """

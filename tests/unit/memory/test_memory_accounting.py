@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchdoctor.memory_record import (ACTIVATIONS, FORWARD, GRADIENTS, OPTIMIZER, OPTIMIZER_STATES,
+from torchdoctor.model.memory_record import (ACTIVATIONS, FORWARD, GRADIENTS, OPTIMIZER, OPTIMIZER_STATES,
                                        PARAMETERS)
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
 from torchdoctor.run.session import StopRun

@@ -3,11 +3,11 @@ bytes saved, each with its number; batch trials give TD401 and TD501 their measu
 
 from helpers.records import optimizer, record
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.memory_record import (ACTIVATIONS, FITS, FORWARD, GRADIENTS, OPTIMIZER_STATES, OVER_LIMIT,
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.memory_record import (ACTIVATIONS, FITS, FORWARD, GRADIENTS, OPTIMIZER_STATES, OVER_LIMIT,
                                        PARAMETERS, TEMPORARIES, BatchScaling, BatchTrial, LiveAllocation,
                                        MemoryBreakdown, MemoryFit, ModuleMemory, OomEvent, ParallelMemory)
-from torchdoctor.location import Location
+from torchdoctor.model.location import Location
 from torchdoctor.rules.memory_advice import fixed_bytes
 
 MIB = 2**20

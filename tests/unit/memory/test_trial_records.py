@@ -1,7 +1,7 @@
 """A DDP trial's rank records: read once, by rank, whatever else lies in the trial's folder."""
 
 from torchdoctor.memory.trials import _load, _rank_records
-from torchdoctor.record import Environment, RunInfo, RunRecord
+from torchdoctor.model.record import Environment, RunInfo, RunRecord
 
 
 def _record(script: str) -> RunRecord:

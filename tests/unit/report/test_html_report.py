@@ -7,10 +7,10 @@ import pytest
 from helpers.records import loader, record
 from helpers.reports import empty_report, full_report, hostile_report
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.figures import Figures, RunBar, StepSeries
-from torchdoctor.findings import Report
-from torchdoctor.record import CudaMemory, NvmlRecord, NvmlSample
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.figures import Figures, RunBar, StepSeries
+from torchdoctor.model.findings import Report
+from torchdoctor.model.record import CudaMemory, NvmlRecord, NvmlSample
 from torchdoctor.report.html import render_html, render_html_fragment
 from torchdoctor.report.html.sections import SECTIONS
 from torchdoctor.report.html.svg import nice_ticks

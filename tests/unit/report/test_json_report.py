@@ -4,9 +4,9 @@ import json
 
 from helpers.reports import full_report, hostile_report
 
-from torchdoctor.findings import SCHEMA_VERSION, Report
+from torchdoctor.model.findings import SCHEMA_VERSION, Report
 from torchdoctor.report.json_ import render_json
-from torchdoctor.serialize import from_plain
+from torchdoctor.model.serialize import from_plain
 
 FINDING_KEYS = {"code", "slug", "severity", "title", "message", "location", "evidence", "fix",
                 "estimated_speedup", "estimate_basis"}

@@ -4,7 +4,7 @@ import re
 
 from helpers.reports import FIX_WITH_CODE, HOSTILE, empty_report, full_report, hostile_report, summary
 
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 from torchdoctor.report.markdown import render_markdown
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)(?:\\\\)*\|")  # a pipe after an even number of backslashes

@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers.reports import HOSTILE, full_report
 
-from torchdoctor.findings import Table
+from torchdoctor.model.findings import Table
 from torchdoctor.report import RENDERERS, render
 
 

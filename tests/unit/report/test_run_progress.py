@@ -2,7 +2,7 @@
 
 import io
 
-from torchdoctor.record import StepSample
+from torchdoctor.model.record import StepSample
 from torchdoctor.run.progress import CLEAR_LINE, RunProgress
 
 

@@ -2,8 +2,8 @@
 
 from helpers.reports import FIX_WITH_CODE, empty_report, finding, full_report, hostile_report
 
-from torchdoctor.findings import NotMeasured, Report
-from torchdoctor.record import Location
+from torchdoctor.model.findings import NotMeasured, Report
+from torchdoctor.model.record import Location
 from torchdoctor.report.terminal import render_text
 
 ANSI_ESC = "\x1b"
@@ -86,7 +86,7 @@ def test_empty_report_prints_only_no_findings():
 def test_the_terminal_width_comes_from_columns_and_paths_are_never_cut(monkeypatch):
     import io
 
-    from torchdoctor.findings import Table
+    from torchdoctor.model.findings import Table
     from torchdoctor.report import emit
 
     report = full_report()

@@ -3,12 +3,12 @@ timings it needs (DDP's backward timestamps, step categories, the communication 
 
 from helpers.records import record
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.distributed_record import (CommResult, CommSize, DdpBackward, DdpModel, DdpStep, DistributedInfo,
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.distributed_record import (CommResult, CommSize, DdpBackward, DdpModel, DdpStep, DistributedInfo,
                                             LinkInfo, NoSyncUse, RankIdentity)
-from torchdoctor.findings import Severity
-from torchdoctor.location import Location
-from torchdoctor.record import PhaseStats, RankView, StaticFinding, StepSample
+from torchdoctor.model.findings import Severity
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import PhaseStats, RankView, StaticFinding, StepSample
 
 DDP_LINE = Location("train.py", 20, "main")
 BACKWARD_LINE = Location("train.py", 31, "train_one_epoch")
@@ -128,7 +128,7 @@ def test_lateness_without_a_reason_counts_only_when_chance_cannot_explain_it():
 
 
 def test_a_straggler_that_waited_for_a_cpu_is_the_machine_and_ranks_low():
-    from torchdoctor.record import Contention
+    from torchdoctor.model.record import Contention
 
     rec = job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12)
     [before] = found(rec, "TD605")

@@ -2,7 +2,7 @@
 
 from helpers.records import call, loader, record, sampled, site
 
-from torchdoctor.record import CudaMemory, NvmlRecord, NvmlSample
+from torchdoctor.model.record import CudaMemory, NvmlRecord, NvmlSample
 from torchdoctor.rules.compute import NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.data import BlockingTransfer, PageableTransfer
 from torchdoctor.rules.facts import RunFacts
@@ -112,8 +112,8 @@ def test_underused_gpu_and_throttling_from_nvml_samples():
 
 
 def test_summary_says_why_gpu_metrics_are_missing():
-    from torchdoctor.diagnose.run import analyze
-    from torchdoctor.record import NvmlRecord
+    from torchdoctor.diagnosis.run import analyze
+    from torchdoctor.model.record import NvmlRecord
 
     assert "used the CPU" in analyze(record()).summary.gpu_metrics_missing
     no_driver = record(cuda=True)

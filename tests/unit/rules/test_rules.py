@@ -2,8 +2,8 @@
 
 from helpers.records import call, loader, optimizer, record, sampled, site
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.record import PhaseStats, Location
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.record import PhaseStats, Location
 from torchdoctor.rules.data import DataLoaderStall, WorkerRespawn
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PythonLoopOps

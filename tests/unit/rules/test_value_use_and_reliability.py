@@ -4,9 +4,9 @@ import pytest
 
 from helpers.records import record
 
-from torchdoctor.diagnose.reliability import apply_spread, busy_machine
-from torchdoctor.findings import Finding, Severity
-from torchdoctor.record import Contention, StepSample
+from torchdoctor.diagnosis.reliability import apply_spread, busy_machine
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.record import Contention, StepSample
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.value_use import ACCUMULATE, CONTROL, EXTERNAL, LOG, OTHER, value_use
 

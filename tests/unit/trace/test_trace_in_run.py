@@ -5,15 +5,15 @@ import pytest
 from helpers.trace_builder import sync_steps
 from helpers.trace_builder import TraceBuilder
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.findings import Finding, NotMeasured, Report, Severity
-from torchdoctor.location import Location
-from torchdoctor.record import Environment, RunInfo, RunRecord
-from torchdoctor.rundir import load_record, write_run
-from torchdoctor.run import measure
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.findings import Finding, NotMeasured, Report, Severity
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import Environment, RunInfo, RunRecord
+from torchdoctor.pipeline import load_record, write_run
+from helpers.measure import measure
 from torchdoctor.run.probeset import TRACE_FILE
 from torchdoctor.run.runner import RunRequest
-from torchdoctor.diagnose.trace_evidence import merge_trace_findings
+from torchdoctor.diagnosis.trace_evidence import merge_trace_findings
 from torchdoctor.trace import analyze_trace_files
 
 SCRIPT = """

@@ -9,7 +9,7 @@ from torchdoctor import cli
 from torchdoctor.errors import InputError
 from torchdoctor.report import render
 from torchdoctor.rules.registry import CATALOGUE, engines_for
-from torchdoctor.diagnose.trace import trace_report
+from torchdoctor.diagnosis.trace import trace_report
 from torchdoctor.trace import analyze_trace_files, trace_findings
 from torchdoctor.rules.registry import detected_codes
 

@@ -9,10 +9,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.data import DataLoader, Dataset
 
-from torchdoctor.serialize import from_plain, to_plain
-from torchdoctor.diagnose.trace import trace_report
+from torchdoctor.model.serialize import from_plain, to_plain
+from torchdoctor.diagnosis.trace import trace_report
 from torchdoctor.trace import analyze_trace_files, trace_findings
-from torchdoctor.trace_summary import TraceSummary
+from torchdoctor.model.trace_summary import TraceSummary
 from torchdoctor.trace.loader import load_trace
 
 

@@ -10,11 +10,11 @@ import json
 import pytest
 from helpers.real_fixtures import cases
 
-from torchdoctor.diagnose.run import analyze
-from torchdoctor.findings import Severity
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.findings import Severity
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP
-from torchdoctor.rundir import load_record
-from torchdoctor.serialize import to_plain
+from torchdoctor.pipeline import load_record
+from torchdoctor.model.serialize import to_plain
 from torchdoctor.trace import analyze_trace_files, idle, trace_findings
 from torchdoctor.trace.loader import load_trace
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from helpers.records import record
 
-from torchdoctor.findings import Finding, Report, Severity
-from torchdoctor.record import RankView
+from torchdoctor.model.findings import Finding, Report, Severity
+from torchdoctor.model.record import RankView
 from torchdoctor.tune.plan import SCALING, Trial, plan_trials
 from torchdoctor.tune.trials import TrialSettings, command_for
 

@@ -5,10 +5,10 @@ import pytest
 
 from helpers.records import loader, noisy, record
 
-from torchdoctor.findings import Finding, Report, Severity
+from torchdoctor.model.findings import Finding, Report, Severity
 from torchdoctor.tune import tuner as tuner_module
 from torchdoctor.tune.plan import COMBINED, FIX, UPPER_BOUND, Trial, plan_trials
-from torchdoctor.diagnose.tune import estimate_checks, recommended, tune_report
+from torchdoctor.tune.report import estimate_checks, recommended, tune_report
 from torchdoctor.tune.trials import TrialResult, TrialSettings
 from torchdoctor.tune.tuner import Tuner
 
@@ -65,7 +65,7 @@ def fake_analyze(rec):
 
 def tune(tmp_path, monkeypatch, fake, **kw):
     monkeypatch.setattr(tuner_module, "run_trial", fake)
-    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", fake_analyze)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", fake_analyze)
     settings = TrialSettings("train.py", [], False, 30, 2, 60)
     return Tuner(settings, tmp_path, analyze=fake_analyze, **kw).run()
 
@@ -134,7 +134,7 @@ def test_an_upper_bound_is_checked_against_the_findings_figure_for_removing_the_
         return Report(source="run", tool_version="0", findings=[eval_finding])
 
     monkeypatch.setattr(tuner_module, "run_trial", FakeTrials({"baseline": 0.1, "eval=off": 0.05}))
-    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_eval)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_eval)
     outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_eval).run()
     (check,) = [c for c in estimate_checks(outcome) if c.trial == "eval=off"]
     assert check.estimated == 2.0 and check.measured == pytest.approx(2.0, rel=0.05) and check.agreement < 1.05
@@ -157,7 +157,7 @@ def test_an_upper_bound_beyond_the_baselines_own_numbers_is_not_called_a_ceiling
 
     fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})  # 2.5x: more than removing 13 % can give
     monkeypatch.setattr(tuner_module, "run_trial", fake)
-    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_with_checkpoint)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_with_checkpoint)
     outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
     notes = " ".join(tune_report(outcome).notes)
     assert "allow at most 1.15x" in notes and "not taken as a ceiling" in notes
@@ -177,7 +177,7 @@ def test_the_tune_report_diagnoses_the_baseline_once(tmp_path, monkeypatch):
     fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})
     monkeypatch.setattr(tuner_module, "run_trial", fake)
     outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
-    monkeypatch.setattr("torchdoctor.diagnose.tune.analyze", analyze_with_checkpoint)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_with_checkpoint)
     diagnosed.clear()
     notes = " ".join(tune_report(outcome).notes)
     assert "allow at most 1.15x" in notes

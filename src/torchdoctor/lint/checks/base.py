@@ -8,7 +8,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator
 
-from torchdoctor.findings import Severity
+from torchdoctor.model.findings import Severity
 from torchdoctor.lint.facts import Facts
 
 

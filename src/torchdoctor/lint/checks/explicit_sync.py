@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from torchdoctor.findings import Severity
+from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.context import EVAL, STEP, Region, nearest_loop
 from torchdoctor.lint.environment import environment_writes

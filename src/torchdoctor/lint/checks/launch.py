@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from torchdoctor.findings import Severity
+from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit, drop_argument
 from torchdoctor.lint.context import Region
 from torchdoctor.lint.facts import Facts

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from torchdoctor.comm.environment import CRIPPLING_NCCL_ENV, crippling_settings, what_it_does
-from torchdoctor.findings import Severity
+from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.environment import environment_writes
 from torchdoctor.lint.facts import Facts

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from torchdoctor.findings import Severity
+from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host

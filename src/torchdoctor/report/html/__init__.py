@@ -7,7 +7,7 @@ style, for places that embed it (a notebook's `_repr_html_`). Sections live in `
 
 from __future__ import annotations
 
-from torchdoctor.findings import Report
+from torchdoctor.model.findings import Report
 from torchdoctor.report.common import one_line
 from torchdoctor.report.html.sections import SECTIONS, Section
 from torchdoctor.report.html.style import CSS

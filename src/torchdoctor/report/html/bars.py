@@ -3,7 +3,7 @@ run with its noise band. Bars run left to right, one row per item, names on the 
 
 from __future__ import annotations
 
-from torchdoctor.figures import MemoryPeaks, RunBar, TimeSplit
+from torchdoctor.model.figures import MemoryPeaks, RunBar, TimeSplit
 from torchdoctor.report.common import SPLIT_ROWS, fmt_bytes, fmt_ms, one_line
 from torchdoctor.report.html.svg import WIDTH, Plot, legend, upper
 from torchdoctor.report.html.text import esc_line

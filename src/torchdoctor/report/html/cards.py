@@ -3,8 +3,8 @@ around its location, the evidence, the fix and the estimate with its basis."""
 
 from __future__ import annotations
 
-from torchdoctor.figures import SourceExcerpt
-from torchdoctor.findings import Finding
+from torchdoctor.model.figures import SourceExcerpt
+from torchdoctor.model.findings import Finding
 from torchdoctor.report.common import DASH, fmt_speedup, fmt_value, where
 from torchdoctor.report.html.text import code, esc, esc_line, inline, prose
 

@@ -8,7 +8,7 @@ there is anything to draw and says "not measured" itself when there is not. Bar 
 from __future__ import annotations
 
 
-from torchdoctor.figures import CHECKPOINT, EPOCH, EVAL, SAMPLED, WARMUP, GpuSeries, MemoryPeaks, StepPoint, StepSeries
+from torchdoctor.model.figures import CHECKPOINT, EPOCH, EVAL, SAMPLED, WARMUP, GpuSeries, MemoryPeaks, StepPoint, StepSeries
 from torchdoctor.report.common import fmt_bytes, fmt_ms
 from torchdoctor.report.html import bars
 from torchdoctor.report.html.svg import RUG_ROW_PX, Plot, legend, upper

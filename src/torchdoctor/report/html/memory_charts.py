@@ -3,8 +3,8 @@ the peak step, and `torchdoctor memory`'s peak and samples/s against batch size.
 
 from __future__ import annotations
 
-from torchdoctor.figures import MemoryFigure, ScalingFigure
-from torchdoctor.memory_record import PARTS
+from torchdoctor.model.figures import MemoryFigure, ScalingFigure
+from torchdoctor.model.memory_record import PARTS
 from torchdoctor.report.common import fmt_bytes
 from torchdoctor.report.html.svg import Plot, legend, upper
 from torchdoctor.report.html.text import esc_line

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchdoctor.figures import Figures, StepSeries
-from torchdoctor.findings import Report
+from torchdoctor.model.figures import Figures, StepSeries
+from torchdoctor.model.findings import Report
 from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
 from torchdoctor.report.html import bars, cards, charts, memory_charts
 from torchdoctor.report.html.text import esc, esc_line, facts, note, prose, table

@@ -10,7 +10,7 @@ from torchdoctor.run.knobs.ddp import DdpKnobs
 from torchdoctor.run.knobs.loader import LoaderKnobs
 from torchdoctor.run.knobs.optimizer import OptimizerKnobs
 from torchdoctor.run.knobs.phases import CheckpointKnob
-from torchdoctor.record import RunRecord
+from torchdoctor.model.record import RunRecord
 
 GROUPS: tuple[type[KnobGroup], ...] = (LoaderKnobs, OptimizerKnobs, ComputeKnobs, CheckpointKnob, DdpKnobs)
 

@@ -11,7 +11,7 @@ import torch
 
 from torchdoctor.run.knobs.spec import format_value
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.record import KnobOutcome
+from torchdoctor.model.record import KnobOutcome
 
 
 @dataclass

@@ -19,7 +19,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from torchdoctor.run.knobs.base import KnobGroup
 from torchdoctor.run.probes.dataloader import batch_rows
 from torchdoctor.run.probes.frames import caller_location, location_of, user_frame
-from torchdoctor.record import LoaderOnlyStats
+from torchdoctor.model.record import LoaderOnlyStats
 from torchdoctor.run.session import StopRun
 
 # knob name → DataLoader argument it sets

@@ -19,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from torchdoctor.run.probes.frames import display_path, user_frame
-from torchdoctor.record import RunRecord
+from torchdoctor.model.record import RunRecord
 
 
 class _NodeTagger(TorchFunctionMode):

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchdoctor.distributed_record import CollectiveSite, DistributedInfo, RankIdentity
-from torchdoctor.location import Location
-from torchdoctor.record import RunRecord
+from torchdoctor.model.distributed_record import CollectiveSite, DistributedInfo, RankIdentity
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import RunRecord
 from torchdoctor.run.probes.frames import USER, classify_file, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.run.ranks import slow_link
+from torchdoctor.comm import slow_link
 from torchdoctor.run.session import RunSession
 
 OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",

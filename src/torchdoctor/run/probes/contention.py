@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from torchdoctor.record import Contention, RunRecord, StepSample
+from torchdoctor.model.record import Contention, RunRecord, StepSample
 from torchdoctor.run.session import RunSession
 
 SNAPSHOT_EVERY_S = 0.5  # a /proc read costs ~10 µs: never once per step of a fast loop

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from torchdoctor.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 
 MAX_EVENTS = 10_000
 

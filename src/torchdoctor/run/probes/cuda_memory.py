@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from torchdoctor.record import CudaMemory
+from torchdoctor.model.record import CudaMemory
 
 PEAK_ALLOCATED = "allocated_bytes.all.peak"
 PEAK_RESERVED = "reserved_bytes.all.peak"

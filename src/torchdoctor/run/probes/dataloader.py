@@ -15,7 +15,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDat
 from torchdoctor.run.probes.contention import thread_schedstat
 from torchdoctor.run.probes.frames import library_of, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.record import LoaderStats, RunRecord
+from torchdoctor.model.record import LoaderStats, RunRecord
 from torchdoctor.run.session import RunSession
 
 _BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor

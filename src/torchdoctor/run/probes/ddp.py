@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from torchdoctor.distributed_record import DdpBackward, DdpModel, DdpStep, DistributedInfo, NoSyncUse, RankIdentity
-from torchdoctor.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.model.distributed_record import DdpBackward, DdpModel, DdpStep, DistributedInfo, NoSyncUse, RankIdentity
+from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.frames import caller_location, location_of, own_caller_location, user_frame
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.run.ranks import slow_link
+from torchdoctor.comm import slow_link
 from torchdoctor.run.session import RunSession
 
 NS = 1e-9

@@ -25,7 +25,7 @@ from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_AP
 from torchdoctor.run.probes.frames import display_path, library_of, source_text, user_frame
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.record import ApiCall, Location, OpSite, RunRecord
+from torchdoctor.model.record import ApiCall, Location, OpSite, RunRecord
 
 EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
 MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from torchdoctor.record import Environment
+from torchdoctor.model.record import Environment
 
 WATCHED_ENV_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "MKL_", "CUDA_", "PYTORCH_")
 

@@ -18,11 +18,11 @@ from types import FrameType
 
 import torch
 
-import torchdoctor
-from torchdoctor.location import Location
+from torchdoctor.version import PACKAGE_DIR
+from torchdoctor.model.location import Location
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_DOCTOR_DIR = os.path.dirname(torchdoctor.__file__) + os.sep
+_DOCTOR_DIR = PACKAGE_DIR + os.sep
 _STDLIB_DIRS = tuple(
     {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
 )

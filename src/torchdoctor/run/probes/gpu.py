@@ -9,7 +9,7 @@ import torch
 
 from torchdoctor.run.probes.cuda_memory import read_cuda_memory, reset_peak
 from torchdoctor.run.probes.nvml import NvmlSampler, sample_device
-from torchdoctor.record import NvmlRecord, ProbeNote, RunRecord, StepSample
+from torchdoctor.model.record import NvmlRecord, ProbeNote, RunRecord, StepSample
 
 
 class GpuProbe:

@@ -33,7 +33,7 @@ import threading
 import time
 from collections import Counter
 
-from torchdoctor.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
+from torchdoctor.model.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import display_path, library_of, project_frames, source_text, user_frame
 
 SAMPLE_INTERVAL_S = 0.001  # in the window: many samples from a few steps

@@ -19,10 +19,10 @@ import torch
 from torch.optim.optimizer import Optimizer, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchdoctor.location import Location
-from torchdoctor.memory_record import (GRADIENTS, OPTIMIZER_STATES, OTHER, PARAMETERS, LiveAllocation,
+from torchdoctor.model.location import Location
+from torchdoctor.model.memory_record import (GRADIENTS, OPTIMIZER_STATES, OTHER, PARAMETERS, LiveAllocation,
                                        MemoryBreakdown, OomEvent, ParallelMemory)
-from torchdoctor.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes import cuda_memory
 from torchdoctor.run.probes.frames import USER, classify_file, display_path, location_of, user_frame
 from torchdoctor.run.probes.memory_ledger import (LARGEST_KEPT, StepAccount, StorageLedger, _op_name, first_line,

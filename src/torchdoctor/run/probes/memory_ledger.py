@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from torchdoctor.location import Location
-from torchdoctor.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
+from torchdoctor.model.location import Location
+from torchdoctor.model.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
 from torchdoctor.run.probes.frames import display_path, location_of, user_frame
 

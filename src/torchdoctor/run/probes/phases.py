@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from torchdoctor.record import Location, PhaseOccurrence, PhaseStats, RunRecord, StepSample
+from torchdoctor.model.record import Location, PhaseOccurrence, PhaseStats, RunRecord, StepSample
 from torchdoctor.run.probes.frames import library_of, location_of, project_frames, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.model.record import ProbeNote, RunRecord
 
 
 class ProfilerWindow:

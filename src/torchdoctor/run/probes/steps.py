@@ -20,10 +20,10 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from torchdoctor.location import Location
+from torchdoctor.model.location import Location
 from torchdoctor.run.probes.frames import caller_location, display_path, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.record import OptimizerInfo, RunRecord
+from torchdoctor.model.record import OptimizerInfo, RunRecord
 from torchdoctor.run.session import RunSession
 
 

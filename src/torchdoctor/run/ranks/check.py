@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from torchdoctor.comm.bench import DDP_BUCKET_BYTES, measure_all_reduce
-from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.ranks.identity import LaunchEnv
 
 CHECK_TIMEOUT_S = 20.0

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from torchdoctor.distributed_record import DistributedInfo, RankIdentity
-from torchdoctor.record import RunRecord
+from torchdoctor.model.distributed_record import DistributedInfo, RankIdentity
+from torchdoctor.model.record import RunRecord
 from torchdoctor.run.ranks.heartbeat import HeartbeatWriter
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, LaunchEnv, agent_store, agree_job_id
 
@@ -166,7 +166,7 @@ class RankRun:
             communication_check(record, self.store_for_check(), self.launch)
         if record.trace_file:
             record.trace_file = f"{self.rank_dir.name}/{record.trace_file}"
-        from torchdoctor.rundir import RECORD_FILE  # not at the top: a rank's start-up stays light
+        from torchdoctor.model.layout import RECORD_FILE# not at the top: a rank's start-up stays light
 
         record.save(self.rank_dir / RECORD_FILE)
         self.heartbeat.stop("done")
@@ -207,7 +207,7 @@ def run_rank(launch: LaunchEnv, ranks_dir: Path, make_request: Callable, launche
 def wait_for_neighbours(ranks_dir: Path, expected: int, timeout_s: float = MERGE_WAIT_S) -> list[Path]:
     """Ranks started by torchrun directly: the record files of this node's ranks, once all
     `expected` are there or the wait is over."""
-    from torchdoctor.rundir import RECORD_FILE
+    from torchdoctor.model.layout import RECORD_FILE
 
     deadline = time.monotonic() + timeout_s
     while True:

@@ -67,7 +67,7 @@ def launch_env(environ: dict[str, str] | None = None) -> LaunchEnv | None:
 def default_ranks_dir(target: str, launch: LaunchEnv, parent: Path = Path("torchdoctor-runs")) -> Path:
     """Where ranks started by torchrun directly write when no --out is given: one folder per
     launch, the same for every rank of this node (the launcher's run id names it)."""
-    from torchdoctor.rundir import safe_name
+    from torchdoctor.model.layout import safe_name
 
     stem = Path(target).stem if target.endswith(".py") else target.replace(".", "-")
     run_id = launch.run_id if launch.run_id and launch.run_id != "none" else f"{launch.master_addr}-{launch.master_port}"

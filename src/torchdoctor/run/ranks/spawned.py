@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.record import ProbeNote, RunRecord
+from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import USER, caller_location, classify_file
 from torchdoctor.run.probes.patching import PatchSet
 

@@ -1,0 +1,82 @@
+"""Evidence added to a record once the script has ended: what `lint` says about the code the
+run executed, and the analysis of the profiler window's trace.
+
+Both are stored in the record, so `torchdoctor report RUN_DIR` needs neither the script nor
+the trace again. Both are a bonus: a failure becomes a probe note and the run is kept.
+
+Only code that ran counts: a file is linted when one of its functions was seen running (stack
+samples, probe call sites) or it is the script, and a finding is kept when it is at module
+level or inside a function that ran. A large library's unused model files are imported, not
+executed: their findings would only be noise, and linting them costs seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from torchdoctor.model.record import ProbeNote, RunRecord, StaticFinding
+
+MODULE_LEVEL = "<module>"
+
+
+def add_evidence(record: RunRecord, run_dir: Path) -> None:
+    try:
+        record.static_findings = lint_executed(record)
+    except Exception as exc:  # the static cross-check is a bonus; never lose the run for it
+        record.probe_notes.insert(0, ProbeNote("lint", f"could not lint the executed files: {type(exc).__name__}: {exc}"))
+    if record.trace_file:
+        try:
+            from torchdoctor.trace import analyze_trace_files  # the parser loads only for runs that saved one
+
+            record.trace = analyze_trace_files([run_dir / record.trace_file])
+        except Exception as exc:  # the trace is a bonus; the file stays for `torchdoctor trace`
+            record.probe_notes.append(ProbeNote(
+                "profiler", f"could not analyse {record.trace_file}: {type(exc).__name__}: {exc}"))
+
+
+def lint_executed(record: RunRecord) -> list[StaticFinding]:
+    from torchdoctor.lint.api import lint_files  # imported late: plain runs need no linter until here
+
+    ran = executed_functions(record)
+    script = _absolute(record.run.script, record.run.cwd) if record.run.script.endswith(".py") else None
+    files = [f for f in record.source_files if f in ran or f == script]
+    found = []
+    for f in lint_files([Path(p) for p in files]):
+        if f.location is None:
+            continue
+        path = _absolute(f.location.path, record.run.cwd)
+        function = f.location.function or MODULE_LEVEL
+        if function != MODULE_LEVEL and function not in ran.get(path, ()):
+            continue  # inside a function that never ran
+        found.append(StaticFinding(f.code, f.slug, f.severity.value, path, f.location.line, f.message))
+    return found
+
+
+def executed_functions(record: RunRecord) -> dict[str, set[str]]:
+    """Absolute path -> names of the functions seen running there (the last part of each
+    qualified name, as the linter names the function around a line)."""
+    ran: dict[str, set[str]] = defaultdict(set)
+    for entry in record.functions_seen:
+        path, _, qualname = entry.rpartition("::")
+        ran[path].add(qualname.rsplit(".", 1)[-1])
+    for location in _probe_locations(record):
+        ran[_absolute(location.path, record.run.cwd)].add(location.function.rsplit(".", 1)[-1])
+    return ran
+
+
+def _probe_locations(record: RunRecord):
+    for loader in record.loaders:
+        yield from (loc for loc in (loader.created_at, loader.iterated_at) if loc)
+    for opt in record.optimizers:
+        yield from (loc for loc in (opt.created_at, opt.step_location, opt.zero_grad_location) if loc)
+    for phase in record.phases:
+        yield from (loc for loc in (phase.location, phase.inner_location) if loc)
+    yield from (site.location for site in record.dispatch.sites if site.location.line)
+    yield from (call.location for call in record.dispatch.api_calls)
+    yield from (hits.location for hits in record.line_profile.lines)
+
+
+def _absolute(path: str, cwd: str) -> str:
+    return os.path.normpath(os.path.join(cwd, path))

@@ -1,0 +1,194 @@
+"""Merge the ranks of a multi-rank run: RUN_DIR/rank-K/record.json -> one RunRecord.
+
+The merged record is the lowest rank's (its probes, its time split) with the job's view on
+top: each step's samples summed over the ranks (so samples/s is the job's throughput and
+`compare` puts one rank beside N), one `RankView` per rank for the cross-rank rules, the
+worst outcome as the run's status with the first failing rank's traceback, and what the
+launcher knew of ranks that left no record. Records of different launches are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from torchdoctor.model.distributed_record import DistributedInfo, RankIdentity
+from torchdoctor.errors import InputError
+from torchdoctor.model.record import RankView, RunRecord
+from torchdoctor.rules.facts import training_loader
+from torchdoctor.run.ranks.heartbeat import read_heartbeats
+from torchdoctor.model.serialize import SchemaError
+
+RANK_RECORD = "record.json"
+TOP_LINES = 12
+FAILED = ("crashed",)
+
+
+def rank_record_paths(run_dir: Path) -> list[Path]:
+    def rank_of(path: Path) -> int:
+        return int(path.parent.name.split("-", 1)[1])
+
+    found = [p for p in run_dir.glob(f"rank-*/{RANK_RECORD}") if p.parent.name.split("-", 1)[1].isdigit()]
+    return sorted(found, key=rank_of)
+
+
+def load_rank_records(run_dir: Path) -> list[RunRecord]:
+    records = []
+    for path in rank_record_paths(run_dir):
+        try:
+            records.append(RunRecord.load(path))
+        except SchemaError as exc:
+            raise InputError(f"cannot read {path.relative_to(run_dir)}: {exc}; copy that rank's record again, or "
+                             "remove its folder to report the other ranks") from None
+    return records
+
+
+def check_one_job(records: list[RunRecord], run_dir: Path) -> None:
+    """Every record must come from one launch: the same job id and world size."""
+    first = records[0]
+    for other in records[1:]:
+        a, b = _identity(first), _identity(other)
+        if a.job_id != b.job_id or a.world_size != b.world_size:
+            raise InputError(
+                f"{run_dir}: rank-{b.rank}/record.json is from another run than rank-{a.rank}/record.json (job "
+                f"{b.job_id[:8] or '?'} of {b.world_size} ranks, started {other.run.started_at}, "
+                f"{other.run.script} vs job {a.job_id[:8] or '?'} of {a.world_size} ranks, started "
+                f"{first.run.started_at}, {first.run.script}); put the rank folders of one run in one directory")
+
+
+def _identity(record: RunRecord) -> RankIdentity:
+    return record.distributed.identity if record.distributed else RankIdentity(rank=0, world_size=1)
+
+
+def merge_run_dir(run_dir: Path, outcome=None, launcher_record: RunRecord | None = None) -> RunRecord:
+    """The merged record of RUN_DIR's ranks. `outcome` is the launcher's (launch.LaunchOutcome);
+    without it (a re-render) what the previous merge knew of lost ranks is kept."""
+    records = load_rank_records(run_dir)
+    previous = _previous_merge(run_dir) if outcome is None else None
+    if not records:
+        if launcher_record is not None:
+            return launcher_record
+        if previous is not None:
+            return previous
+        raise InputError(f"{run_dir} has no rank-K/record.json; pass the folder `torchdoctor run` printed")
+    check_one_job(records, run_dir)
+    return merge(records, outcome, previous, launcher_record, heartbeats=read_heartbeats(run_dir))
+
+
+def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = None,
+          launcher_record: RunRecord | None = None, heartbeats: dict[int, dict] | None = None) -> RunRecord:
+    records = sorted(records, key=lambda r: _identity(r).rank)
+    base = records[0]
+    identity = _identity(base)
+    merged = replace(base, run=replace(base.run), steps=[replace(s) for s in base.steps])
+    merged.distributed = replace(base.distributed or DistributedInfo(identity=identity),
+                                 notes=list((base.distributed.notes if base.distributed else [])))
+    notes = merged.distributed.notes
+    heartbeats = heartbeats or {}
+    merged.ranks = [_view(r, heartbeats.get(_identity(r).rank)) for r in records]
+    present = {v.rank for v in merged.ranks}
+    merged.ranks += _lost_ranks(identity.world_size, present, outcome, previous, heartbeats)
+    merged.ranks.sort(key=lambda v: v.rank)
+    _merge_steps(merged, records, notes)
+    if merged.distributed.comm is None:
+        merged.distributed.comm = next((r.distributed.comm for r in records if r.distributed and r.distributed.comm),
+                                       None)
+    backends = {_identity(r).backend for r in records if _identity(r).backend}
+    if len(backends) > 1:
+        notes.append(f"the ranks initialised different backends ({', '.join(sorted(backends))}): every rank must "
+                     "pass the same backend to init_process_group")
+    _settle_status(merged, records, outcome, launcher_record)
+    if outcome is not None:
+        notes.extend(n for n in outcome.notes if n not in notes)
+    elif previous is not None and previous.distributed:
+        notes.extend(n for n in previous.distributed.notes if n not in notes)
+    if launcher_record is not None:
+        merged.probe_notes = launcher_record.probe_notes + merged.probe_notes
+    return merged
+
+
+def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
+    info = record.distributed
+    loader = training_loader(record)
+    lines = sorted(record.line_profile.lines, key=lambda h: -h.seconds)[:TOP_LINES]
+    return RankView(
+        rank=_identity(record).rank, host=_identity(record).host, status=record.run.status,
+        exit_code=record.run.exit_code, error=record.run.error, ended_by=record.run.ended_by,
+        wall_s=record.run.wall_s, epoch_t0=_identity(record).epoch_t0, steps=list(record.steps),
+        ddp_steps=list(info.ddp_steps) if info else [], collectives=list(info.collectives) if info else [],
+        phases=list(record.phases), loader_location=loader.iterated_at if loader else None, top_lines=lines,
+        last_position=(heartbeat or {}).get("position"), contention=record.contention,
+    )
+
+
+def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord | None,
+                heartbeats: dict[int, dict]) -> list[RankView]:
+    """Ranks with no record: what the launcher or the previous merge knew of them."""
+    known = {v.rank: v for v in (previous.ranks if previous else []) if v.rank not in present}
+    lost = []
+    for rank in range(world_size):
+        if rank in present:
+            continue
+        if rank in known:
+            lost.append(known[rank])
+            continue
+        code = outcome.exit_codes.get(rank) if outcome is not None else None
+        how = f"its process ended with exit code {code}" + (f" (killed by signal {-code})" if code and code < 0 else "")
+        if code is None:
+            how = "its record is not in this directory (another node's ranks: copy their rank-K folders here)"
+        lost.append(RankView(rank=rank, status="lost", exit_code=code or 0, error=f"rank {rank} wrote no record: {how}",
+                             last_position=(heartbeats.get(rank) or {}).get("position")))
+    return lost
+
+
+def _merge_steps(merged: RunRecord, records: list[RunRecord], notes: list[str]) -> None:
+    counts = {_identity(r).rank: len(r.steps) for r in records}
+    common = min(counts.values())
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"rank {k}: {v}" for k, v in sorted(counts.items()))
+        notes.append(f"the ranks disagree on step counts ({listed}); the merged run counts the {common} steps every "
+                     "rank finished (an uneven sampler, or a loop whose length depends on the rank?)")
+        merged.steps = merged.steps[:common]
+    for i, step in enumerate(merged.steps):
+        samples = [r.steps[i].samples for r in records]
+        step.samples = None if any(s is None for s in samples) else sum(samples)
+
+
+def _settle_status(merged: RunRecord, records: list[RunRecord], outcome, launcher_record: RunRecord | None) -> None:
+    run = merged.run
+    failed = [r for r in records if r.run.status in FAILED or (r.run.status == "exited" and r.run.exit_code)]
+    lost = [v for v in merged.ranks if v.status == "lost" and v.exit_code]
+    if failed:
+        first = _first_to_end(failed, outcome)
+        others = sorted(_identity(r).rank for r in records if r is not first)
+        run.status, run.exit_code = first.run.status, first.run.exit_code or 1
+        run.error = f"rank {_identity(first).rank} failed first:\n{first.run.error or ''}"
+        if others:
+            run.ended_by = (f"rank {_identity(first).rank} failed; the launcher stopped rank(s) "
+                            f"{', '.join(map(str, others))}, whose partial records are kept")
+    elif lost:
+        run.status, run.exit_code = "crashed", 1
+        run.error = lost[0].error + "\n"
+    elif outcome is not None and outcome.stall is not None:
+        run.status, run.ended_by = "stalled", outcome.stall.message
+    elif outcome is not None and outcome.interrupted or any(r.run.status == "interrupted" for r in records):
+        run.status, run.exit_code = "interrupted", 130
+    elif launcher_record is not None and launcher_record.run.status in FAILED:
+        run.status, run.exit_code, run.error = "crashed", 1, launcher_record.run.error
+    run.wall_s = max(r.run.wall_s for r in records)
+
+
+def _first_to_end(failed: list[RunRecord], outcome) -> RunRecord:
+    if outcome is not None and outcome.first_failure is not None:
+        for record in failed:
+            if _identity(record).rank == outcome.first_failure:
+                return record
+    return min(failed, key=lambda r: _identity(r).epoch_t0 + r.run.wall_s)
+
+
+def _previous_merge(run_dir: Path) -> RunRecord | None:
+    try:
+        record = RunRecord.load(run_dir / RANK_RECORD)
+    except SchemaError:
+        return None
+    return record if record.ranks else None

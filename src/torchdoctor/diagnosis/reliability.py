@@ -1,0 +1,85 @@
+"""How far to trust a run's timings: the spread of its step times and how busy the machine
+was. Estimates carry their noise: widened to a range when steps vary, withheld when they vary
+too much to size anything, and the report says when the machine was busy.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from torchdoctor.model.findings import Finding
+from torchdoctor.model.record import RunRecord
+from torchdoctor.rules.base import ms
+from torchdoctor.rules.facts import RunFacts, core_duration
+
+# p90/p50 of the measured steps' core time (phases excluded). Above WIDEN an estimate also gets
+# the range it spans between the median and the slow steps; above WITHHOLD the steps vary too
+# much for one number: half the steps at least 2x slower than the median.
+WIDEN_SPREAD = 1.25
+WITHHOLD_SPREAD = 2.0
+MIN_STEPS_FOR_SPREAD = 5
+# The training thread waiting this share of the measured time for a CPU: the machine was busy.
+BUSY_RUNQUEUE_SHARE = 0.10
+BUSY_LOAD_PER_CPU = 1.5
+
+
+def step_spread(facts: RunFacts) -> tuple[float, float] | None:
+    """(p50, p90) of the measured steps' core durations."""
+    cores = sorted(core_duration(s) for s in facts.measured)
+    if len(cores) < MIN_STEPS_FOR_SPREAD:
+        return None
+    p90 = cores[min(len(cores) - 1, round(0.9 * (len(cores) - 1)))]
+    return statistics.median(cores), p90
+
+
+def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
+    """Say each runtime estimate's noise; widen or withhold it when the steps vary."""
+    spread = step_spread(facts)
+    if spread is None or not facts.step_s:
+        return
+    p50, p90 = spread
+    ratio = p90 / p50 if p50 > 0 else float("inf")
+    words = f"step times p50 {ms(p50):.1f} ms, p90 {ms(p90):.1f} ms"
+    for f in findings:
+        if f.estimated_speedup is None:
+            continue
+        saved = facts.step_s * (1 - 1 / f.estimated_speedup)  # per step, as the rule sized it
+        if ratio > WITHHOLD_SPREAD:
+            f.evidence["estimate_if_steady"] = f.estimated_speedup
+            f.estimated_speedup = None
+            f.estimate_basis = (f"withheld: {words}, too spread for one number (re-run on a quieter machine or "
+                                f"with more --steps); sized on the mean step it was: {f.estimate_basis}")
+            continue
+        if ratio > WIDEN_SPREAD:
+            low, high = _speedup(p90, saved), _speedup(p50, saved)
+            f.evidence["estimate_range"] = [round(low, 3), round(high, 3)]
+            f.estimate_basis += f"; {words}: between {low:.2f}x and {high:.2f}x"
+        else:
+            f.estimate_basis += f"; {words}"
+
+
+def _speedup(step_s: float, saved_s: float) -> float:
+    return step_s / max(step_s - saved_s, step_s * 0.05)
+
+
+def busy_machine(record: RunRecord) -> str | None:
+    """A sentence saying the machine was busy during the measured steps, or None."""
+    c = record.contention
+    if c is None:
+        return None
+    share = c.runqueue_share
+    load = max((x for x in (c.load_start, c.load_end) if x is not None), default=None)
+    busy_queue = share is not None and share >= BUSY_RUNQUEUE_SHARE
+    busy_load = load is not None and c.cpus and load >= BUSY_LOAD_PER_CPU * c.cpus
+    if not (busy_queue or busy_load):
+        return None
+    facts = []
+    if share is not None:
+        facts.append(f"the training thread waited for a CPU {share:.0%} of the measured time")
+    if load is not None:
+        facts.append(f"load average {load:.1f} on {c.cpus} CPU{'s' if c.cpus != 1 else ''}")
+    if c.involuntary_switches:
+        facts.append(f"{c.involuntary_switches:,} involuntary context switches")
+    return ("The machine was busy during the measured steps (" + "; ".join(facts) + "): other processes took "
+            "CPU time, so step times and the estimates sized from them are less reliable; re-run on a quieter "
+            "machine to confirm.")

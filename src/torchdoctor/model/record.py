@@ -1,0 +1,429 @@
+"""The RunRecord: everything a run measured, as plain typed data.
+
+Probes write it, rules read it, and it is saved as `record.json` so a report can be
+re-made without re-running. Times are seconds; timestamps are seconds since run start.
+Bump SCHEMA_VERSION whenever a serialized shape changes; OLDEST_READABLE_SCHEMA says how far
+back a record still loads (later versions only added fields with defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo
+from torchdoctor.model.location import Location
+from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
+from torchdoctor.model.serialize import read_json, write_json
+from torchdoctor.model.trace_summary import TraceSummary
+
+# 2: knobs, loader_only, source_files, static_findings
+# 3: trace (the profiler window's analysis), loader epoch_start_steps and wait_cpu_s
+# 4: step_source, backward_calls, ended_by, startup_s, loop_location; closure_calls; unfinished_step;
+#    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
+# 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
+#    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line)
+SCHEMA_VERSION = 6
+OLDEST_READABLE_SCHEMA = 1
+
+
+@dataclass
+class RunInfo:
+    script: str
+    argv: list[str]
+    cwd: str
+    started_at: str  # ISO 8601, UTC
+    torchdoctor_version: str
+    warmup: int
+    steps_requested: int
+    max_seconds: float
+    wall_s: float = 0.0
+    # completed | step-limit | time-limit | interrupted | crashed | exited-early
+    status: str = "completed"
+    exit_code: int = 0
+    error: str | None = None  # traceback text when the script raised
+    knobs: dict[str, str] = field(default_factory=dict)
+    step_source: str | None = None  # what closed a step: "optimizer", "backward" (hand-written updates), None
+    backward_calls: int = 0  # in the whole run
+    ended_by: str | None = None  # how the run ended when torchdoctor had to enforce a stop
+    startup_s: float | None = None  # run start to the first training activity (loader, zero_grad, backward)
+    loop_location: Location | None = None  # where the first step's step() (or backward()) was called
+
+
+@dataclass
+class StepSample:
+    """One optimizer step: the interval from the previous step's end to this one's."""
+
+    index: int  # 1-based optimizer step number, warmup steps included
+    start: float
+    end: float
+    warmup: bool
+    sampled: bool  # ran under the dispatch sampler: excluded from timing statistics
+    micro_batches: int = 0  # backward() calls in the interval
+    closure_calls: int = 0  # closures an optimizer.step(closure) evaluated (LBFGS, Lightning)
+    samples: int | None = None  # batch rows delivered by DataLoaders in the interval
+    data_wait_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    zero_grad_s: float = 0.0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+    logging_s: float = 0.0
+    gpu_s: float | None = None  # CUDA-event time between step boundaries, when on CUDA
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class LoaderStats:
+    loader_id: int
+    created_at: Location | None
+    iterated_at: Location | None
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    drop_last: bool
+    dataset_len: int | None
+    iterator_starts_s: list[float] = field(default_factory=list)  # one per __iter__ call
+    first_batch_waits_s: list[float] = field(default_factory=list)  # first next() per epoch
+    # optimizer steps done when each __iter__ ran: step n+1 is the first of that epoch
+    epoch_start_steps: list[int] = field(default_factory=list)
+    batches: int = 0
+    wait_total_s: float = 0.0
+    # CPU time of the training thread inside next(): with num_workers=0 this tells loading
+    # that computes (needs cores) from loading that waits on storage (workers overlap it freely)
+    wait_cpu_s: float | None = None  # None: not measured (records before schema 3)
+    batches_in_eval: int = 0
+    batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
+    # next() in the sampled steps: its wall time, and how much of it the loading thread spent
+    # ready to run but without a CPU (other processes): tells starvation from waiting on storage
+    sampled_wait_s: float = 0.0
+    sampled_runqueue_s: float | None = None
+    dataset_type: str | None = None  # module.qualname of loader.dataset (None: records before schema 5)
+
+    @property
+    def runqueue_share(self) -> float | None:
+        if self.sampled_runqueue_s is None or self.sampled_wait_s <= 0:
+            return None
+        return min(1.0, self.sampled_runqueue_s / self.sampled_wait_s)
+
+
+@dataclass
+class OpSite:
+    """Aten ops issued from one user source line during the sampled steps."""
+
+    location: Location
+    ops: int  # over all sampled steps
+    internal_ops: int  # of which issued by torch library code called from this line
+    time_s: float  # op time plus the Python time just before each op, probe cost removed
+    op_counts: dict[str, int] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
+    median_numel: int = 0
+    backward_s: float = 0.0  # backward time of this line's autograd nodes, over the backward windows
+    backward_nodes: int = 0
+    param_updates: int = 0  # in-place ops on parameters (a hand-written optimizer)
+    entries: int = 0  # times the ops came here from another line: how often the line ran (≈)
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
+    text: str = ""  # the source line
+    fp32_matmul_ops_cuda: int = 0  # of its ops, fp32 matmul/conv on CUDA outside autocast (TD402's line)
+
+
+@dataclass
+class ApiCall:
+    """A host-sync, data-dependent or transfer call seen in a sampled window."""
+
+    location: Location
+    api: str  # e.g. "Tensor.item", "torch.nonzero", "Tensor.to"
+    kind: str  # host-sync | data-dependent | transfer-h2d | transfer-d2h | explicit-sync
+    phase: str  # train | eval
+    count: int
+    device: str  # device of the tensor involved ("cpu", "cuda:0")
+    detail: dict[str, Any] = field(default_factory=dict)  # e.g. pinned, non_blocking, bytes
+    # "device": the tensor is (or in a GPU run would be) on the GPU; "host": it stays on the
+    # host even in a GPU run (an index made without device=, data after .cpu()): no sync
+    placement: str = "device"
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
+    text: str = ""  # the source line
+
+
+@dataclass
+class DispatchSample:
+    sampled_steps: int = 0
+    sampled_step_s: list[float] = field(default_factory=list)
+    unsampled_median_step_s: float | None = None
+    total_ops: int = 0
+    probe_cost_per_op_s: float = 0.0
+    eval_batches_sampled: int = 0
+    backward_windows: int = 0  # steps whose backward was timed per line
+    sites: list[OpSite] = field(default_factory=list)
+    api_calls: list[ApiCall] = field(default_factory=list)
+    matmul_flops_per_op: float | None = None  # mean FLOPs of mm/addmm/bmm/conv ops
+    fp32_matmul_ops_cuda: int = 0  # fp32 matmul/conv ops on CUDA outside autocast
+    autocast_seen: bool = False
+
+
+@dataclass
+class LineHits:
+    location: Location
+    samples: int
+    text: str = ""  # the source line, read when the run ended
+    library: str | None = None  # the installed package the line belongs to; None: the user's code
+    seconds: float = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
+
+
+@dataclass
+class LineProfile:
+    """Stack samples of the main thread during measured steps, by innermost user line."""
+
+    interval_s: float = 0.005
+    total_samples: int = 0
+    lines: list[LineHits] = field(default_factory=list)
+    total_s: float = 0.0  # wall time the samples stand for (0: a record from before weights)
+    method: str = "thread"  # "signal": a timer interrupts the training thread; "thread": a sampling thread
+
+    def share(self, path: str, line: int) -> float | None:
+        """The line's share of the measured steps' time (by sample weight, or count in old records)."""
+        if not self.total_samples:
+            return None
+        same = [h for h in self.lines if (h.location.path, h.location.line) == (path, line)]
+        if self.total_s > 0:
+            return sum(h.seconds for h in same) / self.total_s
+        return sum(h.samples for h in same) / self.total_samples
+
+    def line_share(self, hits: LineHits) -> float:
+        return hits.seconds / self.total_s if self.total_s > 0 else hits.samples / max(1, self.total_samples)
+
+
+@dataclass
+class PhaseOccurrence:
+    after_step: int  # optimizer steps completed when it began
+    t: float  # when it began, seconds since the run started
+    seconds: float
+
+
+@dataclass
+class PhaseStats:
+    """Time in one kind of non-training work from one call site."""
+
+    kind: str  # eval | checkpoint | logging
+    location: Location | None  # the training-loop line that entered it (falls back to inner_location)
+    calls: int = 0
+    total_s: float = 0.0
+    in_measured_steps_s: float = 0.0  # inside measured steps that closed
+    calls_in_measured: int = 0
+    inner_location: Location | None = None  # the first user line inside it (model.eval(), print)
+    occurrences: list[PhaseOccurrence] = field(default_factory=list)  # the first 500
+
+
+@dataclass
+class OptimizerInfo:
+    class_name: str
+    param_tensors: int
+    params: int
+    foreach: bool | None  # as configured: None means PyTorch picks
+    fused: bool | None
+    created_at: Location | None
+    step_calls: int = 0
+    step_location: Location | None = None
+    zero_grad_calls: int = 0
+    zero_grad_set_to_none: bool | None = None
+    zero_grad_location: Location | None = None
+    zero_grad_total_s: float = 0.0
+    closure: Location | None = None  # the closure passed to step(closure): where it is defined
+
+
+@dataclass
+class CudaMemory:
+    device_total_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    alloc_retries: int
+    ooms: int
+    inactive_split_bytes: int = 0
+
+
+@dataclass
+class NvmlSample:
+    t: float
+    gpu_util: float | None = None  # percent
+    mem_util: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NvmlRecord:
+    available: bool
+    reason: str = ""  # why not, when not available
+    device_index: int | None = None
+    device_name: str | None = None
+    interval_s: float = 0.1
+    samples: list[NvmlSample] = field(default_factory=list)
+
+    def mean(self, attr: str) -> float | None:
+        """Mean of one sample field over the samples that have it (None where none do)."""
+        values = [v for v in (getattr(s, attr) for s in self.samples) if v is not None]
+        return sum(values) / len(values) if values else None
+
+
+@dataclass
+class Environment:
+    python: str
+    platform: str
+    torch: str
+    cuda_available: bool
+    cuda_used: bool = False
+    cuda_version: str | None = None
+    device_name: str | None = None
+    compute_capability: list[int] | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    float32_matmul_precision: str | None = None
+    cudnn_benchmark: bool | None = None
+    num_threads: int | None = None
+    cpu_count: int | None = None
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Contention:
+    """How busy the machine was during the measured steps (None: not measurable here)."""
+
+    window_s: float | None = None  # wall time covered by the readings
+    process_cpu_s: float | None = None  # CPU time of this process (all its threads)
+    thread_cpu_s: float | None = None  # the training thread on a CPU
+    thread_runqueue_s: float | None = None  # the training thread ready to run, waiting for a CPU
+    involuntary_switches: int | None = None  # of the training thread
+    load_start: float | None = None  # 1-minute load average
+    load_end: float | None = None
+    cpus: int | None = None  # CPUs this process may run on
+
+    @property
+    def runqueue_share(self) -> float | None:
+        if self.thread_runqueue_s is None or not self.window_s:
+            return None
+        return self.thread_runqueue_s / self.window_s
+
+
+@dataclass
+class ProbeNote:
+    """What a probe could not do, and why: shown in the report, never hidden."""
+
+    probe: str
+    message: str
+
+
+@dataclass
+class KnobOutcome:
+    """One `--set KNOB=VALUE` of this run: whether it took effect, and where or why not."""
+
+    name: str
+    value: str
+    applied: bool = False
+    detail: str = ""  # "applied to 2 DataLoaders (num_workers 0 -> 4)" or why it could not apply
+
+
+@dataclass
+class LoaderOnlyStats:
+    """The training DataLoader iterated alone (no model): the input pipeline's ceiling."""
+
+    batches: int
+    seconds: float
+    samples: int | None = None
+    location: Location | None = None  # where the loader was iterated
+
+
+@dataclass
+class StaticFinding:
+    """What `torchdoctor lint` said about a file this run executed, kept with the run so a
+    re-rendered report does not depend on the source as it is later."""
+
+    code: str
+    slug: str
+    severity: str
+    path: str  # absolute, for matching with runtime locations
+    line: int
+    message: str
+
+
+@dataclass
+class RankView:
+    """One rank of a merged multi-rank run, as the cross-rank rules compare it (the rank's
+    full record stays in RUN_DIR/rank-K/record.json)."""
+
+    rank: int
+    host: str = ""
+    status: str = "completed"
+    exit_code: int = 0
+    error: str | None = None
+    ended_by: str | None = None
+    wall_s: float = 0.0
+    epoch_t0: float = 0.0  # time.time() at the rank's t0: its steps on the ranks' common clock
+    steps: list[StepSample] = field(default_factory=list)
+    ddp_steps: list[DdpStep] = field(default_factory=list)
+    collectives: list[CollectiveSite] = field(default_factory=list)
+    phases: list[PhaseStats] = field(default_factory=list)
+    loader_location: Location | None = None  # where its training DataLoader was iterated
+    top_lines: list[LineHits] = field(default_factory=list)  # its most sampled lines
+    last_position: str | None = None  # the line its heartbeat last saw (a rank that hung)
+    contention: Contention | None = None  # how much it waited for a CPU (ranks sharing too few cores)
+
+    @property
+    def measured_steps(self) -> list[StepSample]:
+        return [s for s in self.steps if not s.warmup and not s.sampled]
+
+
+@dataclass
+class RunRecord:
+    run: RunInfo
+    environment: Environment
+    schema_version: int = SCHEMA_VERSION
+    steps: list[StepSample] = field(default_factory=list)
+    loaders: list[LoaderStats] = field(default_factory=list)
+    dispatch: DispatchSample = field(default_factory=DispatchSample)
+    line_profile: LineProfile = field(default_factory=LineProfile)
+    phases: list[PhaseStats] = field(default_factory=list)
+    optimizers: list[OptimizerInfo] = field(default_factory=list)
+    cuda_memory: CudaMemory | None = None
+    nvml: NvmlRecord | None = None
+    trace_file: str | None = None  # Kineto trace, relative to the run directory
+    trace: TraceSummary | None = None  # that trace analysed, so the report re-renders without it
+    probe_notes: list[ProbeNote] = field(default_factory=list)
+    knobs: list[KnobOutcome] = field(default_factory=list)  # changes applied for this run only
+    loader_only: LoaderOnlyStats | None = None  # set by the `data=loader-only` measurement
+    source_files: list[str] = field(default_factory=list)  # user files the run executed (absolute)
+    static_findings: list[StaticFinding] = field(default_factory=list)  # lint of source_files
+    unfinished_step: StepSample | None = None  # the interval open at the end, when no step completed
+    # "path::qualname" of the user's functions seen running (stack samples): static findings
+    # elsewhere in those files are left out as code that never ran
+    functions_seen: list[str] = field(default_factory=list)
+    contention: Contention | None = None
+    memory: MemoryBreakdown | None = None  # what filled memory in the accounted steps, or at a failure
+    batch_scaling: BatchScaling | None = None  # `torchdoctor memory`: trials at several batch sizes
+    distributed: DistributedInfo | None = None  # this rank's, in a multi-rank run (rank 0's when merged)
+    ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
+
+    @property
+    def measured_steps(self) -> list[StepSample]:
+        """Steps that count for timing: after warmup and not slowed by the sampler."""
+        return [s for s in self.steps if not s.warmup and not s.sampled]
+
+    def save(self, path: Path) -> None:
+        write_json(path, self)
+
+    @classmethod
+    def load(cls, path: Path) -> "RunRecord":
+        record = read_json(path, cls, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA)
+        record.schema_version = SCHEMA_VERSION  # upgraded in memory: older shapes only lack fields
+        return record

@@ -1,0 +1,75 @@
+"""The pipeline, in one readable place: measure -> evidence -> diagnose -> write.
+
+- measure: `run.runner` (a script), `run.inprocess` (a `watch()` block, a framework's fit) or
+  `run.ranks` (one process per rank) fill a RunRecord;
+- evidence: `diagnosis.evidence` adds what `lint` says about the executed files and the
+  analysis of the profiler window's trace to the record;
+- diagnose: `diagnosis.run.analyze` turns the record into a ranked Report;
+- write: record.json, report.json, report.md and report.html in the run directory.
+
+`report RUN_DIR` re-enters at "diagnose" from the saved record, without the script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from torchdoctor.errors import InputError
+from torchdoctor.model.findings import Report
+from torchdoctor.model.layout import HTML_FILE, MARKDOWN_FILE, RECORD_FILE, REPORT_FILE, recorded_source_hashes
+from torchdoctor.model.record import ProbeNote, RunRecord
+from torchdoctor.model.serialize import SchemaError
+from torchdoctor.report import render
+
+
+def write_run(run_dir: Path, record: RunRecord, report: Report) -> None:
+    record.save(run_dir / RECORD_FILE)
+    report.save(run_dir / REPORT_FILE)
+    (run_dir / MARKDOWN_FILE).write_text(render(report, "md"), encoding="utf-8")
+    (run_dir / HTML_FILE).write_text(render(report, "html"), encoding="utf-8")
+
+
+def complete_run(run_dir: Path, record: RunRecord) -> Report:
+    """Everything after the measured code, whichever way it ran (`torchdoctor run`, `watch()`,
+    a framework callback): the lint and trace evidence, the diagnosis, the run directory."""
+    from torchdoctor.diagnosis.evidence import add_evidence
+    from torchdoctor.diagnosis.run import analyze
+
+    add_evidence(record, run_dir)
+    report = analyze(record)
+    write_run(run_dir, record, report)
+    return report
+
+
+def finish_in_process(run, status: str = "completed", exit_code: int = 0, error: str | None = None,
+                      notes: Sequence[ProbeNote] = ()) -> Report | None:
+    """How code measured in this process ended (a `watch()` block, a framework's fit), then the
+    rest of the pipeline where this process writes. `run` is a `run.inprocess.InProcessRun`."""
+    if run.finished:
+        return run.report
+    record = run.finish(status, exit_code, error, notes=notes)
+    if record is not None:
+        run.report = complete_run(run.run_dir, record)
+    return run.report
+
+
+def diagnose_run_dir(run_dir: Path) -> Report:
+    """The report of a run directory, re-made from its record; the source excerpts compare
+    today's files with the hashes the run's own report.json recorded."""
+    from torchdoctor.diagnosis.run import analyze
+
+    return analyze(load_record(run_dir), recorded_source_hashes(run_dir))
+
+
+def load_record(run_dir: Path) -> RunRecord:
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir} is not a run directory; pass the folder `torchdoctor run` printed")
+    if any(run_dir.glob("rank-*/record.json")):  # a multi-rank run (ranks copied from other nodes included)
+        from torchdoctor.diagnosis.ranks import merge_run_dir
+
+        return merge_run_dir(run_dir)
+    try:
+        return RunRecord.load(run_dir / RECORD_FILE)
+    except SchemaError as exc:
+        raise InputError(f"cannot read the run record: {exc}; re-run `torchdoctor run` to make a new one") from None

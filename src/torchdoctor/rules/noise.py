@@ -1,0 +1,95 @@
+"""Run-to-run noise from one run: split its measured steps into consecutive windows and see
+how much the window means move. A difference between two runs smaller than that is not a
+speedup."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from torchdoctor.model.record import RunRecord
+
+WINDOWS = 5
+MIN_STEPS_PER_WINDOW = 2
+Z_95 = 1.96
+# Without enough steps to measure noise, only a change this large counts as real.
+UNKNOWN_NOISE_THRESHOLD = 0.10
+# Windows within one run miss what differs between runs (another process, clocks, caches), so
+# no band is narrower than this; it matches the smallest gain a rule reports (rules/base.py).
+NOISE_FLOOR = 0.02
+# When either run was measured on a busy machine (other processes took its CPU), what moves
+# between runs is far larger than its windows show: 10 %, the spread seen between identical
+# runs on a loaded 2-core machine.
+BUSY_NOISE_FLOOR = 0.10
+
+
+@dataclass
+class Throughput:
+    """What a run achieved, with its uncertainty."""
+
+    step_s: float  # mean measured step time
+    steps_per_s: float
+    samples_per_s: float | None
+    relative_sem: float | None  # standard error of the mean step time / mean; None: too few steps
+
+
+def throughput(*records: RunRecord) -> Throughput | None:
+    """Of one run, or of repeats of one configuration pooled in run order: windows then span
+    the runs, so a shift between repeats widens the noise band as it should."""
+    steps = [s for record in records for s in record.measured_steps]
+    if not steps:
+        return None
+    durations = [s.duration_s for s in steps]
+    total = sum(durations)
+    samples = [s.samples for s in steps]
+    return Throughput(
+        step_s=total / len(durations),
+        steps_per_s=len(durations) / total,
+        samples_per_s=sum(samples) / total if all(n is not None for n in samples) else None,
+        relative_sem=_relative_sem(durations),
+    )
+
+
+def _relative_sem(durations: list[float]) -> float | None:
+    windows = min(WINDOWS, len(durations) // MIN_STEPS_PER_WINDOW)
+    if windows < 3:
+        return None
+    size = len(durations) // windows
+    means = [statistics.fmean(durations[i * size:(i + 1) * size]) for i in range(windows)]
+    mean = statistics.fmean(means)
+    return statistics.stdev(means) / mean / math.sqrt(windows) if mean > 0 else None
+
+
+@dataclass
+class Change:
+    """How run B compares with run A on one throughput measure."""
+
+    ratio: float  # B's throughput / A's (>1: B is faster)
+    noise: float | None  # the 95 % band on the ratio from the two runs' own noise
+    measure: str  # "samples/s" or "steps/s"
+
+    @property
+    def significant(self) -> bool:
+        band = self.noise if self.noise is not None else UNKNOWN_NOISE_THRESHOLD
+        return abs(self.ratio - 1.0) > band
+
+    def describe(self) -> str:
+        band = f"±{self.noise:.1%}" if self.noise is not None else "noise unknown: too few steps"
+        if not self.significant:
+            return f"no measurable change ({self.ratio:.2f}x, {band})"
+        return f"{self.ratio:.2f}x {self.measure} ({band})"
+
+
+def change(a: Throughput, b: Throughput, busy: bool = False) -> Change:
+    """Prefer samples/s (a batch_size change makes steps incomparable) when both runs have it.
+    `busy`: a run was measured on a busy machine, and the band is at least BUSY_NOISE_FLOOR."""
+    if a.samples_per_s and b.samples_per_s:
+        ratio, measure = b.samples_per_s / a.samples_per_s, "samples/s"
+    else:
+        ratio, measure = b.steps_per_s / a.steps_per_s, "steps/s"
+    floor = BUSY_NOISE_FLOOR if busy else NOISE_FLOOR
+    if a.relative_sem is None or b.relative_sem is None:
+        return Change(ratio, floor if busy else None, measure)
+    band = Z_95 * math.hypot(a.relative_sem, b.relative_sem) * ratio
+    return Change(ratio, max(band, floor), measure)

@@ -1,0 +1,201 @@
+"""The tune's report: the before/after table of every trial, the doctor's estimates checked
+against the measured gains, the staged ladder, failures and the recommended knob set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchdoctor.version import __version__
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.rules.noise import throughput
+from torchdoctor.compare.runs import ComparedRun, compare_runs
+from torchdoctor.model.findings import Finding, Report, Table
+from torchdoctor.tune.plan import COMBINED, FIX, LADDER, UPPER_BOUND
+from torchdoctor.tune.tuner import TunedTrial, TuneOutcome
+
+ESTIMATE_TOLERANCE = 1.5  # an estimate within this factor of the measured gain "agrees"
+
+
+@dataclass
+class EstimateCheck:
+    code: str
+    where: str
+    estimated: float | None
+    trial: str
+    measured: float | None
+    significant: bool
+
+    @property
+    def agreement(self) -> float | None:
+        """max(estimated/measured, measured/estimated): 1.0 is a perfect estimate."""
+        if self.estimated is None or self.measured is None or self.measured <= 0:
+            return None
+        return max(self.estimated / self.measured, self.measured / self.estimated)
+
+
+def estimate_checks(outcome: TuneOutcome, base_report: Report | None = None) -> list[EstimateCheck]:
+    """`base_report`: the baseline's diagnosis when the caller has it already."""
+    if base_report is None:
+        base_report = analyze(outcome.baseline.record)
+    checks = []
+    for trial in outcome.trials:
+        # an upper bound removes exactly the time its finding's estimate counts, so it checks it too
+        if trial.result.trial.kind not in (FIX, UPPER_BOUND) or not trial.ok:
+            continue
+        gain = outcome.gain(trial)
+        for finding in base_report.findings:
+            if finding.code in trial.result.trial.addresses:
+                where = f"{finding.location.path}:{finding.location.line}" if finding.location else "-"
+                checks.append(EstimateCheck(finding.code, where, _estimate_for(finding, trial), trial.result.trial.name,
+                                            gain.ratio if gain else None, bool(gain and gain.significant)))
+    return checks
+
+
+def _estimate_for(finding: Finding, trial: TunedTrial) -> float | None:
+    """What the trial should measure: the finding's estimate for a fix; for an upper bound,
+    which removes the whole phase, the finding's own figure for removing it."""
+    if trial.result.trial.kind == UPPER_BOUND:
+        return finding.evidence.get("speedup_if_removed")
+    return finding.estimated_speedup
+
+
+def recommended(outcome: TuneOutcome) -> TunedTrial | None:
+    """The fastest fix or combination that beat the baseline beyond noise."""
+    best, best_ratio = None, 1.0
+    for trial in outcome.trials:
+        if trial.result.trial.kind not in (FIX, COMBINED):
+            continue
+        gain = outcome.gain(trial)
+        if gain is not None and gain.significant and gain.ratio > best_ratio:
+            best, best_ratio = trial, gain.ratio
+    return best
+
+
+def tune_report(outcome: TuneOutcome) -> Report:
+    if not outcome.baseline.ok:
+        report = Report(source="tune", tool_version=__version__)
+        report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
+        return report
+    repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []
+    timed = [t for t in [outcome.baseline, *repeat, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
+    runs = [ComparedRun.of(t.result.trial.name, t.record) for t in timed]
+    if len(outcome.baseline_records()) == 2:
+        # the ratios in the table are the ones the recommendation and the estimate checks use
+        runs[0].name, runs[0].speed = "baseline (both runs pooled)", throughput(*outcome.baseline_records())
+    report = compare_runs(runs)
+    report.source = "tune"
+    base_report = analyze(outcome.baseline.record)  # read by the estimate checks and the upper-bound notes
+    checks = estimate_checks(outcome, base_report)
+    if checks:
+        report.tables.append(Table(
+            title="Estimated vs measured",
+            columns=["finding", "where", "estimated", "trial", "measured", "agreement"],
+            rows=[[c.code, c.where, _x(c.estimated), c.trial, _x(c.measured) if c.significant else
+                   f"{_x(c.measured)} (within noise)", _agreement(c)] for c in checks],
+            caption=("Estimated: the doctor's Amdahl estimate from the baseline (for an upper bound such as "
+                     "eval=off, its figure for removing the phase entirely). Measured: the trial's throughput "
+                     "over the baseline's, same steps, fresh process."),
+        ))
+    report.tables.append(_ladder(outcome))
+    failed = [t for t in outcome.trials if not t.ok]
+    if failed:
+        report.tables.append(Table(title="Failed trials", columns=["trial", "exit code", "error (last line)"],
+                                   rows=[[t.result.trial.name, t.result.exit_code, _last_line(t.result.error)]
+                                         for t in failed]))
+    report.notes[:0] = _summary_notes(outcome, base_report)
+    if len(outcome.baseline_records()) == 2:
+        report.notes.append("Every ratio is against both baseline runs pooled (one before the trials, one after), "
+                            "so drift during the tune widens the noise band instead of posing as a gain.")
+    return report
+
+
+def _ladder(outcome: TuneOutcome) -> Table:
+    rows = []
+    by_kind = {t.result.trial.name: t for t in outcome.trials if t.ok}
+    loader_only = by_kind.get("data=loader-only")
+    if loader_only is not None and loader_only.record.loader_only is not None:
+        lo = loader_only.record.loader_only
+        rows.append(["data loader alone", _r(lo.batches / lo.seconds) if lo.seconds else None,
+                     _r(lo.samples / lo.seconds) if lo.samples is not None and lo.seconds else None])
+    for label, trial in (("compute on cached data", by_kind.get("data=cached")),
+                         ("full run (baseline)", outcome.baseline),
+                         ("full run, recommended knobs", recommended(outcome))):
+        records = (outcome.baseline_records() if trial is outcome.baseline
+                   else [trial.record] if trial is not None and trial.ok else [])
+        speed = throughput(*records) if records else None
+        if speed is not None:
+            rows.append([label, _r(speed.steps_per_s), _r(speed.samples_per_s)])
+    return Table(title="Staged ladder", columns=["stage", "steps/s (batches/s)", "samples/s"], rows=rows,
+                 caption=("As in the first reference report: the loader alone is the input pipeline's ceiling; "
+                          "cached data shows what compute alone achieves; the gap to the full run is data loading."))
+
+
+def _summary_notes(outcome: TuneOutcome, base: Report) -> list[str]:
+    notes = []
+    best = recommended(outcome)
+    if best is not None:
+        gain = outcome.gain(best)
+        sets = " ".join(f"--set {s}" for s in best.result.trial.settings())
+        notes.append(f"Recommended: {sets} (measured {gain.describe()}). Make the same change in the script "
+                     f"to keep it; `torchdoctor rules CODE` shows how.")
+    else:
+        notes.append("No knob beat the baseline beyond run-to-run noise.")
+    for trial in outcome.trials:
+        gain = outcome.gain(trial)
+        if trial.result.trial.kind == UPPER_BOUND and gain is not None:
+            notes.append(_upper_bound_note(base, trial, gain))
+    if outcome.skipped:
+        notes.append("Skipped by --budget: " + "; ".join(outcome.skipped))
+    if outcome.interrupted:
+        notes.append("Interrupted: the trials that finished are compared above.")
+    return notes
+
+
+def _upper_bound_note(base: Report, trial: TunedTrial, gain) -> str:
+    """An upper bound is only a ceiling when it is measurable and agrees with what the baseline
+    itself measured: removing a phase of share s can give at most 1/(1-s)."""
+    name = trial.result.trial.name
+    if not gain.significant:
+        return f"Upper bound {name}: {gain.describe()}: its fix has nothing measurable to give here."
+    allowed = _evidence_ceiling(base, trial)
+    band = gain.noise if gain.noise is not None else 0.10
+    if allowed is not None and gain.ratio > allowed * (1 + band):
+        return (f"Upper bound {name} measured {gain.ratio:.2f}x, but the baseline's own measurements allow at most "
+                f"{allowed:.2f}x for what it removes: the runs differ by more than this knob (another process, a busy "
+                "machine); not taken as a ceiling. Re-run the tune on a quieter machine.")
+    return f"Upper bound {name}: {gain.describe()} — the most its fix can give."
+
+
+def _evidence_ceiling(base: Report, trial: TunedTrial) -> float | None:
+    """What removing the trial's target entirely can give, from the baseline's numbers (`base`:
+    its diagnosis)."""
+    if trial.result.trial.knobs.get("data") == "cached":
+        s = base.summary
+        return s.step_time_s / (s.step_time_s - s.split.data_wait_s) if s and s.step_time_s and \
+            s.step_time_s > s.split.data_wait_s else None
+    figures = [f.evidence.get("speedup_if_removed") for f in base.findings
+               if f.code in trial.result.trial.addresses and f.evidence.get("speedup_if_removed")]
+    return max(figures) if figures else None
+
+
+def _x(value: float | None) -> str:
+    return "not estimated" if value is None else f"{value:.2f}x"
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _agreement(check: EstimateCheck) -> str:
+    if check.agreement is None:
+        return "-"
+    verdict = "agrees" if check.agreement <= ESTIMATE_TOLERANCE else "off"
+    return f"{verdict} (factor {check.agreement:.2f})"
+
+
+def _last_line(error: str | None) -> str:
+    """The script's own last error line (the exception), not the doctor's closing message."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    own = [line for line in lines if not line.startswith("torchdoctor:")]
+    return (own or lines or ["no output"])[-1]
+
