@@ -67,13 +67,13 @@ def best_of(gains: dict[str, tuple[Trial, object]], accept) -> tuple[str | None,
 
 
 def measure(planted: Path, fixed: Path, work: Path) -> dict:
-    settings = TrialSettings(str(planted), [], False, STEPS, WARMUP, 300.0)
+    settings = TrialSettings(str(planted), [], False, steps=STEPS, warmup=WARMUP, max_seconds=300.0)
     outcomes = [Tuner(settings, work / f"tune{i}").run() for i in range(REPEATS)]
     failed = [o for o in outcomes if not o.baseline.ok]
     if failed:
         return {"example": planted.name, "error": failed[0].baseline.result.error}
     base = throughput(*[r for o in outcomes for r in o.baseline_records()])
-    fixed_settings = TrialSettings(str(fixed), [], False, STEPS, WARMUP, 300.0)
+    fixed_settings = TrialSettings(str(fixed), [], False, steps=STEPS, warmup=WARMUP, max_seconds=300.0)
     fixed_runs = [run_trial(Trial("fixed", {}, "fixed"), fixed_settings, work / f"fixed{i}") for i in range(REPEATS)]
     if not all(run.ok for run in fixed_runs):  # a crashed run's partial steps are no reference
         return {"example": planted.name, "error": f"{fixed.name} failed: {next(r for r in fixed_runs if not r.ok).error}"}

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):  # the result is complete after each pair: a stopped step keeps it
             for name, script in zip(records, DEMO):
-                settings = TrialSettings(str(ROOT / "examples" / script), [], False, args.steps, args.warmup, 120.0)
+                settings = TrialSettings(str(ROOT / "examples" / script), [], False, steps=args.steps, warmup=args.warmup, max_seconds=120.0)
                 print(f"running {script} ({r + 1}/{args.repeats})", flush=True)
                 run = run_trial(Trial(name, {}, FIX), settings, Path(tmp) / f"{name}{r}")
                 result["runs"].append({"script": script, "ok": run.ok, "seconds": round(run.seconds, 1),

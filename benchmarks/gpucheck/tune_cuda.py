@@ -34,7 +34,7 @@ def _trials(spec) -> list[Trial]:
 
 
 def tune_row(example: str, spec, budget_s: float, steps: int, warmup: int, work: Path) -> dict:
-    settings = TrialSettings(str(ROOT / "examples" / example), [], False, steps, warmup, min(90.0, budget_s))
+    settings = TrialSettings(str(ROOT / "examples" / example), [], False, steps=steps, warmup=warmup, max_seconds=min(90.0, budget_s))
     outcome = Tuner(settings, work, budget_s=budget_s, trials=_trials(spec)).run()
     if not outcome.baseline.ok:
         return {"example": example, "error": f"baseline failed: {outcome.baseline.result.error}"}

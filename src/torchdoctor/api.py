@@ -18,11 +18,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import traceback
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Sequence
 
+from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP
 from torchdoctor.errors import InputError, UsageError
 from torchdoctor.model.findings import Report
 
@@ -67,8 +67,8 @@ def _codes(values: Sequence[str] | str | None) -> list[str] | None:
     return None if values is None else [values] if isinstance(values, str) else list(values)
 
 
-def watch(steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
-          max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
+def watch(steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None, *,
+          max_seconds: float = DEFAULT_MAX_SECONDS, stop: bool = True, trace: bool | None = None,
           knobs: Sequence[str] = ()) -> Watch:
     """Measure the code in a `with` block as `torchdoctor run` measures a script.
 
@@ -110,17 +110,15 @@ class Watch:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
         from torchdoctor.pipeline import finish_in_process
+        from torchdoctor.run.outcome import Outcome
 
         run = self._run
         if run is None or run.finished:  # stop=False: measuring ended inside the block already
             return False
         swallowed = run.stop_probes(exc_type, exc, tb)
-        if exc_type is None or swallowed:
-            finish_in_process(run, "completed")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            finish_in_process(run, "interrupted", 130)
-        else:  # the block raised: what was measured is kept, and the exception goes on to the caller
-            finish_in_process(run, "crashed", 1, "".join(traceback.format_exception(exc_type, exc, tb)))
+        # the block raised: what was measured is kept, and the exception goes on to the caller
+        outcome = Outcome() if exc_type is None or swallowed else Outcome.of(exc)
+        finish_in_process(run, *outcome.astuple())
         return swallowed
 
     # ---- results ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.diagnosis.steps import no_step_explanation
 from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, Interrupted,
                                 NoStepsMeasured, ScriptFailed, UsageError)
+from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP, Limits
 from torchdoctor.report import RENDERERS, emit
 
 HELP = "run a training script under the probes and diagnose it"
@@ -26,9 +27,12 @@ def parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="torchdoctor run", description=HELP,
                       formatter_class=argparse.RawDescriptionHelpFormatter,
                       epilog="knobs for --set (this run only, the script is not edited):\n" + knob_help())
-    p.add_argument("--steps", type=non_negative(int), default=30, help="optimizer steps to measure (default 30)")
-    p.add_argument("--warmup", type=non_negative(int), default=3, help="steps run before measuring (default 3)")
-    p.add_argument("--max-seconds", type=non_negative(float), default=300.0, help="stop the script after this long")
+    p.add_argument("--steps", type=non_negative(int), default=DEFAULT_STEPS,
+                   help=f"optimizer steps to measure (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", type=non_negative(int), default=DEFAULT_WARMUP,
+                   help=f"steps run before measuring (default {DEFAULT_WARMUP})")
+    p.add_argument("--max-seconds", type=non_negative(float), default=DEFAULT_MAX_SECONDS,
+                   help=f"stop the script after this long (default {DEFAULT_MAX_SECONDS:g})")
     p.add_argument("--out", type=Path, help="run directory (default ./torchdoctor-runs/<time>-<script>/)")
     p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
     p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
@@ -63,8 +67,7 @@ def main(argv: Sequence[str]) -> int:
         if not opts.target:
             raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
         target, args, module = opts.target, opts.args, False
-    if opts.steps == 0:
-        raise UsageError("--steps must be at least 1")
+    Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds).check()
     knobs = parse_settings(opts.knobs)
     distributed = _distributed(opts, knobs, target, args, module)
     if distributed is not None:

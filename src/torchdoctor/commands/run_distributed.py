@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from torchdoctor.errors import EXIT_SCRIPT_FAILED, UsageError
+from torchdoctor.model.limits import Limits
 
 
 def validate(opts, nproc: int | None) -> None:
@@ -25,8 +26,8 @@ def validate(opts, nproc: int | None) -> None:
 
 def child_argv(opts, raw_knobs: list[str], run_dir: Path, target: str, args: list[str], module: bool) -> list[str]:
     """The `torchdoctor run` command line every rank runs: the same limits and knobs."""
-    argv = ["--out", str(run_dir.resolve()), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
-            "--max-seconds", str(opts.max_seconds), "--format", opts.format]
+    limits = Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds)
+    argv = ["--out", str(run_dir.resolve()), *limits.argv(), "--format", opts.format]
     if opts.trace is not None:
         argv.append("--trace" if opts.trace else "--no-trace")
     for setting in raw_knobs:

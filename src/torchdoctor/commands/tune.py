@@ -71,8 +71,8 @@ def main(argv: Sequence[str]) -> int:
     tune_dir = create_run_dir(opts.out, opts.target, parent=DEFAULT_PARENT)
     if opts.nproc_per_node is not None and opts.nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be at least 1")
-    settings = TrialSettings(opts.target, list(opts.args), opts.module, opts.steps, opts.warmup, opts.max_seconds,
-                             nproc_per_node=opts.nproc_per_node)
+    settings = TrialSettings(opts.target, list(opts.args), opts.module, steps=opts.steps, warmup=opts.warmup,
+                             max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node)
     outcome = Tuner(settings, tune_dir, opts.budget, trials, on_trial=TuneProgress()).run()
     report = tune_report(outcome)
     report.save(tune_dir / "tune.json")

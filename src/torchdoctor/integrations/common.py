@@ -9,12 +9,12 @@ reaches the step limit at the same step; rank 0 alone writes the run directory.
 from __future__ import annotations
 
 import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.model.record import ProbeNote
 from torchdoctor.pipeline import finish_in_process
+from torchdoctor.run.outcome import Outcome
 from torchdoctor.run.inprocess import InProcessRun, MeasureSpec, main_script, script_label
 
 if TYPE_CHECKING:
@@ -46,14 +46,10 @@ class FrameworkRun:
     def end(self, status: str = "completed", exc: BaseException | None = None) -> Report | None:
         if not self.measuring:
             return self.run.report
-        error = None
-        if exc is not None:
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed"
-            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        outcome = Outcome.of(exc) if exc is not None else Outcome(status)
         self.run.stop_probes()
         notes = self._micro_step_note()
-        return finish_in_process(self.run, status, 130 if status == "interrupted" else 1 if error else 0, error,
-                                 notes=notes)
+        return finish_in_process(self.run, *outcome.astuple(), notes=notes)
 
     def _micro_step_note(self) -> list[ProbeNote]:
         """The framework's count of micro-steps against the probes' `backward()` calls: they

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP
 from torchdoctor.integrations.common import CallbackResults, FrameworkRun
 from torchdoctor.run.inprocess import MeasureSpec
 
@@ -37,8 +38,8 @@ class DoctorCallback(CallbackResults, TrainerCallback):
     `self.report` (on process zero), the run directory `self.run_dir`; `out`, `max_seconds`,
     `trace` and `knobs` as in `torchdoctor.watch()`."""
 
-    def __init__(self, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None, *,
-                 max_seconds: float = 300.0, stop: bool = True, trace: bool | None = None,
+    def __init__(self, steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None, *,
+                 max_seconds: float = DEFAULT_MAX_SECONDS, stop: bool = True, trace: bool | None = None,
                  knobs: tuple[str, ...] = ()) -> None:
         self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
         self.stop = stop

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from torchdoctor.model.limits import Limits
+from torchdoctor.run.children import output_tail, run_bounded, torchrun_command
 from torchdoctor.rules.noise import throughput
 from torchdoctor.diagnosis.ranks import rank_record_paths
 from torchdoctor.memory.child import VERDICT_FILE
@@ -26,22 +28,18 @@ from torchdoctor.model.memory_record import FAILED, FITS, OOM, BatchTrial
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.model.serialize import SchemaError
-from torchdoctor.tune.trials import output_tail, run_bounded
 
-KILL_GRACE_S = 30.0
+BACKSTOP_S = 30.0  # after --max-seconds a trial stops itself; past this more, it is stopped
 ERROR_TAIL_CHARS = 400
 NO_LOADER = ("no DataLoader fed the training steps (batches made by the script itself): the batch_size knob "
              "changes DataLoader(batch_size=...)")
 
 
 @dataclass
-class TrialSettings:
+class TrialSettings(Limits):  # the limits are keywords; `memory` passes its own (short trials)
     target: str
     args: list[str]
     module: bool = False
-    warmup: int = 2
-    steps: int = 6
-    max_seconds: float = 120.0
     limit_bytes: int | None = None  # made real in the trial process (see child.py)
     limit_mode: str | None = None  # rlimit | cuda | measure (benchmarks: the address space's growth)
     nproc_per_node: int = 1
@@ -83,11 +81,9 @@ class ProcessTrials:
     # ---- one trial ----------------------------------------------------------------------
     def command(self, batch: int | None, run_dir: Path) -> list[str]:
         s = self.settings
-        cmd = [sys.executable, "-m"]
-        if s.nproc_per_node > 1:
-            cmd += ["torch.distributed.run", "--standalone", "--nproc-per-node", str(s.nproc_per_node), "-m"]
-        cmd += ["torchdoctor.memory.child", "--out", str(run_dir), "--warmup", str(s.warmup), "--steps", str(s.steps),
-                "--max-seconds", str(s.max_seconds)]
+        child = "torchdoctor.memory.child"
+        cmd = torchrun_command(s.nproc_per_node, child) if s.nproc_per_node > 1 else [sys.executable, "-m", child]
+        cmd += ["--out", str(run_dir), *s.limits().argv()]
         if batch is not None:
             cmd += ["--batch-size", str(batch)]
         if s.limit_mode:
@@ -103,7 +99,7 @@ class ProcessTrials:
         run_dir = self.out_dir / "trials" / f"{self._count:02d}-batch-{batch if batch is not None else 'script'}"
         run_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        limit = self.settings.max_seconds + KILL_GRACE_S
+        limit = self.settings.max_seconds + BACKSTOP_S
         code = _run_process(self.command(batch, run_dir), run_dir / "output.log", limit)
         seconds = time.monotonic() - started
         ranks = _rank_records(run_dir) if self.settings.nproc_per_node > 1 else None

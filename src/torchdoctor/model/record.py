@@ -40,7 +40,7 @@ class RunInfo:
     steps_requested: int
     max_seconds: float
     wall_s: float = 0.0
-    # completed | step-limit | time-limit | interrupted | crashed | exited-early
+    # one of run/outcome.py STATUSES: completed | step-limit | time-limit | exited | interrupted | crashed
     status: str = "completed"
     exit_code: int = 0
     error: str | None = None  # traceback text when the script raised

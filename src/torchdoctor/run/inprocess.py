@@ -24,24 +24,23 @@ from typing import Sequence
 
 from torchdoctor.errors import UsageError
 from torchdoctor.model.findings import Report  # set by pipeline.finish_in_process
+from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP, Limits
 from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
 
 
 @dataclass
-class MeasureSpec:
+class MeasureSpec(Limits):
     """What to measure, as `torchdoctor run`'s options say it."""
 
-    steps: int = 30
-    warmup: int = 3
-    max_seconds: float = 300.0
     out: Path | None = None  # None: ./torchdoctor-runs/<time>-<label>/
     trace: bool | None = None  # None: a profiler window only when CUDA is in use
     knobs: Sequence[str] = field(default_factory=tuple)  # "KNOB=VALUE", as after `--set`
 
     @classmethod
-    def of(cls, steps: int = 30, warmup: int = 3, out: str | os.PathLike[str] | None = None,
-           max_seconds: float = 300.0, trace: bool | None = None, knobs: Sequence[str] = ()) -> "MeasureSpec":
+    def of(cls, steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None,
+           max_seconds: float = DEFAULT_MAX_SECONDS, trace: bool | None = None,
+           knobs: Sequence[str] = ()) -> "MeasureSpec":
         """From the API's arguments (`watch()`, the callbacks), checked."""
         spec = cls(steps=steps, warmup=warmup, max_seconds=max_seconds, out=Path(out) if out is not None else None,
                    trace=trace, knobs=knobs if isinstance(knobs, str) else tuple(knobs))
@@ -50,12 +49,7 @@ class MeasureSpec:
 
     def check(self) -> None:
         """A one-line UsageError for values `torchdoctor run` would refuse too."""
-        if not isinstance(self.steps, int) or self.steps < 1:
-            raise UsageError(f"steps must be a whole number of at least 1, not {self.steps!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise UsageError(f"warmup must be a whole number of at least 0, not {self.warmup!r}")
-        if not isinstance(self.max_seconds, (int, float)) or self.max_seconds <= 0:
-            raise UsageError(f"max_seconds must be a positive number, not {self.max_seconds!r}")
+        super().check()
         if isinstance(self.knobs, str):
             raise UsageError(f"knobs takes a list of 'KNOB=VALUE' strings, e.g. knobs=[{self.knobs!r}]")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchdoctor.version import __version__
+from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import ProbeNote, RunInfo, RunRecord
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
@@ -35,10 +36,7 @@ from torchdoctor.run.watchdog import Watchdog
 
 
 @dataclass
-class ProbeOptions:
-    warmup: int = 3
-    steps: int = 30
-    max_seconds: float = 300.0
+class ProbeOptions(Limits):
     trace: bool | None = None  # None: capture a profiler window only when CUDA is in use
     knobs: dict[str, Any] = field(default_factory=dict)  # parsed `--set` knobs
     listeners: list[Any] = field(default_factory=list)  # get the session's events (on_step, on_output, ...)

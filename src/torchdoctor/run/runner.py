@@ -11,28 +11,24 @@ import os
 import runpy
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from torchdoctor.version import PACKAGE_DIR
+from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import RunRecord
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
-from torchdoctor.run.session import StopRun
+from torchdoctor.run.outcome import CRASHED, Outcome
 from torchdoctor.run.target import check_target
 
 __all__ = ["RunRequest", "execute"]
 
 
 @dataclass
-class RunRequest:
+class RunRequest(Limits):  # the limits are keywords: RunRequest("train.py", steps=10)
     target: str
     args: list[str] = field(default_factory=list)
     module: bool = False
-    warmup: int = 3
-    steps: int = 30
-    max_seconds: float = 300.0
     trace: bool | None = None  # None: capture a profiler window only when CUDA is in use
     knobs: dict[str, Any] = field(default_factory=dict)  # parsed `--set` knobs, for this run only
     listeners: list[Any] = field(default_factory=list)  # get the session's events (on_step, on_output, ...)
@@ -44,18 +40,6 @@ class RunRequest:
     # Called with the ProbedRun once it exists, before the script starts (a rank's signal
     # watcher and heartbeat read its session)
     on_probed: Callable[[ProbedRun], None] | None = None
-
-
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback as the user would see it from plain `python`: our frames removed."""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(PACKAGE_DIR)
-        and os.path.basename(f.filename) != "runpy.py" and f.filename != "<frozen runpy>"
-    ]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
-    lines += traceback.format_exception_only(type(exc), exc)
-    return "".join(lines)
 
 
 def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = time.perf_counter) -> RunRecord:
@@ -93,21 +77,14 @@ def _run_target(request: RunRequest, probed: ProbedRun) -> tuple[str, int, str |
             sys.argv[:] = [request.target, *request.args]
             sys.path[0] = os.path.dirname(path)
             runpy.run_path(path, run_name="__main__")
-    except StopRun as stop:
-        return probed.session.stop_reason or stop.reason, 0, None
-    except SystemExit as exc:
-        code = exc.code
-        if code is None or code == 0:
-            return "exited", 0, None
-        return "exited", code if isinstance(code, int) else 1, None if isinstance(code, int) else str(code)
-    except KeyboardInterrupt:
-        return "interrupted", 130, None
-    except BaseException as exc:  # the user's script raised: keep what was measured
-        try:
-            probed.note_failure(exc)
-        except Exception:  # explaining a failure must never replace it
-            pass
-        return "crashed", 1, _user_traceback(exc)
+    except BaseException as exc:  # whatever the script did: keep what was measured
+        outcome = Outcome.of(exc, probed.session.stop_reason)
+        if outcome.status == CRASHED:
+            try:
+                probed.note_failure(exc)
+            except Exception:  # explaining a failure must never replace it
+                pass
+        return outcome.astuple()
     finally:
         probed.leave_code()
-    return "completed", 0, None
+    return Outcome().astuple()

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import StepSample
 
 CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
@@ -51,10 +52,7 @@ class WindowProbe(Protocol):
 
 
 @dataclass
-class SessionConfig:
-    warmup: int = 3
-    steps: int = 30
-    max_seconds: float = 600.0
+class SessionConfig(Limits):
     sampled_steps: int = 3  # dispatch-sampled steps, after warmup
     backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
     profiled_steps: int = 2  # torch.profiler steps after those, when enabled

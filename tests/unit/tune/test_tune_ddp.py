@@ -36,7 +36,7 @@ def test_a_single_rank_baseline_gets_no_nproc_trial():
 
 
 def test_trials_launch_the_baselines_ranks_and_a_trial_can_change_them():
-    settings = TrialSettings("train.py", ["--lr", "1"], False, 10, 2, 60.0, nproc_per_node=2)
+    settings = TrialSettings("train.py", ["--lr", "1"], False, steps=10, warmup=2, max_seconds=60.0, nproc_per_node=2)
     cmd = command_for(Trial("nproc=1", {"nproc": "1"}, SCALING), settings, Path("/tmp/t"))
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--set") + 1] == "nproc=1"
     assert cmd[-3:] == ["train.py", "--lr", "1"]

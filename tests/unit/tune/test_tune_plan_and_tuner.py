@@ -66,7 +66,7 @@ def fake_analyze(rec):
 def tune(tmp_path, monkeypatch, fake, **kw):
     monkeypatch.setattr(tuner_module, "run_trial", fake)
     monkeypatch.setattr("torchdoctor.tune.report.analyze", fake_analyze)
-    settings = TrialSettings("train.py", [], False, 30, 2, 60)
+    settings = TrialSettings("train.py", [], False, steps=30, warmup=2, max_seconds=60)
     return Tuner(settings, tmp_path, analyze=fake_analyze, **kw).run()
 
 
@@ -135,7 +135,7 @@ def test_an_upper_bound_is_checked_against_the_findings_figure_for_removing_the_
 
     monkeypatch.setattr(tuner_module, "run_trial", FakeTrials({"baseline": 0.1, "eval=off": 0.05}))
     monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_eval)
-    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_eval).run()
+    outcome = Tuner(TrialSettings("train.py", [], False, steps=30, warmup=2, max_seconds=60), tmp_path, analyze=analyze_eval).run()
     (check,) = [c for c in estimate_checks(outcome) if c.trial == "eval=off"]
     assert check.estimated == 2.0 and check.measured == pytest.approx(2.0, rel=0.05) and check.agreement < 1.05
 
@@ -158,7 +158,8 @@ def test_an_upper_bound_beyond_the_baselines_own_numbers_is_not_called_a_ceiling
     fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})  # 2.5x: more than removing 13 % can give
     monkeypatch.setattr(tuner_module, "run_trial", fake)
     monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_with_checkpoint)
-    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
+    outcome = Tuner(TrialSettings("train.py", [], False, steps=30, warmup=2, max_seconds=60), tmp_path,
+                    analyze=analyze_with_checkpoint).run()
     notes = " ".join(tune_report(outcome).notes)
     assert "allow at most 1.15x" in notes and "not taken as a ceiling" in notes
     assert "the most its fix can give" not in notes
@@ -176,7 +177,8 @@ def test_the_tune_report_diagnoses_the_baseline_once(tmp_path, monkeypatch):
 
     fake = FakeTrials({"baseline": 0.1, "checkpoint=off": 0.04})
     monkeypatch.setattr(tuner_module, "run_trial", fake)
-    outcome = Tuner(TrialSettings("train.py", [], False, 30, 2, 60), tmp_path, analyze=analyze_with_checkpoint).run()
+    outcome = Tuner(TrialSettings("train.py", [], False, steps=30, warmup=2, max_seconds=60), tmp_path,
+                    analyze=analyze_with_checkpoint).run()
     monkeypatch.setattr("torchdoctor.tune.report.analyze", analyze_with_checkpoint)
     diagnosed.clear()
     notes = " ".join(tune_report(outcome).notes)

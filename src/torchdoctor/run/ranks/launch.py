@@ -3,7 +3,7 @@ the ranks through PyTorch's own elastic launcher (`torch.distributed.run`, the e
 `torchrun`), each one `torchdoctor run` of the script (child.py), and keep the launch bounded.
 
 The launcher process is torchrun's agent: it starts the ranks in their own sessions, stops
-them all when one fails (SIGTERM, then SIGKILL after the shutdown timeout) and forwards
+them all when one fails (SIGTERM, then SIGKILL after the shutdown timeout; the options are run/children.py's) and forwards
 Ctrl-C. On top of it a stall watch reads the ranks' heartbeats and, when none makes progress
 for the stall timeout, names the rank the others wait for and stops the job through the agent
 (a SIGTERM to this process, which the agent turns into stopping every rank). Each rank writes
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
+from torchdoctor.run.children import torchrun_options
 from torchdoctor.run.ranks.heartbeat import Stall, StallWatch
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, RANKS_DIR_ENV
 
 DEFAULT_STALL_S = 60.0
-SHUTDOWN_TIMEOUT_S = 30  # the agent's SIGTERM-to-SIGKILL grace: a rank needs ~10 s to save when stuck
 
 
 @dataclass
@@ -106,25 +106,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launcher_accepts(option: str) -> bool:
-    """Whether this torch's torch.distributed.run knows `option`: torchrun gains flags over
-    releases (`--shutdown-timeout` is not in torch 2.11, whose torchrun exits 2 on it)."""
-    from torch.distributed.run import get_args_parser
-
-    return any(option in action.option_strings for action in get_args_parser()._actions)
-
-
 def launcher_argv(request: LaunchRequest) -> list[str]:
-    argv = ["--nproc-per-node", str(request.nproc_per_node), "--nnodes", str(request.nnodes),
-            "--max-restarts", "0", "--monitor-interval", "0.2"]
-    if launcher_accepts("--shutdown-timeout"):  # older torchrun waits its own default (30 s) after SIGTERM
-        argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
-    if request.rdzv_endpoint:
-        argv += ["--rdzv-backend", "static", "--rdzv-endpoint", request.rdzv_endpoint,
-                 "--node-rank", str(request.node_rank)]
-    else:
-        argv += ["--standalone"]
-    return argv + ["--module", "torchdoctor", "run", *request.child_argv]
+    return [*torchrun_options(request.nproc_per_node, nnodes=request.nnodes, node_rank=request.node_rank,
+                              rdzv_endpoint=request.rdzv_endpoint), "--module", "torchdoctor", "run",
+            *request.child_argv]
 
 
 def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import USER, caller_location, classify_file
 from torchdoctor.run.probes.patching import PatchSet
@@ -30,7 +31,7 @@ LAUNCH_INSTEAD = ("launch the ranks with `torchdoctor run --nproc-per-node N tra
 
 
 @dataclass
-class SpawnedRank:
+class SpawnedRank(Limits):
     """`fn` as the child runs it: under the probes. Pickled by the parent, called by torch."""
 
     fn: Any
@@ -38,9 +39,6 @@ class SpawnedRank:
     ranks_dir: str
     job_id: str
     script: str
-    warmup: int
-    steps: int
-    max_seconds: float
     trace: bool | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
 
@@ -48,8 +46,7 @@ class SpawnedRank:
         from torchdoctor.run.probed import ProbedRun, ProbeOptions
         from torchdoctor.run.ranks.child import RankRun
         from torchdoctor.run.ranks.identity import LaunchEnv
-        from torchdoctor.run.runner import _user_traceback
-        from torchdoctor.run.session import StopRun
+        from torchdoctor.run.outcome import COMPLETED, CRASHED, EXITED, Outcome
 
         launch = LaunchEnv(rank=index, world_size=self.nprocs, local_rank=index, local_world_size=self.nprocs,
                            node_rank=0, master_addr=os.environ.get("MASTER_ADDR"),
@@ -63,24 +60,27 @@ class SpawnedRank:
                                on_abandon=lambda record: rank.finish(record, after_script=False))
         probed = ProbedRun(options, rank.rank_dir, self.script, script_path=self.script)
         rank.attach(probed)
-        outcome, raised = ("completed", 0, None), None
+        outcome, raised = Outcome(), None
         with probed:
             probed.enter_code()
             try:
                 result = self.fn(index, *args)
-            except StopRun as stop:
-                outcome = (probed.session.stop_reason or stop.reason, 0, None)
-            except KeyboardInterrupt:
-                outcome = ("interrupted", 130, None)
-            except BaseException as exc:  # the child's failure is the parent's to see, as without the doctor
-                outcome, raised = ("crashed", 1, _user_traceback(exc)), exc
+            except BaseException as exc:
+                outcome = Outcome.of(exc, probed.session.stop_reason)
+                if outcome.status == CRASHED:
+                    try:
+                        probed.note_failure(exc)  # an out-of-memory error gets its diagnosis, as in a script
+                    except Exception:  # explaining a failure must never replace it
+                        pass
+                if outcome.status in (CRASHED, EXITED):  # the parent sees the child end as without the doctor
+                    raised = exc
             finally:
                 probed.leave_code()
-        probed.settle(*outcome)
+        probed.settle(*outcome.astuple())
         rank.finish(probed.record())
         if raised is not None:
             raise raised
-        return None if outcome[0] != "completed" else result
+        return None if outcome.status != COMPLETED else result
 
 
 class SpawnProbe:

@@ -12,6 +12,7 @@ from torchdoctor.errors import UsageError
 from torchdoctor.run.knobs.spec import parse_settings
 from torchdoctor.comm import slow_link
 from torchdoctor.run.ranks.heartbeat import StallWatch
+from torchdoctor.run.children import launcher_accepts
 from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, launcher_argv
 
 
@@ -126,7 +127,11 @@ def test_a_torchrun_without_shutdown_timeout_is_not_given_it(monkeypatch):
         return p
 
     monkeypatch.setattr(torchrun, "get_args_parser", older_parser)
-    argv = launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["t.py"]))
+    launcher_accepts.cache_clear()  # asked once per process; this test swaps the launcher
+    try:
+        argv = launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["t.py"]))
+    finally:
+        launcher_accepts.cache_clear()
     assert "--shutdown-timeout" not in argv and argv[:2] == ["--nproc-per-node", "2"]
 
 

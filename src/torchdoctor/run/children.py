@@ -1,0 +1,91 @@
+"""Child processes, through one door: torch.distributed.run's command line, the `torchdoctor`
+child command line with its limits, and running a child under a time limit.
+
+`run --nproc-per-node`, `comm` and `memory`'s DDP trials launch ranks with the same torchrun
+options (no restarts, a fast monitor, a short shutdown); `tune` and `memory` start one fresh
+process per trial and stop it, with everything it started, when its time is up or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from functools import lru_cache
+
+from torchdoctor.model.limits import Limits
+
+SHUTDOWN_TIMEOUT_S = 30  # torchrun's SIGTERM-to-SIGKILL grace for its ranks: a stuck rank needs ~10 s to save
+MONITOR_INTERVAL_S = 0.2  # how often torchrun's agent looks at its ranks (its default, 5 s, delays every stop)
+STOP_GRACE_S = 10.0  # a trial stopped with SIGINT writes its partial run directory within this, or is killed
+
+
+@lru_cache(maxsize=None)
+def launcher_accepts(option: str) -> bool:
+    """Whether this torch's torch.distributed.run knows `option`: torchrun gains flags over
+    releases (`--shutdown-timeout` is not in torch 2.11, whose torchrun exits 2 on it)."""
+    from torch.distributed.run import get_args_parser
+
+    return any(option in action.option_strings for action in get_args_parser()._actions)
+
+
+def torchrun_options(nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
+                     rdzv_endpoint: str | None = None) -> list[str]:
+    """torch.distributed.run's options for every launch of ours, before the entry point."""
+    argv = ["--nproc-per-node", str(nproc_per_node), "--nnodes", str(nnodes), "--max-restarts", "0",
+            "--monitor-interval", str(MONITOR_INTERVAL_S)]
+    if launcher_accepts("--shutdown-timeout"):  # older torchrun waits its own default (30 s) after SIGTERM
+        argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+    if rdzv_endpoint:
+        argv += ["--rdzv-backend", "static", "--rdzv-endpoint", rdzv_endpoint, "--node-rank", str(node_rank)]
+    else:
+        argv += ["--standalone"]
+    return argv
+
+
+def torchrun_command(nproc_per_node: int, module: str) -> list[str]:
+    """A launch of `python -m module` on one machine, as a command line of its own (a trial)."""
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_options(nproc_per_node), "--module", module]
+
+
+def doctor_command(subcommand: str, limits: Limits) -> list[str]:
+    """`python -m torchdoctor SUBCOMMAND` with the run's limits; the caller adds the rest."""
+    return [sys.executable, "-m", "torchdoctor", subcommand, *limits.argv()]
+
+
+def run_bounded(cmd: list[str], timeout_s: float, stdout, stderr, env: dict[str, str] | None = None) -> int | None:
+    """Runs `cmd` in a session of its own (our Ctrl-C is forwarded deliberately, by stop_child)
+    and waits: its exit code, or None when it had to be stopped at `timeout_s`. Ctrl-C stops
+    the child too, then propagates."""
+    child = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, start_new_session=True, env=env)
+    try:
+        return child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_child(child)
+        return None
+    except KeyboardInterrupt:
+        stop_child(child)
+        raise
+
+
+def stop_child(child: subprocess.Popen) -> None:
+    """SIGINT first so the child writes its partial run directory, then kill."""
+    try:
+        os.killpg(child.pid, signal.SIGINT)
+        child.wait(timeout=STOP_GRACE_S)
+    except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        child.wait()
+
+
+def output_tail(text: str | None, max_chars: int, last_line: bool = False) -> str:
+    """The end of a child's output, its blank lines and progress redraws left out: the last
+    `max_chars` characters of its lines, or with `last_line` the first `max_chars` of the last."""
+    lines = [line for line in (text or "").splitlines() if line.strip() and "\r" not in line]
+    if last_line:
+        return lines[-1][:max_chars] if lines else ""
+    return "\n".join(lines)[-max_chars:]
