@@ -110,9 +110,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from torchdoctor.comm.bench import format_size, parse_size
+    from torchdoctor.model.units import format_bytes, parse_bytes
 
-    sizes = [parse_size(s) for s in opts.sizes.split(",")]
+    sizes = [parse_bytes(s) for s in opts.sizes.split(",")]
     if opts.worker:
         plain_worker(sizes, opts.warmup, opts.repeats, opts.out)
         return 0
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
         ratio = d / q
         within = abs(ratio - 1) <= TARGET
         ok &= within
-        rows.append({"size": format_size(nbytes), "bytes": nbytes, "doctor_busbw_gbps": round(d, 4),
+        rows.append({"size": format_bytes(nbytes), "bytes": nbytes, "doctor_busbw_gbps": round(d, 4),
                      "plain_busbw_gbps": round(q, 4), "ratio": round(ratio, 4), "within_target": within,
                      "doctor_rounds_gbps": [round(busbw(nbytes, r[nbytes]), 4) for r in doctor],
                      "plain_rounds_gbps": [round(busbw(nbytes, r[nbytes]), 4) for r in plain]})

@@ -27,10 +27,11 @@ import torch
 import torch.distributed as dist
 
 from torchdoctor.model.distributed_record import CommResult, CommSize
+from torchdoctor.model.units import MIB, format_bytes
 
-DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
+DDP_BUCKET_BYTES = 25 * MIB  # DDP's default bucket_cap_mb=25
 LATENCY_BYTES = 8 * 1024  # small enough that the time is the collective's latency
-LOOPBACK_BYTES = 64 * 2**20
+LOOPBACK_BYTES = 64 * MIB
 BATCH_S = 0.05  # a timed repeat lasts about this long
 MAX_BATCH = 20
 STORE_PREFIX = "torchdoctor/comm"
@@ -39,25 +40,6 @@ STORE_PREFIX = "torchdoctor/comm"
 def bus_bandwidth(algbw: float, world_size: int) -> float:
     """nccl-tests' all-reduce bus bandwidth."""
     return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
-
-
-def parse_size(text: str) -> int:
-    """`4M`, `25M`, `1G`, `512K`, `1000` (bytes; K/M/G are powers of 1024, as nccl-tests read them)."""
-    text = text.strip().upper().removesuffix("B")
-    units = {"K": 2**10, "M": 2**20, "G": 2**30}
-    scale = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
-    value = float(number)
-    if value <= 0:
-        raise ValueError("a size must be positive")
-    return int(value * scale)
-
-
-def format_size(nbytes: int) -> str:
-    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes / 2**20:.1f}M" if nbytes >= 2**20 else f"{nbytes}B"
 
 
 @dataclass
@@ -132,7 +114,7 @@ def time_all_reduce(comm: Communicator, sizes: list[int], warmup: int = 1, repea
     result.latency_s = statistics.median(latency) if latency else None
     for nbytes in sizes:
         if deadline is not None and not _all_agree_in_time(comm, deadline, clock):
-            result.note = f"stopped before {format_size(nbytes)}: the check's time budget ran out"
+            result.note = f"stopped before {format_bytes(nbytes)}: the check's time budget ran out"
             break
         times = _timed(comm, nbytes, warmup, repeats)
         result.sizes.append(size_row(nbytes, times, comm.world_size))

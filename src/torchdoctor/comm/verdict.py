@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.comm import links
 from torchdoctor.comm.environment import WSL2_NOTE, crippling_settings, what_it_does
 from torchdoctor.comm.nccl_log import NcclChoice
@@ -19,7 +20,7 @@ from torchdoctor.model.distributed_record import CommResult, LinkInfo
 SLOW_SHARE = 0.5
 SLOW_SHARE_LOOPBACK = 0.25
 # The size the verdict reads: DDP's default bucket, where a training step's all-reduces are.
-VERDICT_BYTES = 25 * 2**20
+VERDICT_BYTES = 25 * MIB
 
 
 def gloo_link(same_host: bool, loopback_gbps: float | None, nic_speed_mbit: int | None) -> LinkInfo:
@@ -90,7 +91,7 @@ def judge(result: CommResult, nbytes: int = VERDICT_BYTES) -> Verdict:
     expected = link.expected_gbps if link else None
     if measured is None:
         return Verdict(None, expected, None, False, "no all-reduce size was measured")
-    size = f"{row.bytes / 2**20:g} MiB"
+    size = f"{format_bytes(row.bytes)}"
     simulated = (f" (simulated link: TORCHDOCTOR_SIMULATED_LINK_GBPS={result.simulated_link_gbps:g} delayed every "
                  "collective)") if result.simulated_link_gbps else ""
     if not expected:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from torchdoctor.model.units import SIZE_RULE, parse_bytes
 from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, UsageError
 
@@ -26,7 +27,8 @@ FORMATS = ("text", "md", "json")
 def parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="torchdoctor comm", description=HELP)
     p.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks (default: the GPUs here, or 2 on CPU)")
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"all-reduce sizes, K/M/G (default {DEFAULT_SIZES})")
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help=f"all-reduce sizes, comma-separated; {SIZE_RULE} (default {DEFAULT_SIZES})")
     p.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with CUDA, gloo without")
     p.add_argument("--warmup", type=non_negative(int), default=2, help="untimed all-reduces per size (default 2)")
     p.add_argument("--repeats", type=int, default=5, help="timed all-reduces per size (default 5)")
@@ -38,11 +40,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     opts = parser().parse_args(list(argv))
-    from torchdoctor.comm.bench import parse_size  # imports torch: not before --help
     try:
-        sizes = sorted({parse_size(s) for s in opts.sizes.split(",") if s.strip()})
-    except ValueError:
-        raise UsageError(f"--sizes {opts.sizes!r}: write sizes like 4M,25M,1G (bytes with K/M/G)") from None
+        sizes = sorted({parse_bytes(s) for s in opts.sizes.split(",") if s.strip()})
+    except ValueError as exc:
+        raise UsageError(f"--sizes {exc}; e.g. --sizes 4M,25M,1G") from None
     if not sizes:
         raise UsageError("--sizes is empty; e.g. --sizes 4M,25M,200M")
     if opts.repeats < 1:

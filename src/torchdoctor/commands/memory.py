@@ -12,6 +12,7 @@ from typing import Sequence
 from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.errors import EXIT_OK, ScriptFailed, UsageError
 from torchdoctor.memory.sizes import gpu_memory, parse_size
+from torchdoctor.model.units import SIZE_RULE, format_bytes
 from torchdoctor.report import RENDERERS, emit
 
 HELP = "measure memory and samples/s at several batch sizes; find the largest batch that fits"
@@ -21,7 +22,7 @@ DEFAULT_PARENT = Path("torchdoctor-memory")
 def parser() -> CommandParser:
     p = CommandParser(prog="torchdoctor memory", description=HELP)
     target = p.add_mutually_exclusive_group()
-    target.add_argument("--device-memory", metavar="SIZE", help="memory to fit in, e.g. 24GiB (default: this GPU's)")
+    target.add_argument("--device-memory", metavar="SIZE", help=f"memory to fit in, e.g. 24GiB; {SIZE_RULE} (default: this GPU's)")
     target.add_argument("--for-gpu", metavar="NAME", help="fit a GPU by name, e.g. H100-80GB, A100-40GB, RTX4090-24GB")
     p.add_argument("--headroom", metavar="SIZE",
                    help="memory to keep free for what PyTorch does not see (default: measured on CUDA; "
@@ -84,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _progress(batch: int | None, trial) -> None:
     size = "the script's own batch" if batch is None else f"batch {batch}"
-    peak = f", peak {trial.peak_bytes / 2**20:.1f} MiB" if trial.peak_bytes else ""
+    peak = f", peak {format_bytes(trial.peak_bytes)}" if trial.peak_bytes else ""
     rate = f", {trial.samples_per_s:.1f} samples/s" if trial.samples_per_s else ""
     sys.stderr.write(f"torchdoctor memory: {size}: {trial.outcome}{peak}{rate} ({trial.seconds:.1f} s)\n")
     sys.stderr.flush()

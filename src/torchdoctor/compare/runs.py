@@ -12,7 +12,7 @@ from torchdoctor.rules.noise import Z_95, Throughput, change, throughput
 from torchdoctor.model.figures import Figures, RunBar
 from torchdoctor.model.findings import Finding, Report, Table
 from torchdoctor.model.record import RunRecord
-from torchdoctor.report.common import fmt_bytes
+from torchdoctor.model.units import format_bytes
 
 
 @dataclass
@@ -70,7 +70,7 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
         split_rows.append([run.name, _ms(split.data_wait_s), _ms(split.forward_and_other_s), _ms(split.backward_s),
                            _ms(split.optimizer_s), _ms(split.eval_s), _ms(split.checkpoint_s),
                            _pct(s.gpu_util_mean), _watts(s.power_mean_w),
-                           fmt_bytes(s.peak_memory_bytes) if s.peak_memory_bytes else None])
+                           format_bytes(s.peak_memory_bytes) if s.peak_memory_bytes else None])
     title = "Before / after" if len(scripts) == 1 else f"Before / after: DIFFERENT SCRIPTS ({', '.join(scripts)})"
     report.tables.append(Table(
         title=title, columns=["run", "knobs", "steps/s", "samples/s", "step ms", f"vs {first.name}"],

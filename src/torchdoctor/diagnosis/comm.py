@@ -7,11 +7,12 @@ from torchdoctor.version import __version__
 from torchdoctor.comm.verdict import judge
 from torchdoctor.model.distributed_record import CommResult
 from torchdoctor.model.findings import Report, Severity, Table
+from torchdoctor.model.units import format_bytes
 from torchdoctor.rules.base import make_finding, ms
 
 
 def comm_table(comm: CommResult) -> Table:
-    rows = [[_size(s.bytes), ms(min(s.times_s)) if s.times_s else None,
+    rows = [[format_bytes(s.bytes), ms(min(s.times_s)) if s.times_s else None,
              ms(sorted(s.times_s)[len(s.times_s) // 2]) if s.times_s else None, s.algbw_gbps, s.busbw_gbps,
              f"{s.spread:.0%}" if s.spread is not None else "—"] for s in comm.sizes]
     verdict = judge(comm)
@@ -62,7 +63,3 @@ def comm_report(result: CommResult) -> Report:
     if result.note:
         report.notes.append(result.note)
     return report.ranked()
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:g} KiB"

@@ -9,7 +9,7 @@ from torchdoctor.model.findings import Table
 from torchdoctor.model.memory_record import (FITS, PARTS, BatchScaling, LiveAllocation, MemoryBreakdown,
                                        OomEvent)
 from torchdoctor.model.record import RunRecord
-from torchdoctor.report.common import fmt_bytes
+from torchdoctor.model.units import KIB, format_bytes
 
 PART_WORDS = {"parameters": "parameters", "gradients": "gradients", "optimizer_states": "optimizer states",
               "activations": "activations saved for backward", "temporaries": "temporaries",
@@ -46,17 +46,17 @@ def memory_tables(record: RunRecord) -> list[Table]:
 
 def breakdown_table(memory: MemoryBreakdown) -> Table:
     peak = memory.peak_bytes or 0
-    rows = [[PART_WORDS[p], fmt_bytes(memory.parts[p]), _share(memory.parts[p], peak)] for p in PARTS
+    rows = [[PART_WORDS[p], format_bytes(memory.parts[p]), _share(memory.parts[p], peak)] for p in PARTS
             if memory.parts.get(p, 0) > SMALLEST_PART_SHARE * peak]
-    rows.append(["peak of tensor memory", fmt_bytes(peak), "100%"])
+    rows.append(["peak of tensor memory", format_bytes(peak), "100%"])
     if memory.device_missing is None and memory.peak_reserved_bytes is not None:
         reserved = memory.peak_reserved_bytes
-        rows += [["allocator: peak allocated (whole run)", fmt_bytes(memory.peak_allocated_bytes or 0), ""],
+        rows += [["allocator: peak allocated (whole run)", format_bytes(memory.peak_allocated_bytes or 0), ""],
                  ["allocator: reserved but unused at the peaks (fragmentation, cache)",
-                  fmt_bytes(memory.reserved_unused_bytes or 0), _share(memory.reserved_unused_bytes or 0, reserved)],
-                 ["outside PyTorch (CUDA context, NCCL, other processes)", fmt_bytes(memory.outside_pytorch_bytes or 0),
+                  format_bytes(memory.reserved_unused_bytes or 0), _share(memory.reserved_unused_bytes or 0, reserved)],
+                 ["outside PyTorch (CUDA context, NCCL, other processes)", format_bytes(memory.outside_pytorch_bytes or 0),
                   ""],
-                 ["device total", fmt_bytes(memory.device_total_bytes or 0), ""]]
+                 ["device total", format_bytes(memory.device_total_bytes or 0), ""]]
     where = f"step {memory.peak_step}" + (f", batch of {memory.batch_size}" if memory.batch_size else "")
     phase = max(memory.phase_peaks, key=memory.phase_peaks.get) if memory.phase_peaks else ""
     caption = (f"At the highest point of the accounted steps ({where}, in {phase}): {memory.method}. "
@@ -69,8 +69,8 @@ def module_table(memory: MemoryBreakdown, micro_batches: int = 1) -> Table | Non
     shown = [m for m in memory.modules if m.module and m.saved_bytes][:MODULE_ROWS]
     if not shown or not saved:
         return None
-    rows = [[m.module, m.kind, fmt_bytes(m.saved_bytes), _share(m.saved_bytes, saved),
-             fmt_bytes(m.input_bytes) if m.input_bytes else ""] for m in shown]
+    rows = [[m.module, m.kind, format_bytes(m.saved_bytes), _share(m.saved_bytes, saved),
+             format_bytes(m.input_bytes) if m.input_bytes else ""] for m in shown]
     return Table("Modules holding the most activations", ["module", "kind", "saved for backward", "share", "its input"],
                  rows, "Saved by the module and the modules inside it in the peak step"
                  + (f", summed over its {micro_batches} micro-batches (each backward() frees its own, so about "
@@ -83,20 +83,20 @@ def allocation_table(title: str, allocations: list[LiveAllocation], caption: str
     for a in allocations:
         where = f"{a.location.path}:{a.location.line}" if a.location else "(autograd or before the step)"
         tensor = " ".join(p for p in (a.op.removeprefix("aten::"), a.dtype, "x".join(map(str, a.shape))) if p)
-        rows.append([fmt_bytes(a.bytes), SHORT_PART.get(a.part, a.part), where, tensor, a.module or ""])
+        rows.append([format_bytes(a.bytes), SHORT_PART.get(a.part, a.part), where, tensor, a.module or ""])
     return Table(title, ["bytes", "what", "where", "made by, tensor", "module"], rows, caption)
 
 
 def failure_table(event: OomEvent) -> Table:
-    rows = [[PART_WORDS.get(p, p), fmt_bytes(event.parts[p])] for p in PARTS if event.parts.get(p)]
+    rows = [[PART_WORDS.get(p, p), format_bytes(event.parts[p])] for p in PARTS if event.parts.get(p)]
     if event.live_bytes is not None:
-        rows.append(["live when it failed", fmt_bytes(event.live_bytes)])
+        rows.append(["live when it failed", format_bytes(event.live_bytes)])
     if event.requested_bytes:
-        rows.append(["the allocation that failed", fmt_bytes(event.requested_bytes)])
+        rows.append(["the allocation that failed", format_bytes(event.requested_bytes)])
     if event.device_total_bytes:
-        rows.append(["device total", fmt_bytes(event.device_total_bytes)])
+        rows.append(["device total", format_bytes(event.device_total_bytes)])
     if event.reserved_unused_bytes:
-        rows.append(["reserved but unused (fragmentation)", fmt_bytes(event.reserved_unused_bytes)])
+        rows.append(["reserved but unused (fragmentation)", format_bytes(event.reserved_unused_bytes)])
     how = ("every live storage was accounted" if event.accounted else
            "after the accounted steps: parameters, gradients and optimizer states are exact, the rest is "
            "the allocator's total" if event.device == "cuda" else
@@ -115,8 +115,8 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
         if t.samples and t.samples < t.batch_size:
             notes = (notes + "; " if notes else "") + f"only {t.samples} rows per step (the dataset is smaller)"
         mine = " (the script's)" if t.batch_size == scaling.user_batch_size else ""
-        rows.append([f"{t.batch_size}{mine}", t.outcome, fmt_bytes(t.peak_bytes) if t.peak_bytes else "",
-                     fmt_bytes(t.device_peak_bytes) if t.device_peak_bytes else "",
+        rows.append([f"{t.batch_size}{mine}", t.outcome, format_bytes(t.peak_bytes) if t.peak_bytes else "",
+                     format_bytes(t.device_peak_bytes) if t.device_peak_bytes else "",
                      round(t.samples_per_s, 1) if t.samples_per_s else None, per_sample, notes])
     caption = (f"One fresh process per batch size (batch_size knob{': ' + scaling.loader if scaling.loader else ''}); "
                f"peak: tensor memory of the accounted steps; samples/s over the timed steps.")
@@ -128,7 +128,7 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
     tables = [Table("Batch size trials", ["batch", "outcome", "peak", "device peak", "samples/s", "ms per sample",
                                            "notes"], rows, caption)]
     if scaling.fits:
-        fit_rows = [[f.phase, fmt_bytes(max(f.fixed_bytes, 0)), f"{f.per_sample_bytes / 2**10:,.1f} KiB", f.points,
+        fit_rows = [[f.phase, format_bytes(max(f.fixed_bytes, 0)), f"{f.per_sample_bytes / KIB:,.1f} KiB", f.points,
                      "" if f.max_error is None else f"{f.max_error:.1%}"] for f in scaling.fits]
         tables.append(Table("Fit: peak(b) = fixed + b x per sample", ["phase", "fixed", "per sample", "points",
                                                                       "largest error"], fit_rows,
@@ -139,8 +139,8 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
 def _fit_caption(scaling: BatchScaling) -> str:
     parts = ["The step's peak is the larger of its phases' lines."]
     if scaling.capacity_bytes:
-        parts.append(f"Fitting in {fmt_bytes(scaling.capacity_bytes)} ({scaling.capacity_source}) minus "
-                     f"{fmt_bytes(scaling.headroom_bytes)} kept free ({scaling.headroom_basis}).")
+        parts.append(f"Fitting in {format_bytes(scaling.capacity_bytes)} ({scaling.capacity_source}) minus "
+                     f"{format_bytes(scaling.headroom_bytes)} kept free ({scaling.headroom_basis}).")
         if scaling.predicted_max_batch is not None:
             parts.append(f"Largest batch predicted by the fit: {scaling.predicted_max_batch}.")
         if scaling.verified_max_batch is not None:

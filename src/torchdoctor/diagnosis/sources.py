@@ -14,13 +14,14 @@ import hashlib
 import os
 from collections.abc import Mapping
 
+from torchdoctor.model.units import MIB
 from torchdoctor.model.figures import SourceExcerpt
 from torchdoctor.model.findings import Finding
 from torchdoctor.model.record import RunRecord
 
 CONTEXT_LINES = 3  # either side of the finding's line
 MAX_EXCERPTS = 100  # the first ranked findings' locations; further ones are rarely read
-MAX_FILE_BYTES = 4 * 2**20  # a training module larger than this is generated, not written
+MAX_FILE_BYTES = 4 * MIB  # a training module larger than this is generated, not written
 MAX_LINE_CHARS = 300
 # `started_at` is stored to the second: a file written in the second the run started is not "later"
 CLOCK_SLACK_S = 1.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from torchdoctor.model.units import MIB
 from torchdoctor.version import __version__
 from torchdoctor.model.findings import Report, Table
 from torchdoctor.model.location import Location
@@ -141,7 +142,7 @@ def _copies_table(ranks: list[RankSummary]) -> Table:
     for r, d, n in _devices(ranks):
         for t in d.transfers:
             rows.append([r.rank, t.direction, t.memory, t.op, _where(t.location), round(t.count / n, 2),
-                         round(t.bytes / n / 2**20, 3), None if t.gbps is None else round(t.gbps, 2),
+                         round(t.bytes / n / MIB, 3), None if t.gbps is None else round(t.gbps, 2),
                          _ms(t.busy_us / n)])
     return Table(title="Copies", columns=["rank", "direction", "memory", "op", "where", "per step", "MiB/step",
                                           "GB/s", "ms/step"], rows=rows,
@@ -164,7 +165,7 @@ def _collectives_table(ranks: list[RankSummary]) -> Table:
     for r, d, _ in _devices(ranks):
         for c in d.collectives:
             rows.append([r.rank, c.collective, c.process_group, c.count,
-                         None if c.bytes is None else round(c.bytes / 2**20, 3), round(c.median_us, 3),
+                         None if c.bytes is None else round(c.bytes / MIB, 3), round(c.median_us, 3),
                          None if c.busbw_gbps is None else round(c.busbw_gbps, 3),
                          None if d.comm_overlap is None else f"{d.comm_overlap:.0%}"])
     return Table(title="Collectives", columns=["rank", "collective", "group", "calls", "MiB", "median µs",

@@ -9,12 +9,13 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.lint.notebook import CellMap, NotebookError, read_notebook
 
 # 4 MiB: three times torch's largest hand-written module (common_methods_invocations.py,
 # 1.3 MiB); larger .py files are generated (protobuf, vendored bundles) and parsing one costs
 # seconds without any training habit to find. `max-file-bytes` in the config raises it.
-MAX_FILE_BYTES = 4 * 2**20
+MAX_FILE_BYTES = 4 * MIB
 
 
 @dataclass
@@ -54,7 +55,7 @@ def read_source(path: Path, display: str, max_bytes: int = MAX_FILE_BYTES) -> So
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            return Problem(display, f"skipped: {size / 2**20:.1f} MiB is over the {max_bytes / 2**20:.1f} MiB "
+            return Problem(display, f"skipped: {format_bytes(size)} is over the {format_bytes(max_bytes)} "
                                     f"limit (raise `max-file-bytes` in [tool.torchdoctor.lint] to lint it)")
         raw = path.read_bytes()
     except OSError as exc:

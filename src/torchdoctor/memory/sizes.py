@@ -1,15 +1,12 @@
-"""Memory sizes the user types (`24GiB`, `80GB`) and the GPUs `--for-gpu` knows. Torch-free."""
+"""Memory sizes the user types (`24GiB`, `80GB`: model/units.py's one rule) and the GPUs `--for-gpu` knows.
+Torch-free."""
 
 from __future__ import annotations
 
-import re
-
 from torchdoctor.errors import UsageError
+from torchdoctor.model.units import MIB, SIZE_RULE, parse_bytes
 
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
-SMALLEST = 2**20  # below a MiB no training step fits: a typo
+SMALLEST = MIB  # below a MiB no training step fits: a typo
 
 # Memory as NVML / nvidia-smi reports it ("Memory Total", MiB): a little less than the product
 # name says for GDDR cards, a little more for HBM ones. Sources: Modal's table of nvidia-smi
@@ -29,24 +26,17 @@ GPU_MEMORY_MIB = {
 
 
 def parse_size(text: str, option: str = "--device-memory") -> int:
-    """`24GiB` -> bytes; a UsageError naming the fix for anything else. K, M, G and T alone
-    are binary (as Slurm's --mem=24G); a unit ending in a lowercase b after a capital (Gb)
-    is bits, refused rather than guessed."""
-    match = _SIZE.match(text)
-    if match is None:
-        raise UsageError(f"{option} {text!r}: write a number and a unit, e.g. 24GiB or 80GB")
-    number, unit = match.group(1), match.group(2)
-    if len(unit) >= 2 and unit[-1] == "b" and unit[0].isupper():
-        raise UsageError(f"{option} {text!r}: a lowercase b means bits; write {number}{unit[:-1]}B for bytes")
-    key = unit.lower()
-    key = key + "ib" if key in ("k", "m", "g", "t") else key
-    if key not in _UNITS:
-        raise UsageError(f"{option} {text!r}: unknown unit {unit!r}; use B, KB, MB, GB, TB (powers of 1000) "
-                         "or KiB, MiB, GiB, TiB (powers of 1024), e.g. 24GiB")
-    value = int(float(number) * _UNITS[key])
+    """`24GiB` -> bytes, by the one rule of model/units.py; a UsageError naming the fix for
+    anything else. A number alone is refused here: a memory size without a unit is a typo."""
+    if text.strip().replace(".", "", 1).isdigit():
+        raise UsageError(f"{option} {text!r}: write a number and a unit, e.g. 24GiB ({SIZE_RULE})")
+    try:
+        value = parse_bytes(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {exc}") from None
     if value < SMALLEST:
         raise UsageError(f"{option} {text!r} is less than 1 MiB, which no training step fits in; "
-                         f"did you mean {number}GiB?")
+                         f"did you mean {text.strip().rstrip('BbiKk')}GiB?")
     return value
 
 
@@ -55,6 +45,6 @@ def gpu_memory(name: str) -> tuple[str, int]:
     wanted = name.upper().replace(" ", "").replace("_", "-")
     for known, mib in GPU_MEMORY_MIB.items():
         if wanted in (known, known.replace("-", "")):
-            return known, mib * 2**20
+            return known, mib * MIB
     raise UsageError(f"--for-gpu {name!r} is not a GPU torchdoctor knows ({', '.join(GPU_MEMORY_MIB)}); "
                      "pass --device-memory with the memory nvidia-smi shows instead, e.g. --device-memory 24564MiB")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from torchdoctor.model.units import format_bytes
 from torchdoctor.errors import ScriptFailed, UsageError
 from torchdoctor.model.findings import Report
 from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
@@ -56,7 +57,7 @@ def capacity_for(record: RunRecord | None, total: int | None, source: str,
                         "context, libraries, other processes); the allocator's own overhead is in its reserved peak")
     assumed = ASSUMED_CONTEXT_BYTES + int(ASSUMED_ALLOCATOR_SHARE * total)
     if assumed >= total:
-        raise UsageError(f"{source} is smaller than the {assumed / 2**20:.0f} MiB torchdoctor keeps free for a CUDA "
+        raise UsageError(f"{source} is smaller than the {format_bytes(assumed)} torchdoctor keeps free for a CUDA "
                          "context when the trials run on the CPU; pass --headroom SIZE (0 for none)")
     return Capacity(total, assumed, source,
                     "assumed, not measured (the trials ran on the CPU): 0.5 GiB for a CUDA context and 5 % of the "
@@ -126,7 +127,7 @@ def _nothing_fits(scaling, runner: ProcessTrials, capacity: Capacity) -> str:
     memory = record.memory if record is not None else None
     parts = (memory.failure.parts if memory is not None and memory.failure is not None else
              memory.parts if memory is not None else {})
-    held = ", ".join(f"{name.replace('_', ' ')} {value / 2**20:,.1f} MiB" for name, value in parts.items() if value)
-    return (f"not even batch {smallest.batch_size} fits in {capacity.usable_bytes / 2**20:,.1f} MiB usable: "
+    held = ", ".join(f"{name.replace('_', ' ')} {format_bytes(value)}" for name, value in parts.items() if value)
+    return (f"not even batch {smallest.batch_size} fits in {format_bytes(capacity.usable_bytes)} usable: "
             f"{held or 'no breakdown'}; what does not shrink with the batch must shrink first (an optimizer with "
             f"fewer states, bf16 parameters, sharding): the trial's run directory is {smallest.run_dir}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchdoctor.model.findings import Finding, Report, RunSummary
 from torchdoctor.model.location import Location
+from torchdoctor.model.units import format_bytes
 
 DASH = "—"  # shown where a value does not exist (no location, no estimate)
 NOT_MEASURED = "not measured"
@@ -38,10 +39,6 @@ def fmt_ms(seconds: float | None) -> str:
 
 def fmt_rate(value: float | None) -> str:
     return DASH if value is None else f"{value:,.1f}"
-
-
-def fmt_bytes(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def fmt_speedup(finding: Finding) -> str:
@@ -119,7 +116,7 @@ def gpu_rows(s: RunSummary) -> list[tuple[str, str]]:
     else:
         limit = f" of {s.power_limit_w:.0f} W limit" if s.power_limit_w else ""
         power = f"{s.power_mean_w:.0f} W{limit}"
-    memory = missing if s.peak_memory_bytes is None else fmt_bytes(s.peak_memory_bytes)
+    memory = missing if s.peak_memory_bytes is None else format_bytes(s.peak_memory_bytes)
     return [("GPU utilization", util), ("GPU power", power), ("peak GPU memory", memory)]
 
 

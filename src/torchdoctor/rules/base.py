@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from torchdoctor.model.units import MIB
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import Location, RunRecord
 from torchdoctor.rules.facts import RunFacts
@@ -38,7 +39,7 @@ def severity_for(speedup: float) -> Severity:
     return Severity.LOW
 
 
-MB = 2**20  # the "MB" the distributed rules speak of, as DDP's bucket_cap_mb does (binary)
+MB = MIB  # the "MB" the distributed rules speak of, as DDP's bucket_cap_mb does (binary)
 
 
 def ms(seconds: float) -> float:

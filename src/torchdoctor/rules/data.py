@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_right
 
+from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import ApiCall, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
@@ -15,7 +16,7 @@ from torchdoctor.rules.facts import (
 # Exposed data wait below this share of a step is normal prefetch jitter.
 DATA_WAIT_MIN_SHARE = 0.05
 # Host→device bytes per step below which a pageable copy is not worth a finding (1 MiB).
-TRANSFER_MIN_BYTES = 1 << 20
+TRANSFER_MIN_BYTES = MIB
 
 
 def _startup_per_step(record: RunRecord, facts: RunFacts) -> float:
@@ -308,7 +309,7 @@ class PageableTransfer(Rule):
         location = loader.created_at if loader and not loader.pin_memory else calls[0].location
         return [
             self.finding(
-                title=f"{_per_step(record, total_bytes) / 2**20:.1f} MiB per step copied from pageable memory",
+                title=f"{format_bytes(_per_step(record, total_bytes))} per step copied from pageable memory",
                 message=(
                     f"{sum(c.count for c in calls)} host→device copies in "
                     f"{record.dispatch.sampled_steps} sampled steps came from unpinned memory "

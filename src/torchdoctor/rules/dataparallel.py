@@ -7,7 +7,7 @@ from torchdoctor.model.memory_record import GRADIENTS, OPTIMIZER_STATES
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import Rule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.memory_advice import gib
+from torchdoctor.model.units import format_bytes
 
 
 class DataParallelUsed(Rule):
@@ -33,14 +33,14 @@ class DataParallelUsed(Rule):
             return []
         replicas = parallel.replicas
         on_first = memory.parts.get(GRADIENTS, 0) + memory.parts.get(OPTIMIZER_STATES, 0)
-        copies = (f"every forward copies its {gib(parallel.parameter_bytes)} of parameters and buffers to each of "
+        copies = (f"every forward copies its {format_bytes(parallel.parameter_bytes)} of parameters and buffers to each of "
                   f"its {replicas} GPUs, then gathers the outputs on the first" if replicas > 1 else
                   f"it had at most one device in this run; on several GPUs every forward copies its "
-                  f"{gib(parallel.parameter_bytes)} of parameters and buffers to each")
+                  f"{format_bytes(parallel.parameter_bytes)} of parameters and buffers to each")
         return [self.finding(
-            title=f"nn.DataParallel: a {gib(parallel.parameter_bytes)} model replica per GPU, rebuilt every step",
+            title=f"nn.DataParallel: a {format_bytes(parallel.parameter_bytes)} model replica per GPU, rebuilt every step",
             message=(f"The model runs under nn.DataParallel: {copies}. The first GPU also holds every gradient and "
-                     f"the optimizer's states ({gib(on_first)} in the accounted steps), so it fills up first. "
+                     f"the optimizer's states ({format_bytes(on_first)} in the accounted steps), so it fills up first. "
                      "DistributedDataParallel keeps one replica per process for the whole run and balances them."),
             location=parallel.location,
             evidence={"replicas": replicas, "per_replica_bytes": parallel.parameter_bytes,

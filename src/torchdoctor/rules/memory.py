@@ -12,7 +12,8 @@ from torchdoctor.model.memory_record import FITS, PARTS, BatchScaling, BatchTria
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import Rule
 from torchdoctor.rules.facts import RunFacts, training_loader
-from torchdoctor.rules.memory_advice import gib, expandable_segments, oom_advice
+from torchdoctor.model.units import format_bytes
+from torchdoctor.rules.memory_advice import expandable_segments, oom_advice
 
 HEADROOM_MAX_USE = 0.40  # peak under 40 % of the card: a 2x batch would still fit
 HEADROOM_MIN_ROOM = 2  # a trial-verified batch at least twice the script's
@@ -69,7 +70,7 @@ class MemoryHeadroom(Rule):
         loader = training_loader(record)
         return [self.finding(
             title=f"Peak GPU memory is {use:.0%} of the card",
-            message=f"Peak reserved {mem.peak_reserved_bytes / 2**30:.2f} GiB of {mem.device_total_bytes / 2**30:.1f} GiB.",
+            message=f"Peak reserved {format_bytes(mem.peak_reserved_bytes)} of {format_bytes(mem.device_total_bytes)}.",
             location=loader.created_at if loader else None,
             evidence={"peak_reserved_bytes": mem.peak_reserved_bytes, "device_total_bytes": mem.device_total_bytes,
                       "batch_size": loader.batch_size if loader else None},
@@ -89,9 +90,9 @@ class MemoryHeadroom(Rule):
         rate = (f" At batch {best.batch_size} the trials measured {gain.describe()} against batch {mine}."
                 if best is not None and gain is not None else "")
         return [self.finding(
-            title=f"Batch {top} fits in {gib(scaling.capacity_bytes)}; the script uses {mine}",
-            message=(f"A trial at batch {top} ran within {gib(scaling.capacity_bytes)} ({scaling.capacity_source}, "
-                     f"{gib(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch}."
+            title=f"Batch {top} fits in {format_bytes(scaling.capacity_bytes)}; the script uses {mine}",
+            message=(f"A trial at batch {top} ran within {format_bytes(scaling.capacity_bytes)} ({scaling.capacity_source}, "
+                     f"{format_bytes(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch}."
                      + rate + (" The gain is TD401's (small batch)." if measured and told_by_td401 else "")),
             location=None,
             evidence={"user_batch_size": mine, "verified_max_batch": top,
@@ -141,7 +142,7 @@ class MemoryPressure(Rule):
         fragmented = expandable_segments(memory.reserved_unused_bytes, memory.device_total_bytes) if memory else None
         if fragmented is not None and memory.failure is None:
             findings.append(self.finding(
-                title=f"{gib(fragmented.saves_bytes)} reserved by the allocator but never allocated at the peaks",
+                title=f"{format_bytes(fragmented.saves_bytes)} reserved by the allocator but never allocated at the peaks",
                 message=fragmented.basis + ".", location=None,
                 evidence={"reserved_unused_bytes": fragmented.saves_bytes,
                           "peak_reserved_bytes": memory.peak_reserved_bytes},
@@ -160,8 +161,8 @@ class MemoryPressure(Rule):
             return []
         return [self.finding(
             title=f"The script's batch {scaling.user_batch_size} needs {need / usable:.0%} of the usable memory",
-            message=(f"Peak {gib(need)} of {gib(usable)} usable ({gib(scaling.capacity_bytes)}, "
-                     f"{scaling.capacity_source}, minus {gib(scaling.headroom_bytes)} kept free): a longer sequence "
+            message=(f"Peak {format_bytes(need)} of {format_bytes(usable)} usable ({format_bytes(scaling.capacity_bytes)}, "
+                     f"{scaling.capacity_source}, minus {format_bytes(scaling.headroom_bytes)} kept free): a longer sequence "
                      "or a larger batch later in training will not fit."),
             location=None, evidence={"need_bytes": need, "usable_bytes": usable},
             speedup=None, basis="memory measured by the trial at the script's batch size", severity=Severity.MEDIUM)]
@@ -187,12 +188,12 @@ class OutOfMemory(Rule):
         if failure is None:
             return []
         advice = oom_advice(failure, memory, record.batch_scaling, record.optimizers)
-        parts = ", ".join(f"{p.replace('_', ' ')} {gib(failure.parts[p])}" for p in PARTS if failure.parts.get(p))
-        live = f" with {gib(failure.live_bytes)} live" if failure.live_bytes is not None else ""
-        asked = f"{gib(failure.requested_bytes)} requested" if failure.requested_bytes else "an allocation failed"
+        parts = ", ".join(f"{p.replace('_', ' ')} {format_bytes(failure.parts[p])}" for p in PARTS if failure.parts.get(p))
+        live = f" with {format_bytes(failure.live_bytes)} live" if failure.live_bytes is not None else ""
+        asked = f"{format_bytes(failure.requested_bytes)} requested" if failure.requested_bytes else "an allocation failed"
         where = f" (batch of {failure.batch_size})" if failure.batch_size else ""
-        ranked = "; ".join(f"{i}. {a.change}: saves ~{gib(a.saves_bytes)}" for i, a in enumerate(advice, 1))
-        fix = "\n".join(f"{i}. {a.change} — saves ~{gib(a.saves_bytes)} ({a.basis})"
+        ranked = "; ".join(f"{i}. {a.change}: saves ~{format_bytes(a.saves_bytes)}" for i, a in enumerate(advice, 1))
+        fix = "\n".join(f"{i}. {a.change} — saves ~{format_bytes(a.saves_bytes)} ({a.basis})"
                         + (f"\n```python\n{a.code}\n```" if a.code and not a.code.startswith("PYTORCH") else
                            f"\n```bash\n{a.code}\n```" if a.code else "")
                         for i, a in enumerate(advice, 1)) or self.fix

@@ -10,13 +10,14 @@ from torchdoctor.rules.memory_fit import predict
 from torchdoctor.model.memory_record import (ACTIVATIONS, OPTIMIZER_STATES, TEMPORARIES, BatchScaling, MemoryBreakdown,
                                        ModuleMemory, OomEvent)
 from torchdoctor.model.record import OptimizerInfo
+from torchdoctor.model.units import GIB, format_bytes
 
 # Optimizer states per parameter (torch.optim's own classes): what "fewer states" can save.
 STATES_PER_PARAMETER = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adadelta": 2,
                         "Adagrad": 1, "RMSprop": 1, "SGD": 1, "ASGD": 2, "Rprop": 2}
 AUTOCAST_SHARE = 0.5  # bf16 keeps 2 of fp32's 4 bytes; ops autocast leaves in fp32 keep theirs: an upper bound
 # Reserved-but-unused memory worth the allocator setting: 1 GiB, or 10 % of the device.
-FRAGMENTATION_MIN_BYTES = 2**30
+FRAGMENTATION_MIN_BYTES = GIB
 FRAGMENTATION_MIN_SHARE = 0.10
 
 
@@ -26,10 +27,6 @@ class Advice:
     saves_bytes: int
     basis: str  # how the saving was worked out
     code: str = ""
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def smaller_batch(batch: int | None, parts: dict[str, int], requested: int, capacity: int | None,
@@ -52,8 +49,8 @@ def smaller_batch(batch: int | None, parts: dict[str, int], requested: int, capa
         if fitting < 1 or fitting >= batch:
             return None
         saves = int(scaling_bytes * (1 - fitting / batch))
-        basis = (f"activations and temporaries grow with the batch: {gib(scaling_bytes)} for {batch} samples when "
-                 f"it failed, against {gib(capacity - fixed)} left beside parameters, gradients and optimizer "
+        basis = (f"activations and temporaries grow with the batch: {format_bytes(scaling_bytes)} for {batch} samples when "
+                 f"it failed, against {format_bytes(capacity - fixed)} left beside parameters, gradients and optimizer "
                  f"states. The step failed partway and needed more, so {fitting} is an upper bound: "
                  "`torchdoctor memory train.py --device-memory SIZE` measures the batch that fits")
         steps = math.ceil(batch / fitting)
@@ -96,8 +93,8 @@ def checkpoint_blocks(modules: list[ModuleMemory]) -> Advice | None:
         return None
     first = blocks[0].module.rsplit(".", 1)
     loop = f"self.{first[0].split('.')[-1]}" if len(first) == 2 else "blocks"
-    ran = (f"the {len(blocks)} that ran before the failure saved {gib(saved - unseen * largest)}, all "
-           f"{len(blocks) + unseen} would save ~{gib(saved)}" if unseen else f"they save {gib(saved)}")
+    ran = (f"the {len(blocks)} that ran before the failure saved {format_bytes(saved - unseen * largest)}, all "
+           f"{len(blocks) + unseen} would save ~{format_bytes(saved)}" if unseen else f"they save {format_bytes(saved)}")
     return Advice(f"activation checkpointing of {label}", saved - kept,
                   f"{ran} for backward; checkpointed they keep their inputs and one block's activations at a "
                   "time during backward (a second forward of each block)",
@@ -110,7 +107,7 @@ def autocast(parts: dict[str, int], dtype_of_activations: str, device: str) -> A
     if not activations or dtype_of_activations not in ("float32", ""):
         return None
     return Advice("bf16 autocast around forward and loss", int(activations * AUTOCAST_SHARE),
-                  f"activations saved in bf16 take half their fp32 {gib(activations)}; ops autocast keeps in fp32 "
+                  f"activations saved in bf16 take half their fp32 {format_bytes(activations)}; ops autocast keeps in fp32 "
                   "(softmax, norms, losses) keep theirs, so this is the most it saves",
                   f"with torch.autocast({device!r}, dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)")
 
@@ -124,7 +121,7 @@ def fewer_states(parts: dict[str, int], optimizers: list[OptimizerInfo]) -> Advi
     if per_param is None or per_param < 2:
         return None
     return Advice(f"an optimizer with fewer states than {kind}'s {per_param} per parameter", states // 2,
-                  f"{kind} keeps {gib(states)} of states; SGD with momentum keeps one per parameter (half), an 8-bit "
+                  f"{kind} keeps {format_bytes(states)} of states; SGD with momentum keeps one per parameter (half), an 8-bit "
                   "Adam (bitsandbytes) keeps Adam's two in a byte each (about three quarters less)",
                   "optimizer = torch.optim.SGD(model.parameters(), lr=..., momentum=0.9)")
 
@@ -144,7 +141,7 @@ def expandable_segments(reserved_unused: int | None, total: int | None) -> Advic
     if reserved_unused < FRAGMENTATION_MIN_BYTES and (not total or reserved_unused < FRAGMENTATION_MIN_SHARE * total):
         return None
     return Advice("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", reserved_unused,
-                  f"{gib(reserved_unused)} was reserved by the caching allocator but not allocated (blocks too "
+                  f"{format_bytes(reserved_unused)} was reserved by the caching allocator but not allocated (blocks too "
                   "fragmented for the request); expandable segments grow one segment instead",
                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py")
 

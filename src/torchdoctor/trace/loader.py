@@ -24,6 +24,7 @@ from typing import BinaryIO, Iterator
 
 import msgspec
 
+from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.errors import InputError
 from torchdoctor.trace.events import (
     HEAD_DECODER,
@@ -36,7 +37,7 @@ from torchdoctor.trace.events import (
 
 CHUNK_BYTES = 8 << 20
 HEAD_LIMIT = 64 << 20  # metadata before `traceEvents` is a few KiB; past this it is no trace
-TAIL_WINDOW = 1 << 20  # the array end and the keys after it lie in the last few KiB
+TAIL_WINDOW = MIB  # the array end and the keys after it lie in the last few KiB
 BOUNDARY_WINDOW = 256 << 10
 FIRST_PIECE_BYTES = 64 << 10
 BOUNDARY_TRIES = 16
@@ -120,7 +121,7 @@ class _MemoryGuard:
         what = f"about {events:,} events" if estimated else f"{events:,} events so far"
         raise TraceTooLarge(
             f"{self.path} is too large for this machine's memory: {what} need about "
-            f"{need / 2**30:.1f} GiB, over the {self.budget / 2**30:.1f} GiB budget (half of the "
+            f"{format_bytes(need)}, over the {format_bytes(self.budget)} budget (half of the "
             f"available memory); profile fewer steps (torch.profiler.schedule(active=2)) or "
             f"analyse one rank's file at a time"
         )

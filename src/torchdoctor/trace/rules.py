@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, make_finding, ms
 from torchdoctor.rules.catalogue import LaunchBound
@@ -33,7 +34,7 @@ LOW_PRECISION_GAIN = 2.0
 # reference report measured 1 GB/s over WSL2 where PCIe "should give 20+ GB/s".
 SLOW_BUSBW_GBPS = 5.0
 TARGET_BUSBW_GBPS = 20.0  # PCIe 4.0 x16 class: the estimate assumes the link reaches this
-MIN_COLLECTIVE_BYTES = 1 << 20  # smaller messages are latency-bound: their bandwidth says little
+MIN_COLLECTIVE_BYTES = MIB  # smaller messages are latency-bound: their bandwidth says little
 
 SYNC_RULES = {idle.ITEM: HostSync, idle.D2H_COPY: HostSync, idle.OTHER_SYNC: HostSync,
               idle.DATA_DEPENDENT: DataDependentSync, idle.EXPLICIT: ExplicitSync}
@@ -203,7 +204,7 @@ def pageable_copies(c: Ctx) -> list[Finding]:
         stall = sum(s.idle_us for s in c.dev.idle_sites if s.kind == idle.PAGEABLE_COPY and s.location == t.location)
         saved = stall + t.busy_us * exposed
         speedup = c.speedup(saved)
-        mb = t.bytes / c.steps / 2**20
+        mb = t.bytes / c.steps / MIB
         out.append(make_finding(
             PageableTransfer,
             title=f"{mb:.1f} MiB per step copied to the GPU from pageable memory{c.where()}",
@@ -262,11 +263,11 @@ def slow_collectives(c: Ctx) -> list[Finding]:
         out.append(make_finding(
             SlowInterconnect,
             title=f"{col.collective} runs at {col.busbw_gbps:.1f} GB/s bus bandwidth{c.where()}",
-            message=(f"{col.count} {col.collective} calls of {col.bytes / 2**20:.1f} MiB reached {col.busbw_gbps:.2f} "
+            message=(f"{col.count} {col.collective} calls of {format_bytes(col.bytes)} reached {col.busbw_gbps:.2f} "
                      f"GB/s (best call); communication not overlapped with compute took "
                      f"{_ms(c.per_step(exposed)):.2f} ms per step."),
             location=None,
-            evidence={"busbw_gbps": round(col.busbw_gbps, 3), "mib": round(col.bytes / 2**20, 2),
+            evidence={"busbw_gbps": round(col.busbw_gbps, 3), "mib": round(col.bytes / MIB, 2),
                       "calls": col.count, "exposed_comm_ms_per_step": _ms(c.per_step(exposed)),
                       "comm_overlap": None if c.dev.comm_overlap is None else round(c.dev.comm_overlap, 3)},
             speedup=speedup if speedup >= MIN_REPORTED_SPEEDUP else None,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from torchdoctor.comm import links
-from torchdoctor.comm.bench import bus_bandwidth, format_size, parse_size, size_row
+from torchdoctor.comm.bench import bus_bandwidth, size_row
+from torchdoctor.model.units import parse_bytes
 from torchdoctor.comm.environment import crippling_settings, is_wsl2
 from torchdoctor.comm.nccl_log import parse_nccl_info
 from torchdoctor.comm.topology import GpuTopology, parse_topo_matrix
@@ -68,18 +69,16 @@ def test_busbw_is_nccl_tests_definition():
 
 
 def test_sizes_read_like_nccl_tests():
-    assert [parse_size(s) for s in ("4M", "25M", "1G", "512K", "1000", "2MB")] == [
+    assert [parse_bytes(s) for s in ("4M", "25M", "1G", "512K", "1000", "2MB")] == [
         4 * 2**20, 25 * 2**20, 2**30, 512 * 1024, 1000, 2 * 2**20]
-    assert format_size(25 * 2**20) == "25M"
     with pytest.raises(ValueError):
-        parse_size("-3M")
+        parse_bytes("-3M")
 
 
 def test_the_comm_commands_default_sizes_are_the_ones_that_matter():
     from torchdoctor.commands.comm import DEFAULT_SIZES
 
-    assert [parse_size(s) for s in DEFAULT_SIZES.split(",")] == [4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30]
-    assert [format_size(parse_size(s)) for s in DEFAULT_SIZES.split(",")] == DEFAULT_SIZES.split(",")
+    assert [parse_bytes(s) for s in DEFAULT_SIZES.split(",")] == [4 * 2**20, 25 * 2**20, 40 * 2**20, 200 * 2**20, 2**30]
 
 
 def test_nccl_link_model():

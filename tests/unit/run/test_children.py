@@ -3,7 +3,6 @@ the limits on every child's command line, the bounded child process and its outp
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

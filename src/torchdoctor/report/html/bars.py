@@ -4,7 +4,8 @@ run with its noise band. Bars run left to right, one row per item, names on the 
 from __future__ import annotations
 
 from torchdoctor.model.figures import MemoryPeaks, RunBar, TimeSplit
-from torchdoctor.report.common import SPLIT_ROWS, fmt_bytes, fmt_ms, one_line
+from torchdoctor.model.units import GIB, format_bytes
+from torchdoctor.report.common import SPLIT_ROWS, fmt_ms, one_line
 from torchdoctor.report.html.svg import WIDTH, Plot, legend, upper
 from torchdoctor.report.html.text import esc_line
 
@@ -44,7 +45,7 @@ def split_bar(split: TimeSplit, step_s: float) -> str:
 
 
 def memory_peaks(peaks: MemoryPeaks) -> str:
-    gib = 2 ** 30
+    gib = GIB
     rows = [("peak allocated", peaks.peak_allocated_bytes, "c-fwd"),
             ("peak reserved", peaks.peak_reserved_bytes, "c-opt"),
             ("device total", peaks.device_total_bytes, "c-log")]
@@ -53,8 +54,8 @@ def memory_peaks(peaks: MemoryPeaks) -> str:
     for i, (name, value, cls) in enumerate(rows):
         y = 10 + ROW * i
         plot.label(NAMES - 8, y + 14, name, "row-label", "end")
-        plot.hbar(0.0, value / gib, y + 1, BAR, cls, f"{name}: {fmt_bytes(value)}")
-        plot.label(plot.x(value / gib) + 6, y + 14, fmt_bytes(value), "value-label")
+        plot.hbar(0.0, value / gib, y + 1, BAR, cls, f"{name}: {format_bytes(value)}")
+        plot.label(plot.x(value / gib) + 6, y + 14, format_bytes(value), "value-label")
         plot.points += 1
     return plot.svg("PyTorch's peak CUDA memory against the device's (GiB)")
 

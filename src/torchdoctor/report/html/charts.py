@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 from torchdoctor.model.figures import CHECKPOINT, EPOCH, EVAL, SAMPLED, WARMUP, GpuSeries, MemoryPeaks, StepPoint, StepSeries
-from torchdoctor.report.common import fmt_bytes, fmt_ms
+from torchdoctor.model.units import GIB, format_bytes
+from torchdoctor.report.common import fmt_ms
 from torchdoctor.report.html import bars
 from torchdoctor.report.html.svg import RUG_ROW_PX, Plot, legend, upper
 
@@ -170,7 +171,7 @@ def _shade_window(plot: Plot, gpu: GpuSeries) -> list[tuple[str, str]]:
 def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None:
     """Device memory over time (NVML), with PyTorch's peaks; or the peaks alone; or None."""
     used = [p.mem_used_bytes for p in gpu.points] if gpu else []
-    gib = 2 ** 30
+    gib = GIB
     if gpu and any(v is not None for v in used):
         total = gpu.mem_total_bytes or (peaks.device_total_bytes if peaks else None)
         top = upper([*(v / gib for v in used if v is not None), (total or 0) / gib], 0.1)
@@ -183,8 +184,8 @@ def memory_chart(gpu: GpuSeries | None, peaks: MemoryPeaks | None) -> str | None
                       (peaks.peak_allocated_bytes, "ref ref-alloc", "k-alloc", "PyTorch peak allocated")]
         for value, cls, key, label in lines:
             if value:
-                plot.hline(value / gib, cls, f"{label} {fmt_bytes(value)}")
-                keys.append((key, f"{label} {fmt_bytes(value)}"))
+                plot.hline(value / gib, cls, f"{label} {format_bytes(value)}")
+                keys.append((key, f"{label} {format_bytes(value)}"))
         plot.line([p.t for p in gpu.points], [None if v is None else v / gib for v in used], "l-mem", "device memory used")
         return legend(keys) + plot.svg("device memory over time")
     if peaks and peaks.device_total_bytes > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchdoctor.model.figures import MemoryFigure, ScalingFigure
 from torchdoctor.model.memory_record import PARTS
-from torchdoctor.report.common import fmt_bytes
+from torchdoctor.model.units import GIB, MIB, format_bytes
 from torchdoctor.report.html.svg import Plot, legend, upper
 from torchdoctor.report.html.text import esc_line
 
@@ -19,7 +19,7 @@ OUTCOME_CLASS = {"fits": "dot-fits", "over-limit": "dot-over", "oom": "dot-over"
 
 def _unit(top_bytes: float) -> tuple[float, str]:
     """Charts are drawn in MiB, or GiB from 4 GiB up, so the axis ticks are round numbers."""
-    return (2**30, "GiB") if top_bytes >= 4 * 2**30 else (2**20, "MiB")
+    return (GIB, "GiB") if top_bytes >= 4 * GIB else (MIB, "MiB")
 
 
 def _axis(unit: str):
@@ -32,11 +32,11 @@ def breakdown_bar(fig: MemoryFigure) -> str:
     for part in PARTS:
         value = fig.parts.get(part, 0)
         if value > 0:
-            plot.hbar(x, x + value, 8, 40, PART_CLASS[part], f"{PART_LABEL[part]}: {fmt_bytes(value)}")
+            plot.hbar(x, x + value, 8, 40, PART_CLASS[part], f"{PART_LABEL[part]}: {format_bytes(value)}")
             plot.points += 1
             x += value
     rows = "".join(f'<tr><td><span class="key {PART_CLASS[p]}"></span>{esc_line(PART_LABEL[p])}</td>'
-                   f'<td class="num">{fmt_bytes(fig.parts[p])}</td>'
+                   f'<td class="num">{format_bytes(fig.parts[p])}</td>'
                    f'<td class="num">{fig.parts[p] / fig.peak_bytes:.0%}</td></tr>'
                    for p in PARTS if fig.parts.get(p, 0) > SMALLEST_SHARE * fig.peak_bytes)
     table = ('<table class="grid split"><thead><tr><th>part</th><th class="num">bytes</th>'
@@ -82,12 +82,12 @@ def scaling_charts(fig: ScalingFigure) -> list[tuple[str, str]]:
         for value, label in ((fig.capacity_bytes, "capacity"), (fig.usable_bytes, "usable (capacity − headroom)")):
             if value:
                 plot.hline(value / size, "ref ref-limit" if label == "capacity" else "ref",
-                           f"{label} {fmt_bytes(value)}")
-                keys.append(("k-limit" if label == "capacity" else "k-ref", f"{label} {fmt_bytes(value)}"))
+                           f"{label} {format_bytes(value)}")
+                keys.append(("k-limit" if label == "capacity" else "k-ref", f"{label} {format_bytes(value)}"))
         for outcome, cls in OUTCOME_CLASS.items():
             chosen = [p for p in points if p.outcome == outcome and p.need_bytes]
             plot.dots([p.batch for p in chosen], [p.need_bytes / size for p in chosen], cls,
-                      [f"batch {p.batch}: {outcome}, {fmt_bytes(p.need_bytes)}" for p in chosen])
+                      [f"batch {p.batch}: {outcome}, {format_bytes(p.need_bytes)}" for p in chosen])
             plot.points += len(chosen)
         charts.append(("Peak memory against batch size", legend(keys) + plot.svg("peak memory against batch size")))
     rates = [p for p in points if p.samples_per_s]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from torchdoctor.model.units import MIB
 from torchdoctor.model.distributed_record import DdpBackward, DdpModel, DdpStep, DistributedInfo, NoSyncUse, RankIdentity
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.frames import caller_location, location_of, own_caller_location, user_frame
@@ -104,7 +105,7 @@ class DdpProbe:
             created_at=created_at, module=type(ddp.module).__name__,
             backend=_backend(group), world_size=group.size() if hasattr(group, "size") else 1,
             param_tensors=len(params), grad_bytes=sum(p.numel() * p.element_size() for p in params),
-            bucket_cap_mb=round(ddp.bucket_bytes_cap / 2**20, 3),
+            bucket_cap_mb=round(ddp.bucket_bytes_cap / MIB, 3),
             gradient_as_bucket_view=bool(ddp.gradient_as_bucket_view), static_graph=bool(ddp.static_graph),
             find_unused_parameters=bool(ddp.find_unused_parameters), broadcast_buffers=bool(ddp.broadcast_buffers),
             buffers=len(buffers), buffer_bytes=sum(b.numel() * b.element_size() for b in buffers),

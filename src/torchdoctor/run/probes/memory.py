@@ -19,6 +19,7 @@ import torch
 from torch.optim.optimizer import Optimizer, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdoctor.model.units import format_bytes
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (GRADIENTS, OPTIMIZER_STATES, OTHER, PARAMETERS, LiveAllocation,
                                        MemoryBreakdown, OomEvent, ParallelMemory)
@@ -373,4 +374,4 @@ def _address_space_limit() -> str:
         return ""
     if soft == resource.RLIM_INFINITY:
         return ""
-    return f"RLIMIT_AS {soft / 2**30:.2f} GiB (the process's address space)"
+    return f"RLIMIT_AS {format_bytes(soft)} (the process's address space)"

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from torchdoctor.model.units import parse_bytes
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
@@ -395,7 +396,6 @@ def _downsample(points: list[tuple[int, int]]) -> list[MemoryPoint]:
 # ---- out-of-memory errors ----------------------------------------------------------------
 _CUDA_REQUEST = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
 _CPU_REQUEST = re.compile(r"you tried to allocate (\d+) bytes")
-_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -414,7 +414,7 @@ def requested_bytes(message: str) -> int | None:
         return int(match.group(1))
     match = _CUDA_REQUEST.search(message)
     if match:
-        return int(float(match.group(1)) * _UNITS[match.group(2)])
+        return parse_bytes(match.group(1) + match.group(2))  # PyTorch prints sizes in powers of 1024
     return None
 
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import torch
 
+from torchdoctor.model.units import MIB
 from torchdoctor.comm.bench import DDP_BUCKET_BYTES, measure_all_reduce
 from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.ranks.identity import LaunchEnv
 
 CHECK_TIMEOUT_S = 20.0
 CHECK_BUDGET_S = 6.0  # the sizes stop here; a step's data is in the record already
-MIN_BYTES, MAX_BYTES = 4 * 2**20, 256 * 2**20
+MIN_BYTES, MAX_BYTES = 4 * MIB, 256 * MIB
 
 
 def check_sizes(grad_bytes: int) -> list[int]:
-    whole = min(MAX_BYTES, max(MIN_BYTES, -(-grad_bytes // 2**20) * 2**20)) if grad_bytes else None
+    whole = min(MAX_BYTES, max(MIN_BYTES, -(-grad_bytes // MIB) * MIB)) if grad_bytes else None
     return sorted({MIN_BYTES, DDP_BUCKET_BYTES, *([whole] if whole else [])})
 
 
