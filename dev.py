@@ -45,7 +45,7 @@ def ensure_env() -> None:
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "help"
     if command not in ("demo", "test", "bench", "gpu"):
-        print("usage: python3 dev.py demo | test [pytest args] | bench [NAME...] | gpu [--prepare|--dry-run|...]")
+        print("usage: python3 dev.py demo | test [--quick] [pytest args] | bench [NAME...] | gpu [--prepare|--dry-run|...]")
         return 2
     if command == "gpu":  # never builds .venv unless a form needs it (prepare without pip, dry run without torch)
         sys.path.insert(0, str(ROOT))
@@ -60,8 +60,11 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         return subprocess.call([str(PY), "-m", "torchdoctor", "run", "--steps", "20",
                                 "examples/demo_prompt_encoder.py", *argv[1:]], cwd=ROOT)
-    if command == "test":
-        return subprocess.call([str(PY), "-m", "pytest", "-q", *argv[1:]], cwd=ROOT)
+    if command == "test":  # `test --quick`: the inner loop, without the tests that run example scripts end to end
+        args = argv[1:]
+        quick = ["-m", "not slow"] if "--quick" in args else []
+        return subprocess.call([str(PY), "-m", "pytest", "-q", *quick, *(a for a in args if a != "--quick")],
+                               cwd=ROOT)
     # `bench NAME...` runs some; plain `bench` runs every benchmarks/*.py that writes results.
     names = argv[1:] or sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_")
                                and p.stem not in BENCH_HELPERS)

@@ -1,37 +1,40 @@
 """Command line: `torchdoctor COMMAND ...`. Each subcommand lives in `commands/<name>.py` as a
 `main(argv) -> int`; domain errors become exit codes here, and only here.
 
-The table below is static on purpose: a command's module is imported only when that command
+The list below is static on purpose: a command's module is imported only when that command
 runs, so `lint` (started by pre-commit on every commit) never pays for torch, and `rules`
 never for the linter.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.version import __version__
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TorchdoctorError, UsageError
 
-# name -> (module under torchdoctor.commands, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("run", "run a training script under the probes and diagnose it"),
-    "report": ("report", "re-render a run directory without re-running"),
-    "compare": ("compare", "compare run directories: before/after table, noise-aware ratios"),
-    "tune": ("tune", "run a baseline, try the knobs its findings suggest, and measure each one"),
-    "memory": ("memory", "memory and samples/s at several batch sizes; the largest batch that fits"),
-    "rules": ("rules", "list the rules, or explain one (torchdoctor rules TD301)"),
-    "lint": ("lint", "find slow-training habits in source files without running them"),
-    "trace": ("trace", "explain torch.profiler (Kineto) traces"),
-    "comm": ("comm", "measure all-reduce bandwidth between ranks here, and what the link should give"),
-}
+# the commands, in the order `torchdoctor --help` lists them; each is commands/<name>.py
+COMMANDS = ("run", "report", "compare", "tune", "memory", "rules", "lint", "trace", "comm")
+COMMANDS_DIR = Path(__file__).resolve().parent / "commands"
+
+
+def command_help(name: str) -> str:
+    """A command's one-line help, its module's `HELP`, read from the source: listing the
+    commands imports none of them."""
+    tree = ast.parse((COMMANDS_DIR / f"{name}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HELP" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return ""
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines = [f"  {name:<{width}}  {command_help(name)}" for name in COMMANDS]
     return (f"torchdoctor {__version__}: why is my PyTorch training slow?\n"
             f"usage: torchdoctor COMMAND ...   (torchdoctor COMMAND --help)\n\ncommands:\n"
             + "\n".join(lines) + "\n")
@@ -48,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[0] not in COMMANDS:
             raise UsageError(f"unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}")
-        module = importlib.import_module(f"torchdoctor.commands.{COMMANDS[argv[0]][0]}")
+        module = importlib.import_module(f"torchdoctor.commands.{argv[0]}")
         return module.main(argv[1:])
     except TorchdoctorError as exc:
         sys.stderr.write(f"torchdoctor: error: {exc}\n")

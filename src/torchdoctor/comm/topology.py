@@ -13,8 +13,10 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from torchdoctor.comm.links import TOPOLOGY_LEVELS
+from torchdoctor.machine.nvml import NOT_AVAILABLE, nvml_query, nvml_session
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -91,47 +93,38 @@ def read_nvidia_smi_topology() -> GpuTopology:
 NVML_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
-def nvml_topology(indices: list[int]) -> GpuTopology:
-    """PCIe generation/width, NVLinks up, compute capability and the common ancestor of each GPU pair."""
+def nvml_topology(indices: list[int], nvml: Any = None) -> GpuTopology:
+    """PCIe generation/width, NVLinks up, compute capability and the common ancestor of each GPU
+    pair, through machine/nvml.py (what the driver cannot answer stays unknown)."""
     topo = GpuTopology(source="nvml")
-    try:
-        import pynvml
-    except ImportError:
-        topo.note = "NVML not available: pip install 'torchdoctor[gpu]' (nvidia-ml-py)"
-        return topo
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # no driver, or a container without the library
-        topo.note = f"NVML could not start: {exc}"
-        return topo
-    try:
-        handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+    with nvml_session(nvml) as (module, reason):
+        if module is None:
+            topo.note = f"NVML not available: {reason}"
+            return topo
+
+        def ask(fn_name: str, *args: Any) -> Any:
+            value = nvml_query(fn_name, *args, nvml=module)
+            return None if value is NOT_AVAILABLE else value
+
+        handles = {i: ask("nvmlDeviceGetHandleByIndex", i) for i in indices}
+        if any(h is None for h in handles.values()):
+            topo.note = "NVML could not open every GPU of the job"
+            return topo
         topo.gpus = [f"GPU{i}" for i in indices]
         first = handles[indices[0]]
-        topo.pcie_generation = _try(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, first)
-        topo.pcie_width = _try(pynvml.nvmlDeviceGetMaxPcieLinkWidth, first)
-        topo.capability = _try(pynvml.nvmlDeviceGetCudaComputeCapability, first)
-        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-            if _try(pynvml.nvmlDeviceGetNvLinkState, first, link) == 1:
+        topo.pcie_generation = ask("nvmlDeviceGetMaxPcieLinkGeneration", first)
+        topo.pcie_width = ask("nvmlDeviceGetMaxPcieLinkWidth", first)
+        topo.capability = ask("nvmlDeviceGetCudaComputeCapability", first)
+        for link in range(getattr(module, "NVML_NVLINK_MAX_LINKS", 18)):
+            if ask("nvmlDeviceGetNvLinkState", first, link) == 1:
                 topo.nvlinks_up += 1
         for i in indices:
             for j in indices:
-                if i >= j:
-                    continue
-                key = f"GPU{i}-GPU{j}"
-                level = _try(pynvml.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
-                if level is not None:
-                    topo.levels[key] = NVML_LEVELS.get(level, str(level))
+                if i < j:
+                    level = ask("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+                    if level is not None:
+                        topo.levels[f"GPU{i}-GPU{j}"] = NVML_LEVELS.get(level, str(level))
         if topo.nvlinks_up:
             for key in topo.levels:
                 topo.levels[key] = f"NV{topo.nvlinks_up}"
-    finally:
-        _try(pynvml.nvmlShutdown)
     return topo
-
-
-def _try(fn, *args):
-    try:
-        return fn(*args)
-    except Exception:  # an NVML call the driver does not support: that fact is unknown
-        return None

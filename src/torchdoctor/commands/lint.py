@@ -24,13 +24,15 @@ from torchdoctor.lint.selection import parse_codes
 if TYPE_CHECKING:
     from torchdoctor.lint.fix import FileFix
 
+# this command's line in `torchdoctor --help` too (cli.py reads it from here)
+HELP = "find slow-training habits in source files without running them"
 EXIT_FINDINGS = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="torchdoctor lint", formatter_class=argparse.RawDescriptionHelpFormatter, description=(
-        "Find slow-training habits in PyTorch source without running it. Exit status: 1 when "
-        "findings are reported, 0 when clean, 2 on usage errors or when nothing could be read."), epilog=_EPILOG)
+        f"{HELP}. Exit status: 1 when findings are reported, 0 when clean, 2 on usage errors or when nothing "
+        "could be read."), epilog=_EPILOG)
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="files or folders (.py, .ipynb); - reads stdin")
     p.add_argument("--stdin-filename", default="<stdin>", help="the name of the file read from stdin")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")

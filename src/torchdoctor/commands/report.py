@@ -10,12 +10,14 @@ from torchdoctor.commands.parser import CommandParser
 from torchdoctor.errors import EXIT_OK
 from torchdoctor.report import RENDERERS, emit
 
+# this command's line in `torchdoctor --help` too (cli.py reads it from here)
+HELP = "re-render a run directory (or a tune directory) without re-running"
+
 
 def main(argv: Sequence[str]) -> int:
     from torchdoctor.pipeline import diagnose_run_dir
 
-    p = CommandParser(prog="torchdoctor report",
-                      description="re-render a run directory (or a tune directory) without re-running")
+    p = CommandParser(prog="torchdoctor report", description=HELP)
     p.add_argument("run_dir", type=Path)
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
     opts = p.parse_args(argv)

@@ -10,12 +10,15 @@ from typing import Sequence
 from torchdoctor.commands.parser import CommandParser
 from torchdoctor.errors import EXIT_OK, UsageError
 
+# this command's line in `torchdoctor --help` too (cli.py reads it from here)
+HELP = "list the rules, or explain one (torchdoctor rules TD301)"
+
 
 def main(argv: Sequence[str]) -> int:
     from torchdoctor.rules.docs import explain_rule, rules_markdown, rules_table
     from torchdoctor.rules.registry import rule_by_code
 
-    p = CommandParser(prog="torchdoctor rules", description="list the rules, or explain one (torchdoctor rules TD301)")
+    p = CommandParser(prog="torchdoctor rules", description=HELP)
     p.add_argument("code", nargs="?")
     p.add_argument("--format", choices=["text", "md"], default="text")
     opts = p.parse_args(argv)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from torchdoctor.version import __version__
 from torchdoctor.comm.verdict import judge
 from torchdoctor.model.distributed_record import CommResult
-from torchdoctor.model.findings import Report, Severity, Table
+from torchdoctor.model.findings import Report, Table
 from torchdoctor.model.units import format_bytes
-from torchdoctor.rules.base import make_finding, ms
+from torchdoctor.rules.base import ms
+from torchdoctor.rules.link import link_findings
 
 
 def comm_table(comm: CommResult) -> Table:
@@ -29,9 +30,6 @@ def comm_table(comm: CommResult) -> Table:
 
 
 def comm_report(result: CommResult) -> Report:
-    from torchdoctor.rules.distributed import NcclTransportDisabled
-    from torchdoctor.rules.scaling import SlowInterconnect
-
     report = Report(source="comm", tool_version=__version__)
     report.tables.append(comm_table(result))
     link = result.link
@@ -43,20 +41,7 @@ def comm_report(result: CommResult) -> Report:
             ["source of that figure", link.expected_source or "—"],
             ["crippling settings", ", ".join(f"{k}={v}" for k, v in link.crippling_env.items()) or "none"],
             ["WSL2", "yes" if link.wsl2 else "no"]]))
-    verdict = judge(result)
-    if verdict.slow:
-        report.findings.append(make_finding(
-            SlowInterconnect, title=f"all-reduce reaches {verdict.measured_gbps:.2f} GB/s of an expected "
-                                    f"{verdict.expected_gbps:.1f}", message=verdict.text + ".", location=None,
-            evidence={"busbw_gbps": verdict.measured_gbps, "expected_gbps": verdict.expected_gbps,
-                      "share": round(verdict.share, 3)}, speedup=None, severity=Severity.HIGH,
-            basis="a link measurement: what it costs a training step, `torchdoctor run` measures"))
-    if link is not None and link.crippling_env:
-        report.findings.append(make_finding(
-            NcclTransportDisabled, title=", ".join(f"{k}={v}" for k, v in link.crippling_env.items()),
-            message=" ".join(n for n in link.notes if n.startswith("NCCL_")), location=None,
-            evidence={"settings": dict(link.crippling_env)}, speedup=None, severity=Severity.MEDIUM,
-            basis="a setting, not a measurement"))
+    report.findings += link_findings(result)
     if result.simulated_link_gbps:
         report.notes.append(f"The link was simulated at {result.simulated_link_gbps:g} GB/s "
                             "(TORCHDOCTOR_SIMULATED_LINK_GBPS, a test hook).")

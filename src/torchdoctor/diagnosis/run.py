@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Mapping
 
 from torchdoctor.version import __version__
+from torchdoctor.diagnosis.environment import environment_table
 from torchdoctor.diagnosis.figures import run_figures
 from torchdoctor.diagnosis.library_calls import library_sync_note
 from torchdoctor.diagnosis.lint_evidence import link_static_findings
@@ -81,29 +82,13 @@ def _gpu_metrics_missing(record: RunRecord, facts: RunFacts) -> str | None:
     return None
 
 
-def environment_table(record: RunRecord) -> dict:
-    env = record.environment
-    table = {
-        "python": env.python, "platform": env.platform, "torch": env.torch,
-        "device": env.device_name or "cpu", "cuda": env.cuda_version or "none",
-        "cuda used": env.cuda_used, "torch threads": env.num_threads, "cpu count": env.cpu_count,
-        "float32 matmul precision": env.float32_matmul_precision,
-    }
-    if env.compute_capability:
-        table["compute capability"] = ".".join(map(str, env.compute_capability))
-        table["tf32 (matmul / cudnn)"] = f"{env.tf32_matmul} / {env.tf32_cudnn}"
-        table["cudnn.benchmark"] = env.cudnn_benchmark
-    table.update(env.env_vars)
-    return table
-
-
 def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None) -> Report:
     """The run's Report. `recorded_sources` (path → sha256, from the report the run itself
     wrote) lets a re-render tell a source file that changed since the run."""
     facts = RunFacts.of(record)
     report = Report(source="run", tool_version=__version__)
     report.summary = summarize(record, facts)
-    report.environment = environment_table(record)
+    report.environment = environment_table(record, record.trace)
     facts.earlier = report.findings
     for rule_cls in RUNTIME_RULES:
         rule = rule_cls()

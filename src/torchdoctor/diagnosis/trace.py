@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from torchdoctor.diagnosis.environment import environment_table
 from torchdoctor.model.units import MIB
 from torchdoctor.version import __version__
 from torchdoctor.model.findings import Report, Table
@@ -31,7 +32,7 @@ def trace_report(summary: TraceSummary) -> Report:
     host_only = [r for r in summary.ranks if r.cpu_only]
     if host_only:
         report.tables.append(_host_table(host_only))
-    report.environment = _environment(summary)
+    report.environment = environment_table(trace=summary)
     multi = len(summary.ranks) > 1
     for r in summary.ranks:
         report.notes += [f"rank {r.rank}: {n}" if multi else n for n in r.notes]
@@ -199,16 +200,3 @@ def _host_table(ranks: list[RankSummary]) -> Table:
                                                                        "DataLoader share"], rows=rows,
                  caption="Steps from ProfilerStep#N (or optimizer.step()) annotations; DataLoader time is "
                          "enumerate(DataLoader)#...__next__.")
-
-
-def _environment(summary: TraceSummary) -> dict:
-    env: dict = {"trace files": ", ".join(r.path for r in summary.ranks)}
-    devices = {(d.name, tuple(d.compute_capability or ())) for r in summary.ranks for d in r.devices}
-    if devices:
-        env["gpu"] = "; ".join(f"{name or 'unknown GPU'}" + (f" (sm {cap[0]}.{cap[1]})" if cap else "")
-                               for name, cap in sorted(devices, key=str))
-    world = next((r.world_size for r in summary.ranks if r.world_size), None)
-    if world:
-        env["world size"] = world
-    env["steps"] = ", ".join(f"rank {r.rank}: {r.steps} ({r.window_kind})" for r in summary.ranks)
-    return env

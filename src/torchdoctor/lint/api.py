@@ -7,12 +7,12 @@ know which files they want linted, such as `run` for the files a script executed
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchdoctor.machine.cpus import usable_cpus
 from torchdoctor.model.findings import Finding
 from torchdoctor.lint.config import SEVERITIES, LintConfig, find_config, load_config
 from torchdoctor.lint.discovery import discover, display_path, force_excluded
@@ -177,7 +177,7 @@ def _lint_read(job: _Job, source: SourceFile) -> tuple[FileOutcome, Counter]:
 
 def _run(jobs: list, workers: int):
     if workers == 0:
-        workers = min(os.cpu_count() or 1, 8) if len(jobs) >= PARALLEL_MIN_FILES else 1
+        workers = min(usable_cpus(), 8) if len(jobs) >= PARALLEL_MIN_FILES else 1
     if workers <= 1 or len(jobs) < 2:
         return map(_lint_one, jobs)
     with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 INSTALL_HINT = "pynvml is not installed (pip install 'torchdoctor[gpu]')"
 DRIVER_MISSING = "NVIDIA driver not found"
@@ -213,3 +214,19 @@ def decode_reasons(bits: int, constant_prefix: str, nvml: Any) -> list[str]:
     return names
 
 
+@contextmanager
+def nvml_session(nvml: Any = None) -> Iterator[tuple[Any, str | None]]:
+    """(pynvml, None) with NVML initialised for the block, then shut down; (None, reason) when
+    it cannot start. For a one-off question (the topology); the sampler holds its own session."""
+    module = nvml if nvml is not None else load_pynvml()
+    if module is None:
+        yield None, INSTALL_HINT
+        return
+    _, error = _call("nvmlInit", (), module)
+    if error is not None:
+        yield None, _init_failure_reason(error, module)
+        return
+    try:
+        yield module, None
+    finally:
+        nvml_query("nvmlShutdown", nvml=module)

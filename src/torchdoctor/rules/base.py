@@ -107,3 +107,12 @@ def make_finding(
         estimated_speedup=round(speedup, 3) if speedup is not None else None,
         estimate_basis=basis,
     )
+
+
+def detects(*infos: type[RuleInfo]):
+    """Declare the catalogue causes a detector function reports (trace and comm rules; the
+    registry's test reads them)."""
+    def mark(rule):
+        rule.codes = tuple(info.code for info in infos)
+        return rule
+    return mark

@@ -3,7 +3,8 @@
 A detector finds one or more catalogue causes (DESIGN.md §4) from one kind of source:
 - `run`: a `Rule` class (rules/*.py) checks a RunRecord;
 - `lint`: a `Check` (lint/checks/*.py) reads source code;
-- `trace`: a function (trace/rules.py) reads a TraceSummary.
+- `trace`: a function (trace/rules.py) reads a TraceSummary;
+- `comm`: a function (rules/link.py) reads a measured link (`torchdoctor comm`'s CommResult).
 
 Runtime rules are imported here directly (they are small and torch-free). The lint and trace
 detectors are listed by import path, each with the codes it emits, so `torchdoctor rules` and
@@ -33,7 +34,7 @@ from torchdoctor.rules.phases import FrequentCheckpoint, FrequentEval, LoggingOv
 from torchdoctor.rules.scaling import ScalingVerdict, SlowInterconnect, StragglerRank
 from torchdoctor.rules.sync import DataDependentSync, EvalTransfer, ExplicitSync, HostSync
 
-ENGINES = ("run", "lint", "trace")
+ENGINES = ("run", "lint", "trace", "comm")
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ DETECTORS: tuple[Detector, ...] = (
     _trace("underutilized", "TD801"),
     _trace("cpu_hazards", "TD201", "TD202"),
     _trace("cpu_data_loading", "TD101"),
+    Detector("comm", "torchdoctor.rules.link", "link_findings", ("TD602", "TD607")),
 )
 
 CATALOGUE: tuple[type[RuleInfo], ...] = tuple(sorted(RUNTIME_RULES + CATALOGUE_ONLY, key=lambda r: r.code))
@@ -116,5 +118,5 @@ def rule_by_code(code: str) -> type[RuleInfo] | None:
 
 
 def engines_for(code: str) -> list[str]:
-    """Which commands detect a cause: some of `run`, `lint`, `trace`."""
+    """Which commands detect a cause: some of `run`, `lint`, `trace`, `comm`."""
     return [engine for engine in ENGINES if code in detected_codes(engine)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.model.findings import Finding, Severity
-from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, RuleInfo, amdahl, make_finding, ms
+from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, amdahl, detects, make_finding, ms
 from torchdoctor.rules.catalogue import LaunchBound
 from torchdoctor.rules.scaling import SlowInterconnect
 from torchdoctor.rules.compute import NoMixedPrecision
@@ -43,14 +43,6 @@ SYNC_WORDS = {idle.ITEM: "`.item()`/`float()`/`bool()` on a GPU tensor",
               idle.OTHER_SYNC: "a host sync",
               idle.DATA_DEPENDENT: "an op whose output size depends on GPU data",
               idle.EXPLICIT: "an explicit synchronize (`torch.cuda.synchronize()`, `event.synchronize()`)"}
-
-
-def detects(*infos: type[RuleInfo]):
-    """Declare the catalogue causes a trace rule reports (read by the registry's test)."""
-    def mark(rule):
-        rule.codes = tuple(info.code for info in infos)
-        return rule
-    return mark
 
 
 @dataclass

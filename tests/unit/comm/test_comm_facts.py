@@ -152,3 +152,32 @@ def test_nvml_reads_this_machines_topology():
     if len(gpus) > 1:
         assert topo.worst_level(gpus) is not None
         assert read_nvidia_smi_topology().gpus[: len(gpus)] == [f"GPU{i}" for i in gpus]
+
+
+def test_the_topology_asks_nvml_through_the_one_door():
+    """comm/topology.py once called nvmlInit/nvmlShutdown itself; now machine/nvml.py opens and
+    closes the session, and a call the driver refuses stays unknown."""
+    from types import SimpleNamespace
+
+    from torchdoctor.comm.topology import nvml_topology
+
+    calls = []
+
+    def refused(*args):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    fake = SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}", nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16, nvmlDeviceGetCudaComputeCapability=refused,
+        nvmlDeviceGetNvLinkState=lambda h, link: 0, NVML_NVLINK_MAX_LINKS=2,
+        nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 30)
+    topo = nvml_topology([0, 1], nvml=fake)
+    assert (topo.pcie_generation, topo.pcie_width, topo.capability) == (4, 16, None)
+    assert topo.levels == {"GPU0-GPU1": "PHB"} and calls == ["init", "shutdown"]
+
+    def no_driver():
+        raise RuntimeError("Driver Not Loaded")
+
+    broken = nvml_topology([0, 1], nvml=SimpleNamespace(nvmlInit=no_driver))
+    assert broken.gpus == [] and "NVML" in broken.note

@@ -67,3 +67,4 @@ def test_the_memory_parent_process_never_imports_torch(tmp_path):
     check = "import sys, torchdoctor.memory.summary, torchdoctor.diagnosis.run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # the search, the trials' parent side and the diagnosis
+

@@ -45,8 +45,9 @@ def test_catalogue_only_causes_are_found_by_some_engine_now():
     for code in ("TD105", "TD405", "TD704"):
         assert engines_for(code) == ["lint"]
     assert engines_for("TD604") == ["run", "lint"]  # a run sees nn.DataParallel and each replica's memory
-    for code in ("TD601", "TD603", "TD607"):  # measured in multi-rank runs too (rules/distributed.py)
+    for code in ("TD601", "TD603"):  # measured in multi-rank runs too (rules/distributed.py)
         assert engines_for(code) == ["run", "lint"]
+    assert engines_for("TD607") == ["run", "lint", "comm"]  # `torchdoctor comm` reads the same settings
 
 
 def test_a_failing_check_costs_its_findings_for_that_file_only(tmp_path, monkeypatch):

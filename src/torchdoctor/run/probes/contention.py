@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from torchdoctor.machine.cpus import usable_cpus
 from torchdoctor.model.record import Contention, RunRecord, StepSample
 from torchdoctor.run.session import RunSession
 
@@ -45,13 +46,6 @@ def _load() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 @dataclass

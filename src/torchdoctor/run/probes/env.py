@@ -9,6 +9,7 @@ import sys
 
 import torch
 
+from torchdoctor.machine.cpus import usable_cpus
 from torchdoctor.model.record import Environment
 
 WATCHED_ENV_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "MKL_", "CUDA_", "PYTORCH_")
@@ -25,7 +26,7 @@ def read_environment() -> Environment:
         cuda_version=torch.version.cuda,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         num_threads=torch.get_num_threads(),
-        cpu_count=os.cpu_count(),
+        cpu_count=usable_cpus(),  # what this process may use (affinity, cgroup quota), not the host's
         env_vars={k: v for k, v in sorted(os.environ.items()) if k.startswith(WATCHED_ENV_PREFIXES)},
     )
     if cuda_available:

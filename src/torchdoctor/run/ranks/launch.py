@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
+from torchdoctor.machine.cpus import usable_cpus
 from torchdoctor.run.children import torchrun_options
 from torchdoctor.run.ranks.heartbeat import Stall, StallWatch
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, RANKS_DIR_ENV
@@ -60,7 +61,7 @@ def device_note(nproc: int) -> str | None:
             return (f"--nproc-per-node {nproc} is more than this machine's {gpus} GPU(s): ranks {gpus}-{nproc - 1} "
                     f"share a GPU, and DDP with device_ids=[local_rank] fails on them; use --nproc-per-node {gpus}")
         return None
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     if nproc > cores:
         return (f"{nproc} ranks on {cores} CPU cores: allowed on CPU, but the ranks take turns on the cores, so "
                 "step times include waiting for a core")
