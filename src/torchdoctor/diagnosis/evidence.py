@@ -12,10 +12,10 @@ executed: their findings would only be noise, and linting them costs seconds.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 
+from torchdoctor.model.paths import recorded_path
 from torchdoctor.model.record import ProbeNote, RunRecord, StaticFinding
 
 MODULE_LEVEL = "<module>"
@@ -40,13 +40,13 @@ def lint_executed(record: RunRecord) -> list[StaticFinding]:
     from torchdoctor.lint.api import lint_files  # imported late: plain runs need no linter until here
 
     ran = executed_functions(record)
-    script = _absolute(record.run.script, record.run.cwd) if record.run.script.endswith(".py") else None
+    script = recorded_path(record.run.script, record.run.cwd) if record.run.script.endswith(".py") else None
     files = [f for f in record.source_files if f in ran or f == script]
     found = []
     for f in lint_files([Path(p) for p in files]):
         if f.location is None:
             continue
-        path = _absolute(f.location.path, record.run.cwd)
+        path = recorded_path(f.location.path, record.run.cwd)
         function = f.location.function or MODULE_LEVEL
         if function != MODULE_LEVEL and function not in ran.get(path, ()):
             continue  # inside a function that never ran
@@ -62,7 +62,7 @@ def executed_functions(record: RunRecord) -> dict[str, set[str]]:
         path, _, qualname = entry.rpartition("::")
         ran[path].add(qualname.rsplit(".", 1)[-1])
     for location in _probe_locations(record):
-        ran[_absolute(location.path, record.run.cwd)].add(location.function.rsplit(".", 1)[-1])
+        ran[recorded_path(location.path, record.run.cwd)].add(location.function.rsplit(".", 1)[-1])
     return ran
 
 
@@ -77,6 +77,3 @@ def _probe_locations(record: RunRecord):
     yield from (call.location for call in record.dispatch.api_calls)
     yield from (hits.location for hits in record.line_profile.lines)
 
-
-def _absolute(path: str, cwd: str) -> str:
-    return os.path.normpath(os.path.join(cwd, path))

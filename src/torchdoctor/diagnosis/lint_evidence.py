@@ -3,8 +3,8 @@ measured cause that the source also shows is marked confirmed, and both sides li
 
 from __future__ import annotations
 
-import os
 
+from torchdoctor.model.paths import recorded_path, typed_path
 from torchdoctor.model.findings import Report, Table
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord, StaticFinding
@@ -13,17 +13,12 @@ from torchdoctor.model.record import RunRecord, StaticFinding
 STATIC_TO_RUNTIME = {"TD105": "TD101"}
 
 
-def _shown(path: str, cwd: str) -> str:
-    rel = os.path.relpath(path, cwd)
-    return path if rel.startswith("..") else rel
-
-
 def _place_by_lint(finding, record: RunRecord) -> None:
     """A runtime finding measured without a line (TF32 off is a global setting) takes the line
     lint found for the same cause, when the executed files hold exactly one."""
     same = [sf for sf in record.static_findings if STATIC_TO_RUNTIME.get(sf.code, sf.code) == finding.code]
     if len(same) == 1:
-        finding.location = Location(_shown(same[0].path, record.run.cwd), same[0].line)
+        finding.location = Location(typed_path(same[0].path, record.run.cwd), same[0].line)
 
 
 def link_static_findings(report: Report, record: RunRecord) -> None:
@@ -40,13 +35,13 @@ def link_static_findings(report: Report, record: RunRecord) -> None:
         loc = finding.location
         if loc is None:
             continue
-        sf = by_key.get((os.path.abspath(os.path.join(cwd, loc.path)), loc.line, finding.code))
+        sf = by_key.get((recorded_path(loc.path, cwd), loc.line, finding.code))
         if sf is None:
             continue
         confirmed.add(id(sf))
-        finding.evidence["confirmed_by_lint"] = f"{sf.code} {sf.slug} at {_shown(sf.path, cwd)}:{sf.line}"
+        finding.evidence["confirmed_by_lint"] = f"{sf.code} {sf.slug} at {typed_path(sf.path, cwd)}:{sf.line}"
         finding.message += f" `torchdoctor lint` flags the same line ({sf.code} {sf.slug})."
-    rows = [[sf.code, sf.slug, f"{_shown(sf.path, cwd)}:{sf.line}", sf.severity,
+    rows = [[sf.code, sf.slug, f"{typed_path(sf.path, cwd)}:{sf.line}", sf.severity,
              "confirmed by this run" if id(sf) in confirmed else "not measured in this run"]
             for sf in record.static_findings if sf.severity != "info"]
     if rows:

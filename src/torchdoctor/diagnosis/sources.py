@@ -14,6 +14,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 
+from torchdoctor.model.paths import recorded_path
 from torchdoctor.model.units import MIB
 from torchdoctor.model.figures import SourceExcerpt
 from torchdoctor.model.findings import Finding
@@ -42,7 +43,7 @@ def source_excerpts(findings: list[Finding], record: RunRecord,
         if loc is None or loc.line < 1 or (loc.path, loc.line) in seen:
             continue
         seen.add((loc.path, loc.line))
-        path = os.path.normpath(os.path.join(record.run.cwd, loc.path))
+        path = recorded_path(loc.path, record.run.cwd)
         if path not in own or not path.endswith(".py"):
             excerpts.append(SourceExcerpt(loc.path, loc.line, status="not-run-file",
                                           note="source not shown: not one of the files this run executed"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from torchdoctor.model.paths import recorded_path, typed_path
 from torchdoctor.model.findings import Finding, Report, Severity
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord
@@ -65,9 +66,9 @@ def _same_cause(findings: list[Finding], found: Finding, cwd: str) -> Finding | 
     same_code = [f for f in findings if f.code == found.code and f.evidence.get("source") != "profiler trace"]
     if found.location is None:
         return same_code[0] if len(same_code) == 1 else None
-    where = _absolute(found.location.path, cwd), _function(found.location.function)
+    where = recorded_path(found.location.path, cwd), _function(found.location.function)
     for mine in same_code:
-        if mine.location is not None and (_absolute(mine.location.path, cwd),
+        if mine.location is not None and (recorded_path(mine.location.path, cwd),
                                           _function(mine.location.function)) == where:
             return mine
     return None
@@ -77,20 +78,15 @@ def _function(name: str) -> str:
     return name.rsplit(".", 1)[-1]  # runtime names are qualified (Trainer.fit), trace frames not (fit)
 
 
-def _absolute(path: str, cwd: str) -> str:
-    return os.path.normpath(os.path.join(cwd, path))
-
-
 def _as_typed(location: Location, record: RunRecord) -> Location:
     """The file a trace frame names, as the user would type it (relative to the working
     directory when inside it). Kineto names frames by file name only, so the name is looked
     up among the user files the run executed."""
     cwd = record.run.cwd
-    path = _absolute(location.path, cwd)
+    path = recorded_path(location.path, cwd)
     if not os.path.isabs(location.path):
         tail = os.sep + os.path.normpath(location.path)
         matches = [f for f in record.source_files if f.endswith(tail)]
         if len(matches) == 1:
             path = matches[0]
-    rel = os.path.relpath(path, cwd)
-    return Location(path if rel.startswith("..") else rel, location.line, location.function)
+    return Location(typed_path(path, cwd), location.line, location.function)

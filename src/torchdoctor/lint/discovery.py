@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchdoctor.model.paths import typed_path
 from torchdoctor.lint.source import Problem
 
 # The folders ruff and flake8 skip by default, plus virtualenv spellings and our run output.
@@ -35,13 +36,8 @@ class Discovered:
 
 
 def display_path(path: Path, cwd: Path) -> str:
-    """Relative to the working directory when inside it, else as given."""
-    if path.is_absolute():
-        try:
-            return path.relative_to(cwd).as_posix()
-        except ValueError:
-            return str(path)
-    return path.as_posix()
+    """As the user would type it (model/paths.py's rule), with / separators."""
+    return Path(typed_path(str(path), str(cwd))).as_posix()
 
 
 def discover(targets: list[Path], excludes: list[str] = (), root: Path | None = None,

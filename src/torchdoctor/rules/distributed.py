@@ -8,9 +8,9 @@ single-process run they find nothing and say nothing.
 
 from __future__ import annotations
 
-import os
 import statistics
 
+from torchdoctor.model.paths import typed_path
 from torchdoctor.comm.environment import crippling_settings, what_it_does
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.location import Location
@@ -244,6 +244,5 @@ class NcclTransportDisabled(DistributedRule):
 
 
 def _display(static, cwd: str) -> Location:
-    """A static finding's place as the user would type it (relative to the run's directory)."""
-    path = os.path.relpath(static.path, cwd) if static.path.startswith(cwd) else static.path
-    return Location(path, static.line)
+    """A static finding's place as the user would type it."""
+    return Location(typed_path(static.path, cwd), static.line)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from torchdoctor.model.paths import typed_path
 from torchdoctor.errors import UsageError
 from torchdoctor.model.findings import Report  # set by pipeline.finish_in_process
 from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP, Limits
@@ -127,8 +128,7 @@ def script_label(filename: str | None) -> tuple[str, str | None]:
     """(label, script path) for the file the measured code runs from: the path as the user
     would type it when it is a file on disk; "notebook" for a notebook cell or `python -c`."""
     if filename and filename.endswith(".py") and os.path.isfile(filename):
-        rel = os.path.relpath(filename)
-        return (filename if rel.startswith("..") else rel), filename
+        return typed_path(filename), filename
     return "notebook", None
 
 

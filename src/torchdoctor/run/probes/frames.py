@@ -18,6 +18,7 @@ from types import FrameType
 
 import torch
 
+from torchdoctor.model.paths import typed_path
 from torchdoctor.version import PACKAGE_DIR
 from torchdoctor.model.location import Location
 
@@ -92,12 +93,8 @@ def is_library_frame(frame: FrameType) -> bool:
 
 @lru_cache(maxsize=4096)
 def display_path(filename: str) -> str:
-    """The path as the user would type it: relative to the cwd when inside it."""
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
+    """The path as the user would type it (model/paths.py's rule), cached: probes ask per op."""
+    return typed_path(filename)
 
 
 def source_text(filename: str, line: int) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model.limits import Limits
+from torchdoctor.model.paths import typed_path
 from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import USER, caller_location, classify_file
 from torchdoctor.run.probes.patching import PatchSet
@@ -138,7 +139,7 @@ class SpawnProbe:
         main = sys.modules.get("__main__")
         script = getattr(main, "__file__", None) or "<spawned>"
         return SpawnedRank(fn=fn, nprocs=nprocs, ranks_dir=str(self.run_dir.resolve()), job_id=uuid.uuid4().hex,
-                           script=os.path.relpath(script) if os.path.isabs(script) else script,
+                           script=typed_path(script),
                            warmup=options.warmup, steps=options.steps, max_seconds=max(5.0, left - CHILD_MARGIN_S),
                            trace=options.trace, knobs={k: v for k, v in options.knobs.items() if k != "nproc"})
 

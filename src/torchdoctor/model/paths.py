@@ -1,0 +1,23 @@
+"""Paths in one rule: the path as the user types it, and the absolute path of a path a record
+holds. A finding's path is kept as typed from the probe to the HTML card; where a file must be
+opened or two paths compared, it is made absolute against the run's working directory."""
+
+from __future__ import annotations
+
+import os
+
+
+def typed_path(path: str, cwd: str | None = None) -> str:
+    """As the user would type it: relative to the working directory when inside it, else absolute."""
+    cwd = cwd or os.getcwd()
+    full = os.path.normpath(os.path.join(cwd, path))
+    try:
+        rel = os.path.relpath(full, cwd)
+    except ValueError:  # another drive (Windows)
+        return full
+    return full if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
+def recorded_path(path: str, cwd: str) -> str:
+    """The absolute path of a path a record holds (a relative one is relative to the run's cwd)."""
+    return os.path.normpath(os.path.join(cwd, path))
