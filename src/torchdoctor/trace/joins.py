@@ -204,13 +204,7 @@ class Joins:
         aten::_local_scalar_dense for a sync). aten ops nest shallowly and close together,
         so a bounded look back over the ops that started before it finds them."""
         if self._ops is None:
-            by_tid: dict[int | str, list[RawEvent]] = defaultdict(list)
-            for op in self.events.ops:
-                by_tid[op.tid].append(op)
-            self._ops = {}
-            for tid, ops in by_tid.items():
-                ops.sort(key=_TS)
-                self._ops[tid] = (list(map(_TS, ops)), ops)
+            self._ops = by_thread(self.events.ops)
         starts, ops = self._ops.get(host_event.tid, ((), ()))
         t = host_event.ts
         i = bisect_right(starts, t)
@@ -221,16 +215,21 @@ class Joins:
         """The memcpy of the last copy call on the host event's thread that started in
         [since, host_event.ts): the copy a `cudaStreamSynchronize` inside `aten::copy_` waits for."""
         if self._runtime is None:
-            by_tid: dict[int | str, list[RawEvent]] = defaultdict(list)
-            for rt in self.events.runtime:
-                if "Memcpy" in rt.name or "memcpy" in rt.name:
-                    by_tid[rt.tid].append(rt)
-            self._runtime = {}
-            for tid, calls in by_tid.items():
-                calls.sort(key=_TS)
-                self._runtime[tid] = (list(map(_TS, calls)), calls)
+            self._runtime = by_thread(rt for rt in self.events.runtime if "memcpy" in rt.name.lower())
         starts, calls = self._runtime.get(host_event.tid, ((), ()))
         i = bisect_right(starts, host_event.ts) - 1
         if i < 0 or calls[i].ts < since or calls[i] is host_event:
             return None
         return self.copy_by_corr.get(calls[i].args.correlation)
+
+
+def by_thread(events) -> dict[int | str, tuple[list[float], list[RawEvent]]]:
+    """Per thread, its events sorted by start, with the starts (for bisection)."""
+    grouped: dict[int | str, list[RawEvent]] = defaultdict(list)
+    for event in events:
+        grouped[event.tid].append(event)
+    out = {}
+    for tid, group in grouped.items():
+        group.sort(key=_TS)
+        out[tid] = (list(map(_TS, group)), group)
+    return out
