@@ -17,6 +17,7 @@ import sys
 import warnings
 from typing import Callable
 
+from torchdoctor.run.probes.frames import frame_line
 from torchdoctor.model.record import ProbeNote, RunRecord
 
 DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
@@ -99,7 +100,7 @@ class _ValueReads:
         if user is None or internal:  # torch's own reads (an optimizer's step counter) steer nothing of ours
             return
         code = user.f_code
-        key = (display_path(code.co_filename), user.f_lineno, getattr(code, "co_qualname", code.co_name))
+        key = (display_path(code.co_filename), frame_line(user), getattr(code, "co_qualname", code.co_name))
         self.sites[key] = self.sites.get(key, 0) + 1
 
     def summary(self) -> str | None:

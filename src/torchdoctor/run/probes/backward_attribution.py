@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchdoctor.run.probes.frames import display_path, user_frame
+from torchdoctor.run.probes.frames import display_path, frame_line, user_frame
 from torchdoctor.model.record import RunRecord
 
 
@@ -33,7 +33,7 @@ class _NodeTagger(TorchFunctionMode):
         if os.getpid() == timer.pid and torch.is_grad_enabled():
             user, _ = user_frame(sys._getframe(1))
             if user is not None:
-                key = (user.f_code.co_filename, user.f_lineno)
+                key = (user.f_code.co_filename, frame_line(user))
                 if key in timer.candidates:
                     name = getattr(func, "__name__", "")
                     in_place = name.endswith("_") or name == "__setitem__"

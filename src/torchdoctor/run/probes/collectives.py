@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torchdoctor.model.distributed_record import CollectiveSite, DistributedInfo, RankIdentity
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord
-from torchdoctor.run.probes.frames import USER, classify_file, location_of, user_frame
+from torchdoctor.run.probes.frames import USER, classify_file, frame_line, location_of, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.comm import slow_link
 from torchdoctor.run.session import RunSession
@@ -100,7 +100,7 @@ class CollectivesProbe:
         return collective
 
     def _count(self, op: str, frame, seconds: float, nbytes: int) -> None:
-        key = (frame.f_code.co_filename, frame.f_lineno, op)
+        key = (frame.f_code.co_filename, frame_line(frame), op)
         site = self.sites.get(key)
         if site is None:
             user, _ = user_frame(frame)

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torchdoctor.model.units import MIB
 from torchdoctor.model.distributed_record import DdpBackward, DdpModel, DdpStep, DistributedInfo, NoSyncUse, RankIdentity
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
-from torchdoctor.run.probes.frames import caller_location, location_of, own_caller_location, user_frame
+from torchdoctor.run.probes.frames import caller_location, frame_line, location_of, own_caller_location, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.comm import slow_link
 from torchdoctor.run.session import RunSession
@@ -229,7 +229,7 @@ class DdpProbe:
         @functools.wraps(original)
         def no_sync(ddp):
             frame, _ = user_frame(sys._getframe(1))
-            where = (frame.f_code.co_filename, frame.f_lineno, location_of(frame)) if frame is not None else None
+            where = (frame.f_code.co_filename, frame_line(frame), location_of(frame)) if frame is not None else None
             return probe._no_sync_context(original(ddp), where)
 
         return no_sync

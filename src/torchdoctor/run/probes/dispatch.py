@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
                                           TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
-from torchdoctor.run.probes.frames import display_path, library_of, source_text, user_frame
+from torchdoctor.run.probes.frames import display_path, frame_line, library_of, source_text, user_frame
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.model.record import ApiCall, Location, OpSite, RunRecord
@@ -207,7 +207,7 @@ class DispatchSampler:
         if user is None:
             return _AUTOGRAD_LOCATION, internal
         code = user.f_code
-        return (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name)), internal
+        return (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name)), internal
 
     def _record_op(self, func, args, out, started: float, ended: float, frame) -> None:
         if self.outside_step():

@@ -120,11 +120,26 @@ def user_frame(frame: FrameType | None) -> tuple[FrameType | None, bool]:
     return None, internal
 
 
+def frame_line(frame: FrameType) -> int:
+    """The line a frame is on. Python 3.11 gives None for a frame caught (from another thread
+    or a hook) at an instruction without line information; the line of the nearest instruction
+    before it stands in, else the function's first line."""
+    line = frame.f_lineno
+    if line is not None:
+        return line
+    code, last = frame.f_code, frame.f_lasti
+    best = None
+    for start, _, number in code.co_lines():
+        if start <= last and number is not None:
+            best = number
+    return best if best is not None else code.co_firstlineno
+
+
 def location_of(frame: FrameType) -> Location:
     code = frame.f_code
     return Location(
         path=display_path(code.co_filename),
-        line=frame.f_lineno,
+        line=frame_line(frame),
         function=getattr(code, "co_qualname", code.co_name),
     )
 

@@ -34,7 +34,7 @@ import time
 from collections import Counter
 
 from torchdoctor.model.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
-from torchdoctor.run.probes.frames import display_path, library_of, project_frames, source_text, user_frame
+from torchdoctor.run.probes.frames import display_path, frame_line, library_of, project_frames, source_text, user_frame
 
 SAMPLE_INTERVAL_S = 0.001  # in the window: many samples from a few steps
 COVERAGE_INTERVAL_S = 0.2  # outside it: which functions run, at a cost nobody can measure
@@ -175,7 +175,7 @@ class LineSampler:
         self._pending_total_s += weight
         if user is not None:
             code = user.f_code
-            key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
+            key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name))
             self._pending[key] += 1
             self._pending_s[key] += weight
         self._note_functions(frame)

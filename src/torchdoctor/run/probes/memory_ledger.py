@@ -28,7 +28,7 @@ from torchdoctor.model.units import parse_bytes
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
-from torchdoctor.run.probes.frames import display_path, location_of, user_frame
+from torchdoctor.run.probes.frames import display_path, frame_line, location_of, user_frame
 
 MAX_TIMELINE_POINTS = 240  # a chart ~900 px wide; each point keeps its bucket's largest value
 LARGEST_KEPT = 10
@@ -180,7 +180,7 @@ class StorageLedger:
             user, _ = user_frame(frame)  # the user line of each allocation
             if user is not None:
                 code = user.f_code
-                entry.frame_key = (code.co_filename, user.f_lineno, getattr(code, "co_qualname", code.co_name))
+                entry.frame_key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name))
 
     @staticmethod
     def _shares_input(key: int, args, kwargs) -> bool:

@@ -73,7 +73,7 @@ class HeartbeatWriter:
 def main_thread_position(thread_id: int) -> tuple[str | None, bool]:
     """The user line the thread is on (`train.py:42 in train_step`), and whether it is
     inside torch's distributed or autograd code (waiting for the other ranks)."""
-    from torchdoctor.run.probes.frames import USER, classify_file, display_path  # imports torch: only in ranks
+    from torchdoctor.run.probes.frames import USER, classify_file, display_path, frame_line  # imports torch: only in ranks
 
     frame = sys._current_frames().get(thread_id)
     if frame is None:
@@ -86,7 +86,7 @@ def main_thread_position(thread_id: int) -> tuple[str | None, bool]:
     if frame is None:
         return None, waiting
     code = frame.f_code
-    where = f"{display_path(code.co_filename)}:{frame.f_lineno} in {getattr(code, 'co_qualname', code.co_name)}"
+    where = f"{display_path(code.co_filename)}:{frame_line(frame)} in {getattr(code, 'co_qualname', code.co_name)}"
     if innermost != code.co_name:
         where += f" (inside {innermost})"
     return where, waiting

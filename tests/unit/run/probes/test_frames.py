@@ -19,3 +19,25 @@ def test_files_are_classified_by_where_they_live():
 def test_user_frame_is_the_innermost_test_frame():
     frame, internal = user_frame(sys._getframe())
     assert frame.f_code.co_filename == __file__ and internal is False
+
+
+def test_a_frame_without_line_information_still_has_a_line():
+    """Python 3.11 gives f_lineno None for a frame caught at an instruction without line
+    information (seen by the line sampler on third-party scripts: the whole line profile was
+    lost to a TypeError); the nearest line before the instruction stands in."""
+    from types import SimpleNamespace
+
+    from torchdoctor.run.probes.frames import frame_line
+
+    def body():
+        x = 1
+        y = x + 1
+        return y
+
+    code = body.__code__
+    starts = [(start, line) for start, _, line in code.co_lines() if line is not None]
+    last_start, last_line = starts[-1]
+    caught = SimpleNamespace(f_lineno=None, f_code=code, f_lasti=last_start + 2)
+    assert frame_line(caught) == last_line
+    assert frame_line(SimpleNamespace(f_lineno=7, f_code=code, f_lasti=0)) == 7
+    assert frame_line(SimpleNamespace(f_lineno=None, f_code=code, f_lasti=-1)) == code.co_firstlineno
