@@ -3,7 +3,7 @@
 import random
 
 from torchdoctor.model.record import (ApiCall, DispatchSample, Environment, LineHits, LineProfile, LoaderStats,
-                                Location, OpSite, OptimizerInfo, RunInfo, RunRecord, StepSample)
+                                Location, LoopSite, OpSite, OptimizerInfo, RunInfo, RunRecord, StepSample)
 
 
 def record(step_s=0.1, steps=10, warmup=2, cuda=False, **per_step) -> RunRecord:
@@ -25,9 +25,9 @@ def loader(**kw) -> LoaderStats:
     return LoaderStats(**base)
 
 
-def sampled(rec, windows=3, sites=(), calls=(), eval_batches=0, line_hits=(), total_samples=0):
+def sampled(rec, windows=3, sites=(), calls=(), eval_batches=0, line_hits=(), total_samples=0, loops=()):
     rec.dispatch = DispatchSample(sampled_steps=windows, sites=list(sites), api_calls=list(calls),
-                                  eval_batches_sampled=eval_batches)
+                                  eval_batches_sampled=eval_batches, loops=list(loops))
     rec.line_profile = LineProfile(total_samples=total_samples,
                                    lines=[LineHits(Location("train.py", line, "f"), n) for line, n in line_hits])
     return rec
@@ -36,6 +36,14 @@ def sampled(rec, windows=3, sites=(), calls=(), eval_batches=0, line_hits=(), to
 def site(line, ops, internal=0, time_s=0.0):
     return OpSite(location=Location("train.py", line, "f"), ops=ops, internal_ops=internal, time_s=time_s,
                   op_counts={"aten::select": ops // 2, "aten::copy_": ops - ops // 2}, median_numel=8)
+
+
+def loop(line, header, ops, turns, param_uses=0, params=0, time_s=0.0, lines=None, library=None):
+    """A loop of `turns` iterations over the sampled steps, its busiest line `line`."""
+    return LoopSite(location=Location("train.py", line, "f"), header_line=header, ops=ops, internal_ops=0,
+                    time_s=time_s, iterations=turns, runs=3, param_uses=param_uses, params=params,
+                    op_counts={"aten::select": ops // 2, "aten::copy_": ops - ops // 2}, median_numel=8,
+                    lines=[Location("train.py", n, "f") for n in (lines or [line])], library=library)
 
 
 def call(line, api, kind, count, phase="train", device="cpu", **detail):

@@ -205,7 +205,7 @@ def test_a_required_read_is_said_so_with_the_batching_fix(tmp_path):
             opt.step()
     """)
     (read,) = at(report, "TD201", line_of(tmp_path, "the environment needs a number"))
-    assert read.severity.value == "low" and read.evidence["value_needed_on_host"]
+    assert read.severity.value == "info" and read.evidence["value_needed_on_host"]
     assert "required" in read.message and "batch" in read.fix
 
 

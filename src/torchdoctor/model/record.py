@@ -24,7 +24,7 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-# 6: OpSite.fp32_matmul_ops_cuda (TD402's line)
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line)
 SCHEMA_VERSION = 6
 OLDEST_READABLE_SCHEMA = 1
 
@@ -135,6 +135,27 @@ class OpSite:
 
 
 @dataclass
+class LoopSite:
+    """Aten ops issued inside one Python loop of the user's code during the sampled steps:
+    the innermost loop around each op, found walking out from the op's innermost user frame
+    (so a module called once per time step counts in the caller's loop)."""
+
+    location: Location  # the loop's busiest line in its own function (a call in its body, or the op itself)
+    header_line: int  # the `for`/`while` line
+    ops: int  # over all sampled steps
+    internal_ops: int  # of which issued by torch library code the loop's lines called
+    time_s: float  # op time plus the Python time just before each op, probe cost removed
+    iterations: int  # loop iterations seen, over all sampled steps
+    runs: int  # times the loop was entered
+    param_uses: int = 0  # parameter tensors read or written by its ops
+    params: int = 0  # distinct parameter tensors among them: as many as uses means a stack of layers
+    op_counts: dict[str, int] = field(default_factory=dict)
+    median_numel: int = 0
+    lines: list[Location] = field(default_factory=list)  # the op sites inside it (callees' lines too)
+    library: str | None = None  # the installed package the loop belongs to; None: the user's code
+
+
+@dataclass
 class ApiCall:
     """A host-sync, data-dependent or transfer call seen in a sampled window."""
 
@@ -162,6 +183,7 @@ class DispatchSample:
     eval_batches_sampled: int = 0
     backward_windows: int = 0  # steps whose backward was timed per line
     sites: list[OpSite] = field(default_factory=list)
+    loops: list[LoopSite] = field(default_factory=list)
     api_calls: list[ApiCall] = field(default_factory=list)
     matmul_flops_per_op: float | None = None  # mean FLOPs of mm/addmm/bmm/conv ops
     fp32_matmul_ops_cuda: int = 0  # fp32 matmul/conv ops on CUDA outside autocast

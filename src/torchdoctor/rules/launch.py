@@ -12,21 +12,20 @@ from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.sync import syncing_calls
 from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
-# A line issuing this many aten ops per step is almost surely a Python loop over elements
-# (the reference report's loop issued 768); a model's layer loop issues tens.
+# A loop TD301 speaks of: it goes round at least this many times per step (a layer stack of
+# 4-6 blocks does too, and is told apart by its parameters, below), issuing this many ops.
+LOOP_MIN_ITERATIONS = 3
+LOOP_MIN_OPS_PER_STEP = 12
+# At this many ops per step a loop is worth changing whatever this machine's noise made of
+# the estimate (the reference report's loop issued 768): at least medium.
 LOOP_OPS_PER_STEP = 100
-# Ops issued by the line's own code (not by a module or optimizer it calls) per step:
-# excludes `loss.backward()` and `optimizer.step()`, whose ops torch issues internally.
-LOOP_DIRECT_OPS_PER_STEP = 20
-# ...unless the line itself runs this often per step (a module called once per time step of
-# an unrolled RNN): `model(x)` runs once per step whatever the ops inside it.
-LOOP_ENTRIES_PER_STEP = 16
+# A loop whose ops read each parameter about once per step steps through different weights
+# in a step (a stack of layers: nothing to vectorize); one that reuses its weights every iteration (an
+# RNN cell, an embedding per position) or reads none (slice writes) loops over data.
+LAYER_STACK_MAX_REUSE = 1.5
 # An optimizer over this many tensors pays per-tensor overhead on the single-tensor path.
 FOREACH_MIN_TENSORS = 20
 OPTIMIZER_MEDIUM_SHARE = 0.05
-# Lines of one loop body: within this many lines of each other, run within 25 % as often.
-LOOP_BODY_LINES = 15
-SAME_LOOP_TOLERANCE = 0.25
 # A loop whose iterations each wait for a host read (at least this many per step, at most this
 # many of the loop's ops per read) is paced by the host: sequential, not vectorizable.
 PACED_MIN_READS = 10
@@ -36,6 +35,7 @@ PER_PARAMETER_MIN_UPDATES = 2
 # On CPU a loop line under 3 % of the step is not worth a finding (stack-sample noise).
 LOOP_MIN_SHARE = 0.03
 MIN_LINE_SAMPLES = 20  # fewer stack samples than this: fall back to the dispatch timing
+MIN_SAMPLES_ON_LINES = 5  # ...and fewer than this on the lines themselves (a share of 2 samples is noise)
 LINE_SAMPLER_BASIS = "its share of stack samples in measured steps times the mean step time"
 DISPATCH_BASIS = "op and inter-op time in sampled steps, calibrated sampler cost removed"
 
@@ -67,81 +67,75 @@ class PythonLoopOps(Rule):
         if not windows or not facts.step_s:
             return []
         findings = []
-        for site in _one_per_loop(record.dispatch.sites, windows):
-            per_step = site.ops / windows
-            direct = (site.ops - site.internal_ops) / windows
-            entries = site.entries / windows
-            if per_step < LOOP_OPS_PER_STEP or (direct < LOOP_DIRECT_OPS_PER_STEP and entries < LOOP_ENTRIES_PER_STEP):
-                continue
-            if site.param_updates / windows >= PER_PARAMETER_MIN_UPDATES:
-                continue  # a hand-written optimizer: TD305 reports it
-            cost = LoopCost.of(record, facts, site, per_step)
-            if cost.speedup < MIN_REPORTED_SPEEDUP and not facts.cuda_used:
-                continue
-            if cost.share < LOOP_MIN_SHARE and not facts.cuda_used:
-                continue
-            inside = f"Inside {site.library} (not your code): " if site.library else ""
+        for loop in record.dispatch.loops:
+            per_step, turns = loop.ops / windows, loop.iterations / windows
+            if loop.library or turns < LOOP_MIN_ITERATIONS or per_step < LOOP_MIN_OPS_PER_STEP:
+                continue  # a framework's own loop (the user cannot rewrite it), or too few turns to matter
+            if loop.param_uses and loop.param_uses / windows / max(1, loop.params) < LAYER_STACK_MAX_REUSE:
+                continue  # each turn reads other weights: a stack of layers, sequential by nature
+            if _updates_parameters(record, loop, windows):
+                continue  # a hand-written optimizer loop: TD305 reports it
+            cost = LoopCost.of_loop(record, facts, loop, per_step)
+            # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low
+            small = not facts.cuda_used and (cost.speedup < MIN_REPORTED_SPEEDUP or cost.share < LOOP_MIN_SHARE)
             pacer = _paced_by_host(record, per_step)
             paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
                      "times per step): the loop is paced by the host and cannot be fused within it; batch across "
                      "independent sequences or environments instead." if pacer else "")
+            callees = loop.internal_ops / max(1, loop.ops)
             findings.append(
                 self.finding(
-                    title=f"{inside}{per_step:.0f} tiny ops per step from one line ({cost.share:.0%} of step time)",
+                    title=(f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
+                           f"({cost.share:.0%} of step time)" if cost.share >= 0.01 else
+                           f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
+                           f"({cost.share:.1%} of step time)"),
                     message=(
-                        f"{inside}This line issued {per_step:.0f} aten ops per step (median {site.median_numel} "
-                        f"elements each; {', '.join(list(site.op_counts)[:3])}), taking "
-                        f"{ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
+                        f"The loop at line {loop.header_line} went round {turns:.0f} times per step and issued "
+                        f"{per_step:.0f} aten ops (median {loop.median_numel} elements each; "
+                        f"{', '.join(list(loop.op_counts)[:3])}"
+                        + (f"; {callees:.0%} of them inside the modules it calls" if callees >= 0.5 else "")
+                        + f"), taking {ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
                         + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
                         + paced
                     ),
-                    location=site.location,
+                    location=loop.location,
                     evidence={
+                        "loop_line": loop.header_line,
+                        "turns_per_step": round(turns, 1),
                         "ops_per_step": round(per_step, 1),
                         "line_ms_per_step": ms(cost.line_s),
                         "backward_ms_per_step": ms(cost.backward_s) if record.dispatch.backward_windows else None,
                         "share_of_step_time": round(cost.share, 3),
-                        "median_numel": site.median_numel,
-                        "top_ops": site.op_counts,
+                        "median_numel": loop.median_numel,
+                        "top_ops": loop.op_counts,
+                        "reads_per_parameter_per_step": round(loop.param_uses / windows / loop.params, 1)
+                        if loop.params else None,
                         "sampled_steps": windows,
                         "line_samples": record.line_profile.total_samples,
-                        "library": site.library,
                     },
-                    speedup=None if pacer else cost.speedup,
+                    speedup=None if pacer or small else cost.speedup,
                     basis=("not estimated: a loop paced by the host's reads cannot become one op" if pacer else
-                           cost.basis(record, "replaced by one op per op kind at the line's mean time per op")),
-                    # a loop of this many ops is worth changing whatever this machine's noise made of the
-                    # estimate: at least medium, unless it is not the user's or cannot be vectorized
-                    severity=(Severity.LOW if site.library or pacer else _at_least_medium(cost.speedup)),
+                           f"not estimated: {cost.share:.1%} of the step on this CPU run, within its noise; on a "
+                           "GPU each of its ops is a kernel launch" if small else
+                           cost.basis(record, "replaced by one op per op kind at the loop's mean time per op (an "
+                                              "upper bound: a loop that carries state from one turn to the next, "
+                                              "an RNN, can be fused, not vectorized)")),
+                    severity=(Severity.LOW if pacer or small else _at_least_medium(cost.speedup)
+                              if per_step >= LOOP_OPS_PER_STEP else severity_for(cost.speedup)),
                 )
             )
         return findings
 
 
+def _updates_parameters(record: RunRecord, loop, windows: int) -> bool:
+    lines = {(loc.path, loc.line) for loc in loop.lines}
+    return sum(s.param_updates for s in record.dispatch.sites
+               if (s.location.path, s.location.line) in lines) / windows >= PER_PARAMETER_MIN_UPDATES
+
+
 def _at_least_medium(speedup: float) -> Severity:
     return Severity.HIGH if severity_for(speedup) is Severity.HIGH else Severity.MEDIUM
-
-
-def _one_per_loop(sites, windows: int):
-    """The sites, with the lines of one loop body (same function, close lines, run as often)
-    folded into the busiest: one finding per loop, its ops and time summed."""
-    kept: list = []
-    for site in sorted(sites, key=lambda s: -s.ops):
-        entries = site.entries / windows
-        home = next((k for k in kept if k.location.path == site.location.path
-                     and k.location.function == site.location.function and k.location.line
-                     and abs(k.location.line - site.location.line) <= LOOP_BODY_LINES
-                     and entries >= LOOP_ENTRIES_PER_STEP
-                     and abs(k.entries / windows - entries) <= SAME_LOOP_TOLERANCE * entries), None)
-        if home is None:
-            kept.append(dataclasses.replace(site))
-            continue
-        home.ops += site.ops
-        home.internal_ops += site.internal_ops
-        home.time_s += site.time_s
-        home.backward_s += site.backward_s
-    return kept
 
 
 def _paced_by_host(record: RunRecord, ops_per_step: float):
@@ -170,19 +164,36 @@ class LoopCost:
 
     @classmethod
     def of(cls, record: RunRecord, facts: RunFacts, site, ops_per_step: float, sampled_lines: bool = True) -> "LoopCost":
-        """`sampled_lines=False`: time the line by its ops alone (a loop whose time the line
-        sampler splits between its `for` line and its body)."""
-        windows = record.dispatch.sampled_steps
-        share = record.line_profile.share(site.location.path, site.location.line) if sampled_lines else None
-        if share is not None and record.line_profile.total_samples >= MIN_LINE_SAMPLES:
-            line_s, timing = share * facts.step_s, LINE_SAMPLER_BASIS
-        else:
-            line_s, timing = site.time_s / windows, DISPATCH_BASIS
+        """One line's ops. `sampled_lines=False`: time the line by its ops alone (a loop whose
+        time the line sampler splits between its `for` line and its body)."""
+        backward = site.backward_s / record.dispatch.backward_windows if record.dispatch.backward_windows else 0.0
+        return cls._of(record, facts, [site.location] if sampled_lines else [], site.time_s, backward,
+                       len(site.op_counts), ops_per_step)
+
+    @classmethod
+    def of_loop(cls, record: RunRecord, facts: RunFacts, loop, ops_per_step: float) -> "LoopCost":
+        """A loop's ops: its own lines, the lines it calls, and its header (the iteration itself)."""
+        lines = {(loc.path, loc.line) for loc in loop.lines}
         d = record.dispatch
-        backward_s = site.backward_s / d.backward_windows if d.backward_windows else 0.0
+        backward = sum(s.backward_s for s in d.sites if (s.location.path, s.location.line) in lines)
+        header = dataclasses.replace(loop.location, line=loop.header_line)
+        return cls._of(record, facts, [*loop.lines, header], loop.time_s,
+                       backward / d.backward_windows if d.backward_windows else 0.0, len(loop.op_counts), ops_per_step)
+
+    @classmethod
+    def _of(cls, record: RunRecord, facts: RunFacts, locations, ops_time_s: float, backward_s: float, op_kinds: int,
+            ops_per_step: float) -> "LoopCost":
+        windows = record.dispatch.sampled_steps
+        profile = record.line_profile
+        wanted = {(loc.path, loc.line) for loc in locations}
+        hits = [h for h in profile.lines if (h.location.path, h.location.line) in wanted]
+        if profile.total_samples >= MIN_LINE_SAMPLES and sum(h.samples for h in hits) >= MIN_SAMPLES_ON_LINES:
+            line_s, timing = sum(map(profile.line_share, hits)) * facts.step_s, LINE_SAMPLER_BASIS
+        else:  # too few stack samples landed there to size it (many short ops): the ops' own timing
+            line_s, timing = min(ops_time_s / windows, facts.step_s), DISPATCH_BASIS
         per_op = line_s / ops_per_step
         # the vectorized version: one op per op kind, forward and backward
-        after = per_op * max(1, len(site.op_counts)) * (2 if backward_s else 1)
+        after = per_op * max(1, op_kinds) * (2 if backward_s else 1)
         saved = max(0.0, line_s + backward_s - after)
         return cls(line_s, backward_s, timing, amdahl(facts.step_s, saved),
                    min(1.0, (line_s + backward_s) / facts.step_s))

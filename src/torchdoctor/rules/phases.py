@@ -171,13 +171,15 @@ class LoggingOverhead(Rule):
     code = "TD703"
     slug = "logging-overhead"
     example = "print(f\"step {step} loss {loss} grad {model.fc.weight.grad}\")  # every step"
-    title = "Per-step logging costs measurable time"
+    title = "Per-step logging or plotting costs measurable time"
     rationale = (
         "Formatting tensors for print/logging every step is slow (and on a GPU it syncs); "
-        "the console write itself can block."
+        "the console write itself can block; a figure redrawn in the loop (`plt.pause` sleeps "
+        "to show it) can take longer than the training step."
     )
     fix = (
-        "Log every N steps, and log Python floats, not tensors:\n```python\nif step % 50 == 0:\n"
+        "Log every N steps, and log Python floats, not tensors; draw figures rarely (or write the values to "
+        "TensorBoard and plot there):\n```python\nif step % 50 == 0:\n"
         "    print(f\"step {step} loss {loss.item():.4f}\")\n```"
     )
     min_share = 0.03
@@ -196,7 +198,7 @@ class LoggingOverhead(Rule):
         site = max(sites, key=lambda p: p.in_measured_steps_s)
         calls = sum(p.calls_in_measured for p in sites)
         return [self.finding(
-            title=f"Printing and logging take {share:.0%} of the measured steps",
+            title=f"Printing, logging and plotting take {share:.0%} of the measured steps",
             message=(f"{calls} print/log calls ran inside the {len(facts.window)} measured steps and took "
                      f"{ms(share * wall):.0f} ms of {ms(wall):.0f} ms, formatting included."),
             location=site.location,

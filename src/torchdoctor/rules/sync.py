@@ -8,7 +8,7 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import ApiCall, RunRecord
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.value_use import EXTERNAL, value_use
+from torchdoctor.rules.value_use import EXTERNAL, OTHER, value_use
 
 SYNC_BASIS_GPU = (
     "the stall length is on the GPU timeline, not the host clock: `torchdoctor trace` on this "
@@ -59,6 +59,14 @@ def _by_line(calls: list[ApiCall]) -> dict[tuple, list[ApiCall]]:
     return grouped
 
 
+def _decision(calls: list[ApiCall]) -> bool:
+    """Every read at the line was of a value without autograd history: not a loss or an
+    activation but a decision (an action, an index). Records from before this was counted
+    say nothing either way."""
+    measured = [c for c in calls if "autograd" in c.detail]
+    return bool(measured) and all(c.detail["autograd"] == 0 for c in measured)
+
+
 def _every_window(calls: list[ApiCall], windows: int) -> bool:
     """At least once per sampled window: a per-step habit, not an every-N-steps log."""
     return windows > 0 and sum(c.count for c in calls) >= windows
@@ -93,11 +101,16 @@ class _PerLineSyncRule(Rule):
             noun = self.noun if on_gpu else self.cpu_noun
             tensors = (f"{group[0].device} tensors" if on_gpu else
                        "tensors that would be on the GPU in a GPU run (from the model or moved with .to(device))")
-            feeds_host = self.asks_if_needed and value_use(group[0].text) == EXTERNAL
+            use = value_use(group[0].text)
+            feeds_host = self.asks_if_needed and (use == EXTERNAL or (use == OTHER and _decision(group)))
             reread = self.asks_if_needed and _optimizer_reads_it(record, group[0])
             why = (" The value is needed on the host right away (it feeds a non-torch call whose result the "
                    "script goes on with), so the sync is required: batching it, or keeping the work on the device, "
                    "is the fix."
+                   if use == EXTERNAL and feeds_host else
+                   " The value read has no autograd history (a sampled action, an argmax, `.data`) and the line "
+                   "hands it to Python or NumPy: a decision the host program acts on, so the sync is the price of "
+                   "acting on it; making the decisions in batches (vectorized environments) is what makes it rarer."
                    if feeds_host else
                    f" This is inside the closure of {reread}, which reads the closure's loss itself after every "
                    "evaluation: the device is waited for anyway, so this read adds no wait of its own."
@@ -120,8 +133,8 @@ class _PerLineSyncRule(Rule):
                     },
                     speedup=None,
                     basis=_basis(facts),
-                    # a required read is not a habit to drop: it is said, with the batching fix, at low
-                    severity=Severity.LOW if required else Severity.MEDIUM,
+                    # a required read is not a habit to drop: it is said, with the batching fix, as information
+                    severity=Severity.INFO if required else Severity.MEDIUM,
                     fix=fix,
                 )
             )

@@ -1,6 +1,6 @@
 """Each CPU-measurable rule: a record that must trigger it and one that must not."""
 
-from helpers.records import call, loader, optimizer, record, sampled, site
+from helpers.records import call, loader, loop, optimizer, record, sampled, site
 
 from torchdoctor.diagnosis.run import analyze
 from torchdoctor.model.record import PhaseStats, Location
@@ -104,17 +104,35 @@ def test_worker_restart_estimate_is_the_excess_of_the_steps_fresh_workers_serve(
     assert "steps that start an epoch" in f.estimate_basis
 
 
-def test_python_loop_line_triggers_and_layer_loop_does_not():
-    rec = sampled(record(step_s=0.1), sites=[site(31, 3 * 768, time_s=0.09), site(40, 3 * 24, time_s=0.01)],
+def test_a_loop_over_data_triggers_at_its_busiest_line():
+    """768 slice writes per step from 64 turns of a loop that reads no weights: the reference
+    report's prompt loop. Its share comes from the line sampler (40 % of the step)."""
+    rec = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.09)],
                   line_hits=[(31, 40)], total_samples=100)
     (f,) = run(PythonLoopOps, rec)
-    assert f.location.line == 31 and f.evidence["ops_per_step"] == 768
+    assert (f.location.line, f.evidence["loop_line"], f.evidence["ops_per_step"], f.evidence["turns_per_step"]) == \
+        (31, 30, 768, 64)
     assert abs(f.evidence["share_of_step_time"] - 0.4) < 1e-6 and f.estimated_speedup > 1.5
-    assert "index_copy_" in f.fix
+    assert "index_copy_" in f.fix and f.severity.value in ("high", "medium")
 
 
-def test_backward_line_with_only_internal_ops_is_not_a_loop():
-    rec = sampled(record(), sites=[site(50, 3000, internal=3000, time_s=0.2)])
+def test_a_recurrent_loop_reusing_its_weights_is_a_loop_over_time():
+    """An RNN cell called once per position (16 turns per step, the same 3 weights every turn):
+    its ops are counted in the caller's loop, lines of the cell included."""
+    rec = sampled(record(step_s=0.1), loops=[loop(332, 330, 3 * 80, 3 * 16, param_uses=3 * 48, params=3,
+                                                 lines=[331, 332, 273, 274])],
+                  line_hits=[(331, 5), (273, 10), (274, 15)], total_samples=100)
+    (f,) = run(PythonLoopOps, rec)
+    assert f.location.line == 332 and abs(f.evidence["share_of_step_time"] - 0.3) < 1e-6
+
+
+def test_a_stack_of_layers_a_framework_loop_and_the_training_loop_are_not_td301():
+    layers = loop(147, 146, 3 * 120, 3 * 4, param_uses=3 * 24, params=24)  # each turn reads other weights
+    framework = loop(40, 38, 3 * 500, 3 * 25, library="ignite")  # the user cannot rewrite it
+    training = loop(60, 55, 3 * 900, 3)  # one turn per step
+    few = loop(70, 69, 3 * 6, 3 * 3)  # 6 ops per step: nothing to gain
+    rec = sampled(record(step_s=0.1), loops=[layers, framework, training, few], line_hits=[(147, 30), (40, 30)],
+                  total_samples=100)
     assert run(PythonLoopOps, rec) == []
 
 
@@ -179,3 +197,16 @@ def test_a_hot_line_with_few_torch_ops_says_how_long_they_took():
     rec.line_profile.lines[0].location = Location("train.py", 13, "f")  # no op sampled at this line
     (f,) = run(HotLine, rec)
     assert f.evidence["op_ms_per_step"] == 0.0 and "issued no torch ops" in f.message
+
+
+def test_a_read_of_a_decision_is_information_and_a_read_of_the_loss_is_a_habit():
+    """An RL loop reads the sampled action every environment step (no autograd history): the
+    host acts on it, the sync is the price; the loss read every step is the habit to drop."""
+    action = call(46, ".item()", "host-sync", 3 * 22, autograd=0)
+    action.text = "return action.item()"
+    loss = call(60, ".item()", "host-sync", 3, autograd=3)
+    loss.text = "return loss.item()"
+    found = {f.location.line: f for f in run(HostSync, sampled(record(), calls=[action, loss]))}
+    assert found[46].severity.value == "info" and found[46].evidence["value_needed_on_host"]
+    assert "host needs the value" in found[46].title and "vectorized environments" in found[46].message
+    assert found[60].severity.value == "medium" and not found[60].evidence["value_needed_on_host"]

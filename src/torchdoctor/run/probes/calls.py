@@ -59,13 +59,19 @@ def matmul_flops(name: str, args, out) -> float:
     return 0.0
 
 
+def _history(tensor) -> dict:
+    """Whether the value read has autograd history (a loss, an activation): counted so a rule
+    can tell a read of the loss from a read of a decision (a sampled action, an argmax, `.data`)."""
+    return {"autograd": bool(tensor.requires_grad or tensor.grad_fn is not None)}
+
+
 def classify_call(name: str, tensor, args, kwargs) -> tuple[str | None, dict]:
     """(kind, detail) of a call the user wrote: host-sync, transfer-d2h, data-dependent,
     transfer-h2d (with pinned / non_blocking / bytes), or (None, {}) for anything else."""
     if name in HOST_SYNC_APIS:
-        return "host-sync", {}
+        return "host-sync", _history(tensor)
     if name in DEVICE_TO_HOST_APIS:
-        return "transfer-d2h", {}
+        return "transfer-d2h", _history(tensor)
     if name in DATA_DEPENDENT_APIS:
         return "data-dependent", {}
     if name == "where" and len(args) == 1 and not kwargs:
@@ -90,6 +96,6 @@ def classify_call(name: str, tensor, args, kwargs) -> tuple[str | None, dict]:
                 "bytes": tensor.numel() * tensor.element_size(),
             }
         if tensor.device.type != "cpu" and target.type == "cpu":
-            return "transfer-d2h", {}
+            return "transfer-d2h", _history(tensor)
     return None, {}
 

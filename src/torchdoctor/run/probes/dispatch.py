@@ -23,9 +23,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
                                           TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
 from torchdoctor.run.probes.frames import display_path, frame_line, library_of, source_text, user_frame
+from torchdoctor.run.probes.loops import loop_of
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.model.record import ApiCall, Location, OpSite, RunRecord
+from torchdoctor.model.record import ApiCall, Location, LoopSite, OpSite, RunRecord
 
 EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
 MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead
@@ -45,6 +46,22 @@ class _SiteAcc:
     devices: set = field(default_factory=set)
     numels: list = field(default_factory=list)
     fp32_matmul_cuda: int = 0
+
+
+@dataclass
+class _LoopAcc:
+    ops: int = 0
+    internal_ops: int = 0
+    time_s: float = 0.0
+    iterations: int = 0
+    runs: int = 0
+    param_uses: int = 0
+    params: set = field(default_factory=set)
+    body: Counter = field(default_factory=Counter)  # line of the loop's frame -> ops
+    lines: Counter = field(default_factory=Counter)  # op site -> ops
+    op_counts: Counter = field(default_factory=Counter)
+    numels: list = field(default_factory=list)
+    last: tuple[int, int] | None = None  # (frame, offset) of the last op: an offset lower means a new iteration
 
 
 class _ApiWatcher(TorchFunctionMode):
@@ -96,6 +113,7 @@ class DispatchSampler:
         self.eval_batches = 0
         self.last_end: float | None = None
         self.sites: dict[tuple, _SiteAcc] = {}
+        self.loops: dict[tuple, _LoopAcc] = {}
         self.api: dict[tuple, ApiCall] = {}
         self.flops: list[float] = []
         self.fp32_matmul_cuda = 0
@@ -203,17 +221,21 @@ class DispatchSampler:
 
     # ---- recording -----------------------------------------------------------------------
     def _key(self, frame) -> tuple[tuple, bool]:
+        return self._where(frame)[:2]
+
+    def _where(self, frame):
+        """(site key, issued inside torch, the innermost user frame or None)."""
         user, internal = user_frame(frame)
         if user is None:
-            return _AUTOGRAD_LOCATION, internal
+            return _AUTOGRAD_LOCATION, internal, None
         code = user.f_code
-        return (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name)), internal
+        return (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name)), internal, user
 
     def _record_op(self, func, args, out, started: float, ended: float, frame) -> None:
         if self.outside_step():
             self.last_end = None
             return
-        key, internal = self._key(frame)
+        key, internal, user = self._where(frame)
         site = self.sites.get(key)
         if site is None:
             site = self.sites[key] = _SiteAcc()
@@ -245,7 +267,38 @@ class DispatchSampler:
                     site.fp32_matmul_cuda += 1
                 else:
                     self.autocast_seen = True
+        if user is not None:
+            self._record_loop(user, key, name, internal, (ended - started) + gap, args)
         self.last_end = self.clock()
+
+    def _record_loop(self, user, key: tuple, name: str, internal: bool, seconds: float, args) -> None:
+        anchor = loop_of(user)
+        if anchor is None:
+            return
+        loop = self.loops.get((anchor.filename, anchor.function, anchor.header))
+        if loop is None:
+            loop = self.loops[(anchor.filename, anchor.function, anchor.header)] = _LoopAcc()
+        if loop.last is None or loop.last[0] != anchor.frame_id:
+            loop.runs += 1
+            loop.iterations += 1
+        elif anchor.lasti < loop.last[1]:
+            loop.iterations += 1
+        loop.last = (anchor.frame_id, anchor.lasti)
+        loop.ops += 1
+        loop.internal_ops += internal
+        loop.time_s += seconds
+        loop.body[anchor.body_line] += 1
+        loop.lines[key] += 1
+        loop.op_counts[name] += 1
+        if self.param_ptrs:
+            for ptr in _tensor_ptrs(args):
+                if ptr in self.param_ptrs:
+                    loop.param_uses += 1
+                    if len(loop.params) < 4096:
+                        loop.params.add(ptr)
+        tensor = first_tensor(args)
+        if tensor is not None and len(loop.numels) < 256:
+            loop.numels.append(tensor.numel())
 
     def _record_api(self, name: str, args, kwargs, frame) -> None:
         if self.phase == "train" and self.outside_step():
@@ -308,6 +361,7 @@ class DispatchSampler:
             extra = statistics.fmean(sample.sampled_step_s) - statistics.median(clean)
             sample.probe_cost_per_op_s = max(0.0, extra / (sample.total_ops / len(sample.sampled_step_s)))
         sample.sites = [self._site(key, acc) for key, acc in self.sites.items()]
+        sample.loops = sorted((self._loop(key, acc) for key, acc in self.loops.items()), key=lambda s: -s.ops)
         sample.sites.sort(key=lambda s: -s.time_s)
         _bound_by_step_time(sample)
         sample.api_calls = sorted(self.api.values(), key=lambda c: (-c.count, c.location.line))
@@ -332,6 +386,32 @@ class DispatchSampler:
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
             fp32_matmul_ops_cuda=acc.fp32_matmul_cuda,
         )
+
+
+    def _loop(self, key: tuple, acc: _LoopAcc) -> LoopSite:
+        filename, function, header = key
+        body_line = acc.body.most_common(1)[0][0]
+        return LoopSite(
+            location=Location(display_path(filename), body_line, function), header_line=header, ops=acc.ops,
+            internal_ops=acc.internal_ops, time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
+            iterations=acc.iterations, runs=acc.runs, param_uses=acc.param_uses, params=len(acc.params),
+            op_counts=dict(acc.op_counts.most_common(8)),
+            median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
+            lines=[Location(display_path(f), line, fn) for (f, line, fn), _ in acc.lines.most_common(16)
+                   if (f, line, fn) is not _AUTOGRAD_LOCATION],
+            library=library_of(filename),
+        )
+
+
+def _tensor_ptrs(args) -> list[int]:
+    """Storages of the tensors among an op's arguments (and in its list arguments)."""
+    out = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            out.append(arg.data_ptr())
+        elif isinstance(arg, (list, tuple)):
+            out += [a.data_ptr() for a in arg if isinstance(a, torch.Tensor)]
+    return out
 
 
 def _bound_by_step_time(sample) -> None:

@@ -77,14 +77,28 @@ def classify_file(filename: str) -> int:
 @lru_cache(maxsize=4096)
 def library_of(filename: str) -> str | None:
     """The installed package a file belongs to (`lightning`, `transformers`), or None for the
-    user's own files. Installed means under a site-packages or dist-packages folder."""
+    user's own files. Installed means under a site-packages or dist-packages folder, or in a
+    folder where pip installed packages (`pip install --target DIR`: DIR holds *.dist-info)."""
     for marker in _INSTALLED_MARKERS:
         at = filename.rfind(marker)
         if at >= 0:
             rest = filename[at + len(marker):]
             top = rest.split(os.sep, 1)[0]
             return top[:-3] if top.endswith(".py") else top
+    parent, child = os.path.dirname(filename), os.path.basename(filename)
+    while parent and parent != os.path.dirname(parent):
+        if _holds_installed_packages(parent):
+            return child[:-3] if child.endswith(".py") else child
+        parent, child = os.path.dirname(parent), os.path.basename(parent)
     return None
+
+
+@lru_cache(maxsize=1024)
+def _holds_installed_packages(folder: str) -> bool:
+    try:
+        return any(name.endswith(".dist-info") for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def is_library_frame(frame: FrameType) -> bool:

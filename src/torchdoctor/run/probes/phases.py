@@ -26,6 +26,9 @@ from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession
 
 MAX_OCCURRENCES = 500  # per site; totals keep counting past it
+# Plotting inside the loop is per-step output like printing (a figure redrawn, `plt.pause`
+# sleeping to show it): timed as logging. pyplot is patched once a script has imported it.
+PYPLOT_CALLS = ("pause", "draw", "show", "savefig", "plot", "scatter", "imshow", "hist", "text", "cla", "clf")
 
 
 class _Site:
@@ -47,6 +50,7 @@ class PhaseProbe:
         self._eval_site: _Site | None = None
         self._eval_began: tuple[int, float] | None = None
         self._busy = False  # a print inside logging (or the reverse) is timed once
+        self._pyplot_patched = False
 
     @property
     def stats(self) -> dict[tuple, PhaseStats]:
@@ -57,12 +61,23 @@ class PhaseProbe:
         self.patches.wrap(torch, "save", self._wrap_timed("checkpoint", "checkpoint"))
         self.patches.wrap(builtins, "print", self._wrap_timed("logging", "logging"))
         self.patches.wrap(logging.Logger, "handle", self._wrap_timed("logging", "logging"))
+        self._patch_pyplot()
+
+    def _patch_pyplot(self) -> None:
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if self._pyplot_patched or pyplot is None:
+            return
+        self._pyplot_patched = True
+        for name in PYPLOT_CALLS:
+            if callable(getattr(pyplot, name, None)):
+                self.patches.wrap(pyplot, name, self._wrap_timed("logging", "logging"))
 
     def uninstall(self) -> None:
         self.patches.restore()
 
     def on_step(self, step: StepSample) -> None:
         """A step closed: its phase time counts as in the measured steps if it was one."""
+        self._patch_pyplot()  # imported by the script after the probes went in (at its top, usually)
         measured = not step.warmup
         for site in self.sites.values():
             if site.pending_calls:

@@ -41,3 +41,18 @@ def test_a_frame_without_line_information_still_has_a_line():
     assert frame_line(caught) == last_line
     assert frame_line(SimpleNamespace(f_lineno=7, f_code=code, f_lasti=0)) == 7
     assert frame_line(SimpleNamespace(f_lineno=None, f_code=code, f_lasti=-1)) == code.co_firstlineno
+
+
+def test_a_package_pip_installed_into_a_plain_folder_is_a_library(tmp_path):
+    """`pip install --target DIR` (a folder on PYTHONPATH) leaves *.dist-info beside the
+    packages: their files are the library's, not the user's (matplotlib's time.sleep inside
+    plt.pause was reported as a hot line of the user's)."""
+    from torchdoctor.run.probes.frames import library_of
+
+    deps = tmp_path / "deps"
+    (deps / "plotlib" / "backends").mkdir(parents=True)
+    (deps / "plotlib-1.0.dist-info").mkdir()
+    (tmp_path / "proj").mkdir()
+    assert library_of(str(deps / "plotlib" / "backends" / "agg.py")) == "plotlib"
+    assert library_of(str(deps / "single_module.py")) == "single_module"
+    assert library_of(str(tmp_path / "proj" / "train.py")) is None
