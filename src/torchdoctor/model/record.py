@@ -24,7 +24,7 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line)
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line
 SCHEMA_VERSION = 6
 OLDEST_READABLE_SCHEMA = 1
 
@@ -149,6 +149,8 @@ class LoopSite:
     runs: int  # times the loop was entered
     param_uses: int = 0  # parameter tensors read or written by its ops
     params: int = 0  # distinct parameter tensors among them: as many as uses means a stack of layers
+    inplace_writes: int = 0  # in-place ops the loop's own lines issued (`t.copy_(...)`, `t.add_(...)`)
+    written_tensors: int = 0  # distinct tensors they wrote: one per turn is a per-tensor update
     op_counts: dict[str, int] = field(default_factory=dict)
     median_numel: int = 0
     lines: list[Location] = field(default_factory=list)  # the op sites inside it (callees' lines too)
@@ -171,6 +173,7 @@ class ApiCall:
     placement: str = "device"
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     text: str = ""  # the source line
+    loop_line: int | None = None  # header of a loop around the call in its own function (per item, not once)
 
 
 @dataclass

@@ -73,8 +73,8 @@ class PythonLoopOps(Rule):
                 continue  # a framework's own loop (the user cannot rewrite it), or too few turns to matter
             if loop.param_uses and loop.param_uses / windows / max(1, loop.params) < LAYER_STACK_MAX_REUSE:
                 continue  # each turn reads other weights: a stack of layers, sequential by nature
-            if _updates_parameters(record, loop, windows):
-                continue  # a hand-written optimizer loop: TD305 reports it
+            if _updates_parameters(record, loop, windows) or per_tensor_update(loop, windows):
+                continue  # a hand-written optimizer or a target network's update: TD305 reports it
             cost = LoopCost.of_loop(record, facts, loop, per_step)
             # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low
             small = not facts.cuda_used and (cost.speedup < MIN_REPORTED_SPEEDUP or cost.share < LOOP_MIN_SHARE)
@@ -126,6 +126,14 @@ class PythonLoopOps(Rule):
                 )
             )
         return findings
+
+
+def per_tensor_update(loop, windows: int) -> bool:
+    """A loop that writes one more tensor in place each turn while reading a parameter each
+    turn: a target network's or an EMA copy's update (`tgt.data.copy_(tau * p.data + ...)`)."""
+    turns = loop.iterations / windows
+    return (not loop.library and turns >= PER_PARAMETER_MIN_UPDATES and loop.written_tensors >= PER_PARAMETER_MIN_UPDATES
+            and loop.written_tensors >= turns / 2 and loop.param_uses / windows >= turns)
 
 
 def _updates_parameters(record: RunRecord, loop, windows: int) -> bool:
@@ -321,10 +329,12 @@ class PerParameterUpdate(Rule):
         windows = record.dispatch.sampled_steps
         if not windows or not facts.step_s:
             return []
-        findings = []
+        findings = [self._shadow(record, facts, loop, windows) for loop in record.dispatch.loops
+                    if per_tensor_update(loop, windows)]
         for site in record.dispatch.sites:
             updates = site.param_updates / windows
-            if updates < PER_PARAMETER_MIN_UPDATES or site.library:
+            if updates < PER_PARAMETER_MIN_UPDATES or site.library or any(
+                    (site.location.path, site.location.line) == (f.location.path, f.location.line) for f in findings):
                 continue
             cost = LoopCost.of(record, facts, site, max(1.0, site.ops / windows), sampled_lines=False)
             measurable = cost.speedup >= MIN_REPORTED_SPEEDUP
@@ -345,3 +355,29 @@ class PerParameterUpdate(Rule):
                 severity=_at_least_medium(cost.speedup),
             ))
         return findings
+
+    def _shadow(self, record: RunRecord, facts: RunFacts, loop, windows: int) -> Finding:
+        turns = loop.iterations / windows
+        cost = LoopCost.of_loop(record, facts, loop, max(1.0, loop.ops / windows))
+        measurable = cost.speedup >= MIN_REPORTED_SPEEDUP and cost.share >= LOOP_MIN_SHARE
+        return self.finding(
+            title=f"{loop.written_tensors} tensors updated one at a time from the parameters ({cost.share:.1%} of "
+                  f"step time)",
+            message=(f"The loop at line {loop.header_line} writes one tensor per turn ({turns:.0f} turns per step), "
+                     f"each from a parameter: a target network's or an averaged copy's update, {loop.ops / windows:.0f} "
+                     f"ops per step ({', '.join(list(loop.op_counts)[:3])}), taking {ms(cost.line_s):.2f} ms of a "
+                     f"{ms(facts.step_s):.1f} ms step."
+                     + ("" if facts.cuda_used else " On a GPU each op is also a kernel launch.")),
+            location=loop.location,
+            evidence={"tensors_written": loop.written_tensors, "turns_per_step": round(turns, 1),
+                      "ops_per_step": round(loop.ops / windows, 1), "share_of_step_time": round(cost.share, 4)},
+            speedup=cost.speedup if measurable else None,
+            basis=(cost.basis(record, "replaced by one foreach op per op kind") if measurable else
+                   f"below this run's noise: {cost.share:.1%} of the step here; on a GPU its cost is a few kernel "
+                   "launches per tensor"),
+            severity=_at_least_medium(cost.speedup) if measurable else Severity.LOW,
+            fix=("Update every tensor at once with the foreach ops (what torch.optim uses):\n```python\n"
+                 "with torch.no_grad():\n    tgt, src = list(target.parameters()), list(online.parameters())\n"
+                 "    torch._foreach_lerp_(tgt, src, tau)   # tgt += tau * (src - tgt), one op for all\n```\n"
+                 "or keep the average with `torch.optim.swa_utils.AveragedModel(..., use_buffers=True)`."),
+        )

@@ -11,13 +11,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from torchdoctor.model.findings import Finding
+from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import PhaseStats, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts, core_duration, training_loader
 
 MIN_LINE_SAMPLES = 10  # fewer stack samples than this are too noisy to use
 MIN_REPEATS_IN_WINDOW = 2  # one print in the measured steps is never per-step overhead
+# A phase seen once is said when it took this many training steps' worth of time, and ranked
+# medium from the second: recurring every few hundred steps it is then a large share.
+ONE_OFF_MIN_STEPS = 20
+ONE_OFF_MEDIUM_STEPS = 100
 
 
 @dataclass
@@ -46,11 +50,12 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str) -> PhaseCost | Non
     positions = sorted(by_position)
     seconds_each = statistics.fmean(by_position.values())
     recurs = _period(record, positions)
-    if recurs is None:
-        return None  # the wall-time table still shows it
+    site = max(sites, key=lambda p: p.total_s)
+    if recurs is None:  # seen once: how often it recurs is not measured (see OneOff)
+        return PhaseCost(seconds_each, 0.0, "seen once", 0.0, len(positions), site)
     period, basis = recurs
     share = seconds_each / (period * step_s + seconds_each)
-    return PhaseCost(seconds_each, period, basis, share, len(positions), max(sites, key=lambda p: p.total_s))
+    return PhaseCost(seconds_each, period, basis, share, len(positions), site)
 
 
 def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: float) -> PhaseCost | None:
@@ -96,6 +101,8 @@ class _IntervalPhaseRule(Rule):
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         cost = phase_cost(record, facts, self.kind)
+        if cost is not None and not cost.period_steps:
+            return self._seen_once(record, facts, cost)
         if cost is None or cost.share < self.min_share:
             return []
         saved_share = cost.share * (1 - 1 / self.reduction_factor)
@@ -128,6 +135,34 @@ class _IntervalPhaseRule(Rule):
                        f"steps ({cost.period_basis}), made {self.reduction_factor}x less frequent"),
             )
         ]
+
+
+    def _seen_once(self, record: RunRecord, facts: RunFacts, cost: PhaseCost) -> list[Finding]:
+        """One occurrence (an evaluation before the first step, `if step % 500 == 0:`): its period
+        is not measured, so no share is claimed; a heavy one is said with what it measured, as
+        training steps' worth, at the call site in the loop."""
+        step_s = statistics.fmean(core_duration(s) for s in facts.measured)
+        steps_worth = cost.seconds_each / step_s
+        if steps_worth < ONE_OFF_MIN_STEPS or cost.site.location is None:
+            return []  # the wall-time table shows it
+        after = cost.site.occurrences[0].after_step if cost.site.occurrences else 0
+        if record.steps and after >= len(record.steps):
+            return []  # after the last step (a final test): the run's end, not a cost of training
+        when = "before the first training step" if after == 0 else f"after step {after}"
+        return [self.finding(
+            title=f"One {self.what.lower()} took as long as {steps_worth:,.0f} training steps",
+            message=(f"The {self.what.lower()} {when} took {ms(cost.seconds_each):,.0f} ms, against "
+                     f"{ms(step_s):.1f} ms per training step. It ran once in this bounded run, so how often it "
+                     f"recurs was not measured: every K steps it costs {ms(cost.seconds_each):,.0f} / "
+                     f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time."),
+            location=cost.site.location,
+            evidence={"seconds_each": round(cost.seconds_each, 4), "training_steps_worth": round(steps_worth, 1),
+                      "after_step": after, "occurrences": 1, "step_ms": ms(step_s)},
+            speedup=None,
+            basis="not estimated: seen once, so its period is not measured (a longer run, or `torchdoctor run "
+                  "--steps` past the next one, measures it)",
+            severity=Severity.MEDIUM if steps_worth >= ONE_OFF_MEDIUM_STEPS else Severity.LOW,
+        )]
 
 
 class FrequentEval(_IntervalPhaseRule):

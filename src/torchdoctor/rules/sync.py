@@ -206,10 +206,25 @@ class EvalTransfer(_PerLineSyncRule):
     )
 
     def windows(self, record: RunRecord) -> int:
-        """Sampled eval batches; fewer than two cannot tell a per-batch read from one read
-        after the loop (an evaluation of one batch), so they judge nothing."""
+        """Sampled eval batches from a DataLoader; without them (an evaluation loop over
+        `get_batch()`, or a one-batch test set), the sampled evaluation itself: a line read
+        twice or more in one evaluation is inside its loop (see `check`)."""
         batches = record.dispatch.eval_batches_sampled
-        return batches if batches >= 2 else 0
+        return batches if batches >= 2 else 1
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        if record.dispatch.eval_batches_sampled >= 2:
+            return super().check(record, facts)
+        # no batches counted: a read repeated within the sampled evaluation, or inside a loop of its
+        # function (a one-batch test set runs it once), is per batch; one read after the loop is
+        # the cheap pattern the fix recommends
+        looped = {(c.location.path, c.location.line) for c in record.dispatch.api_calls if c.loop_line is not None}
+        found = [f for f in super().check(record, facts)
+                 if f.evidence["calls_per_eval_batch"] >= 2 or (f.location.path, f.location.line) in looped]
+        for f in found:
+            f.title = f.title.replace("per eval batch", "in one evaluation")
+            f.message += " (The evaluation's batches did not come from a DataLoader, so they were not counted.)"
+        return found
 
 
 class ExplicitSync(Rule):

@@ -3,7 +3,7 @@
 from helpers.records import call, loader, loop, optimizer, record, sampled, site
 
 from torchdoctor.diagnosis.run import analyze
-from torchdoctor.model.record import PhaseStats, Location
+from torchdoctor.model.record import Location, PhaseOccurrence, PhaseStats
 from torchdoctor.rules.data import DataLoaderStall, WorkerRespawn
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PythonLoopOps
@@ -210,3 +210,43 @@ def test_a_read_of_a_decision_is_information_and_a_read_of_the_loss_is_a_habit()
     assert found[46].severity.value == "info" and found[46].evidence["value_needed_on_host"]
     assert "host needs the value" in found[46].title and "vectorized environments" in found[46].message
     assert found[60].severity.value == "medium" and not found[60].evidence["value_needed_on_host"]
+
+
+def test_an_evaluation_seen_once_is_said_in_training_steps_without_a_share():
+    """`if it % 300 == 0: estimate_loss()` runs at iteration 0 only in a bounded run: 2.4 s
+    against 10 ms steps. Its period is not measured, so no share is claimed; after the last
+    step (a final test) it is no finding at all."""
+    rec = record(step_s=0.01)
+    rec.phases = [PhaseStats("eval", Location("train.py", 107, "<module>"), calls=1, total_s=2.4,
+                             occurrences=[PhaseOccurrence(after_step=0, t=0.1, seconds=2.4)])]
+    (f,) = run(FrequentEval, rec)
+    assert f.location.line == 107 and f.estimated_speedup is None and f.severity.value == "medium"
+    assert f.evidence["training_steps_worth"] == 240 and "not measured" in f.message
+    rec.phases[0].occurrences[0].after_step = len(rec.steps)
+    assert run(FrequentEval, rec) == []
+
+
+def test_eval_reads_without_a_dataloader_are_judged_within_the_evaluation():
+    """`for k in range(200): losses[k] = loss.item()` over get_batch() (no DataLoader batches
+    counted): read 200 times in one evaluation, per batch; a one-batch test set reads once,
+    but inside the loop; one read after the loop is the pattern the fix recommends."""
+    per_batch = call(55, ".item()", "host-sync", 200, phase="eval")
+    one_batch = call(70, ".cpu()", "transfer-d2h", 1, phase="eval")
+    one_batch.loop_line = 68
+    after_loop = call(80, ".item()", "host-sync", 1, phase="eval")
+    rec = sampled(record(), calls=[per_batch, one_batch, after_loop], eval_batches=0)
+    found = {f.location.line: f for f in run(EvalTransfer, rec)}
+    assert set(found) == {55, 70} and "in one evaluation" in found[55].title
+
+
+def test_a_target_network_updated_tensor_by_tensor_is_td305_not_td301():
+    """SAC's soft update: one `tgt.data.copy_(tau * p.data + (1 - tau) * tgt.data)` per turn,
+    8 tensors per step, each turn reading a parameter: TD305 at the loop, and no TD301."""
+    from torchdoctor.rules.launch import PerParameterUpdate
+
+    update = loop(301, 300, 3 * 32, 3 * 8, param_uses=3 * 8, params=8)
+    update.inplace_writes, update.written_tensors = 3 * 8, 8
+    rec = sampled(record(step_s=0.01), loops=[update])
+    (f,) = run(PerParameterUpdate, rec)
+    assert (f.location.line, f.evidence["tensors_written"]) == (301, 8) and "_foreach_lerp_" in f.fix
+    assert run(PythonLoopOps, rec) == []

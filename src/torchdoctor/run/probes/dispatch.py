@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
                                           TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
 from torchdoctor.run.probes.frames import display_path, frame_line, library_of, source_text, user_frame
-from torchdoctor.run.probes.loops import loop_of
+from torchdoctor.run.probes.loops import enclosing_loop, loop_of
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.model.record import ApiCall, Location, LoopSite, OpSite, RunRecord
@@ -57,6 +57,8 @@ class _LoopAcc:
     runs: int = 0
     param_uses: int = 0
     params: set = field(default_factory=set)
+    writes: int = 0
+    written: set = field(default_factory=set)
     body: Counter = field(default_factory=Counter)  # line of the loop's frame -> ops
     lines: Counter = field(default_factory=Counter)  # op site -> ops
     op_counts: Counter = field(default_factory=Counter)
@@ -290,6 +292,10 @@ class DispatchSampler:
         loop.body[anchor.body_line] += 1
         loop.lines[key] += 1
         loop.op_counts[name] += 1
+        if name.endswith("_") and not internal and args and isinstance(args[0], torch.Tensor):
+            loop.writes += 1
+            if len(loop.written) < 4096:
+                loop.written.add(args[0].data_ptr())
         if self.param_ptrs:
             for ptr in _tensor_ptrs(args):
                 if ptr in self.param_ptrs:
@@ -309,14 +315,17 @@ class DispatchSampler:
         kind, detail = classify_call(name, tensor, args, kwargs)
         if kind is None:
             return
-        key, internal = self._key(frame)
+        key, internal, user = self._where(frame)
         if internal and kind in ("host-sync", "transfer-d2h") and not tensor.is_cuda:
             return  # torch's own scalar reads on CPU tensors (optimizer step counters)
         placement = "device" if kind.startswith("transfer-h2d") or on_device(tensor) else "host"
-        self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
-                    placement)
+        call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
+                           placement)
+        if call.loop_line is None and user is not None:
+            span = enclosing_loop(user)
+            call.loop_line = span.line if span is not None else None
 
-    def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict, placement: str = "device") -> None:
+    def _count(self, key: tuple, api: str, kind: str, device: str, detail: dict, placement: str = "device") -> ApiCall:
         phase = self.phase or "train"
         full = (key, api, kind, phase, device, placement)
         call = self.api.get(full)
@@ -327,6 +336,7 @@ class DispatchSampler:
         call.count += 1
         for k, v in detail.items():  # sum bytes; count how many were pinned / non_blocking
             call.detail[k] = call.detail.get(k, 0) + int(v)
+        return call
 
     def _wrap_synchronize(self, original):
         sampler = self
@@ -395,6 +405,7 @@ class DispatchSampler:
             location=Location(display_path(filename), body_line, function), header_line=header, ops=acc.ops,
             internal_ops=acc.internal_ops, time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
             iterations=acc.iterations, runs=acc.runs, param_uses=acc.param_uses, params=len(acc.params),
+            inplace_writes=acc.writes, written_tensors=len(acc.written),
             op_counts=dict(acc.op_counts.most_common(8)),
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,
             lines=[Location(display_path(f), line, fn) for (f, line, fn), _ in acc.lines.most_common(16)
