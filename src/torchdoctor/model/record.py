@@ -24,7 +24,7 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line; LineHits.called_from
 SCHEMA_VERSION = 6
 OLDEST_READABLE_SCHEMA = 1
 
@@ -50,6 +50,7 @@ class RunInfo:
     ended_by: str | None = None  # how the run ended when torchdoctor had to enforce a stop
     startup_s: float | None = None  # run start to the first training activity (loader, zero_grad, backward)
     loop_location: Location | None = None  # where the first step's step() (or backward()) was called
+    training_loops: list[Location] = field(default_factory=list)  # loops around that call (at their header lines)
 
 
 @dataclass
@@ -200,6 +201,7 @@ class LineHits:
     text: str = ""  # the source line, read when the run ended
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     seconds: float = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
+    called_from: Location | None = None  # a library line: the user's own line that called into the library
 
 
 @dataclass

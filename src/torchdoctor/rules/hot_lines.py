@@ -15,6 +15,7 @@ from torchdoctor.rules.facts import RunFacts
 # A line holding this share of the step's stack samples is worth a look whatever it does; a
 # model's forward spreads over many lines, each well under it.
 HOT_LINE_SHARE = 0.25
+HIGH_SHARE = 0.5
 MIN_SAMPLES = 10  # fewer samples than this are too noisy for a share (±30 % at 10)
 MAX_LINES = 3
 # A line whose sampled torch ops take this share of its time is compute (a model's forward).
@@ -46,15 +47,22 @@ class HotLine(Rule):
         taken = {(f.location.path, f.location.line) for f in facts.earlier if f.location is not None}
         # code inside an evaluation, a checkpoint or a print: the phase's own finding or row says it
         in_phases = {(p.inner_location.path, p.inner_location.function) for p in record.phases if p.inner_location}
+        in_phases |= {(p.location.path, p.location.function) for p in record.phases if p.location}
         step_lines = {(o.step_location.path, o.step_location.line) for o in record.optimizers if o.step_location}
+        # waiting for the next batch: TD101 judges it with the loader's own measurements
+        loader_lines = {(ld.iterated_at.path, ld.iterated_at.line) for ld in record.loaders if ld.iterated_at}
         findings = []
         for hits in profile.lines:
             share = profile.line_share(hits)
             if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
                 break
-            where = (hits.location.path, hits.location.line)
-            if where in taken or where in step_lines or hits.library or _explained(hits) \
-                    or (hits.location.path, hits.location.function) in in_phases:
+            place = hits.called_from if hits.library else hits.location  # a library's time, at the user's call
+            if place is None:
+                continue
+            where = (place.path, place.line)
+            if where in taken or where in step_lines or where in loader_lines or _explained(hits) \
+                    or (place.path, place.function) in in_phases or (hits.library and (
+                        (hits.location.path, hits.location.function) in in_phases)):
                 continue
             ops_s = _op_time_per_step(record, hits)
             if ops_s is not None and ops_s >= COMPUTE_SHARE * share * facts.step_s:
@@ -69,19 +77,23 @@ class HotLine(Rule):
                 if ops_s == 0.0 else
                 f"its torch ops took {ms(ops_s):.2f} ms per step" if ops_s is not None else
                 "its torch ops were not sampled")
+        inside = (f" inside {hits.library} (`{hits.text}` at {hits.location}), called from this line"
+                  if hits.library else "")
         return self.finding(
-            title=f"{share:.0%} of the step on one line, no known habit" + (f": `{hits.text}`" if hits.text else ""),
-            message=(f"The line sampler found this line running in {hits.samples} of "
+            title=f"{share:.0%} of the step on one line, no known habit" + (
+                f", inside {hits.library}" if hits.library else f": `{hits.text}`" if hits.text else ""),
+            message=(f"The line sampler found this line running{inside} in {hits.samples} of "
                      f"{record.line_profile.total_samples} samples of the measured steps: about "
                      f"{ms(share * facts.step_s):.1f} ms of each {ms(facts.step_s):.1f} ms step; {what}."),
-            location=hits.location,
+            location=hits.called_from if hits.library else hits.location,
             evidence={"share_of_step_time": round(share, 3), "samples": hits.samples,
                       "total_samples": record.line_profile.total_samples, "source": hits.text,
                       "op_ms_per_step": None if ops_s is None else ms(ops_s)},
             speedup=None,
             basis="not estimated: no known fix applies; the share is what removing the line's work entirely "
                   "would save at most",
-            severity=Severity.LOW,
+            # the share is measured: a line holding half the step is the first thing to look at
+            severity=Severity.HIGH if share >= HIGH_SHARE else Severity.MEDIUM,
         )
 
 

@@ -71,6 +71,9 @@ class PythonLoopOps(Rule):
             per_step, turns = loop.ops / windows, loop.iterations / windows
             if loop.library or turns < LOOP_MIN_ITERATIONS or per_step < LOOP_MIN_OPS_PER_STEP:
                 continue  # a framework's own loop (the user cannot rewrite it), or too few turns to matter
+            if any((t.path, t.function, t.line) == (loop.location.path, loop.location.function, loop.header_line)
+                   for t in record.run.training_loops):
+                continue  # the training loop itself (it turns several times per step when steps are rarer)
             if loop.param_uses and loop.param_uses / windows / max(1, loop.params) < LAYER_STACK_MAX_REUSE:
                 continue  # each turn reads other weights: a stack of layers, sequential by nature
             if _updates_parameters(record, loop, windows) or per_tensor_update(loop, windows):

@@ -67,6 +67,14 @@ def _decision(calls: list[ApiCall]) -> bool:
     return bool(measured) and all(c.detail["autograd"] == 0 for c in measured)
 
 
+def _loop_holds_the_evaluation(record: RunRecord, call: ApiCall) -> bool:
+    """The loop around the read also holds the `model.eval()` that began the evaluation (a loop
+    over models, each evaluated once): a loop around evaluations, not over batches in one."""
+    return any(p.kind == "eval" and p.inner_location is not None
+               and (p.inner_location.path, p.inner_location.function) == (call.location.path, call.location.function)
+               and call.loop_line < p.inner_location.line < call.location.line for p in record.phases)
+
+
 def _every_window(calls: list[ApiCall], windows: int) -> bool:
     """At least once per sampled window: a per-step habit, not an every-N-steps log."""
     return windows > 0 and sum(c.count for c in calls) >= windows
@@ -218,7 +226,8 @@ class EvalTransfer(_PerLineSyncRule):
         # no batches counted: a read repeated within the sampled evaluation, or inside a loop of its
         # function (a one-batch test set runs it once), is per batch; one read after the loop is
         # the cheap pattern the fix recommends
-        looped = {(c.location.path, c.location.line) for c in record.dispatch.api_calls if c.loop_line is not None}
+        looped = {(c.location.path, c.location.line) for c in record.dispatch.api_calls
+                  if c.loop_line is not None and not _loop_holds_the_evaluation(record, c)}
         found = [f for f in super().check(record, facts)
                  if f.evidence["calls_per_eval_batch"] >= 2 or (f.location.path, f.location.line) in looped]
         for f in found:

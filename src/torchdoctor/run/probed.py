@@ -25,10 +25,12 @@ from typing import Any, Callable
 
 from torchdoctor.version import __version__
 from torchdoctor.model.limits import Limits
+from torchdoctor.model.location import Location
 from torchdoctor.model.record import ProbeNote, RunInfo, RunRecord
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
 from torchdoctor.run.probes.env import read_environment
+from torchdoctor.run.probes.frames import display_path
 from torchdoctor.run.probeset import ProbeSet
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
 from torchdoctor.run.sources import executed_user_files
@@ -166,6 +168,7 @@ class ProbedRun:
         info.wall_s = session.elapsed()
         info.step_source, info.backward_calls = session.step_source, session.backward_calls
         info.loop_location = session.loop_location if session.step_source else None
+        info.training_loops = [Location(display_path(f), line, function) for f, function, line in session.training_loops]
         if session.training_started is not None:
             info.startup_s = session.training_started - session.t0
         record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))

@@ -117,6 +117,7 @@ class RunSession:
         self.backward_calls = 0
         self.training_started: float | None = None  # end of start-up: first loader, zero_grad or backward
         self.loop_location = None  # Location of the step()/backward() call of the first step
+        self.training_loops: list[tuple[str, str, int]] = []  # (file, function, header) of loops around it
         self.sampler: WindowProbe | None = None
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None

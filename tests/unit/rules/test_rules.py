@@ -237,6 +237,9 @@ def test_eval_reads_without_a_dataloader_are_judged_within_the_evaluation():
     rec = sampled(record(), calls=[per_batch, one_batch, after_loop], eval_batches=0)
     found = {f.location.line: f for f in run(EvalTransfer, rec)}
     assert set(found) == {55, 70} and "in one evaluation" in found[55].title
+    # `for net in nets: net.eval(); loss(net(x)).item()`: the loop holds the evaluations, one read each
+    rec.phases = [PhaseStats("eval", Location("train.py", 69, "f"), inner_location=Location("train.py", 69, "f"))]
+    assert {f.location.line for f in run(EvalTransfer, rec)} == {55}
 
 
 def test_a_target_network_updated_tensor_by_tensor_is_td305_not_td301():
@@ -250,3 +253,31 @@ def test_a_target_network_updated_tensor_by_tensor_is_td305_not_td301():
     (f,) = run(PerParameterUpdate, rec)
     assert (f.location.line, f.evidence["tensors_written"]) == (301, 8) and "_foreach_lerp_" in f.fix
     assert run(PythonLoopOps, rec) == []
+
+
+def test_the_training_loop_is_not_td301_even_when_it_turns_several_times_per_step():
+    """An RL loop steps the environment ten times per optimizer step: the loop around the
+    step() call turns 10x per step and issues the policy's ops; it is the training loop."""
+    env_loop = loop(212, 205, 3 * 440, 3 * 10)
+    rec = sampled(record(step_s=0.01), loops=[env_loop], line_hits=[(212, 50)], total_samples=100)
+    assert [f.code for f in run(PythonLoopOps, rec)] == ["TD301"]
+    rec.run.training_loops = [Location("train.py", 205, "f")]
+    assert run(PythonLoopOps, rec) == []
+
+
+def test_a_hot_line_inside_a_library_is_reported_at_the_users_call_and_ranked_by_its_share():
+    """`plt.pause(0.1)` sleeps inside matplotlib: 60 % of the step is the library's line, whose
+    caller is the user's line 60 (then high: half the step); the loader's next() line is TD101's."""
+    from torchdoctor.model.record import LineHits
+    from torchdoctor.rules.hot_lines import HotLine
+
+    rec = sampled(record(step_s=0.1), windows=3, total_samples=100)
+    rec.line_profile.total_s = 1.0
+    rec.line_profile.lines = [
+        LineHits(Location("/site/matplotlib/backend_bases.py", 2470, "start_event_loop"), 60,
+                 text="time.sleep(timestep)", library="matplotlib", seconds=0.6,
+                 called_from=Location("train.py", 60, "<module>")),
+        LineHits(Location("train.py", 30, "<module>"), 30, text="batch = next(it)", seconds=0.3)]
+    rec.loaders = [loader(iterated_at=Location("train.py", 30, "<module>"))]
+    (f,) = run(HotLine, rec)
+    assert (f.location.line, f.severity.value) == (60, "high") and "inside matplotlib" in f.title

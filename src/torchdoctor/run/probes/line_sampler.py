@@ -51,7 +51,7 @@ class LineSampler:
         self.on_activate = on_activate
         self.clock = clock
         self.target_ident = threading.main_thread().ident
-        self.hits: Counter = Counter()  # (file, line, function) -> samples
+        self.hits: Counter = Counter()  # (file, line, function, caller or None) -> samples
         self.seconds: Counter = Counter()  # the same key -> wall time they stand for
         self.total = 0
         self.total_s = 0.0
@@ -175,7 +175,12 @@ class LineSampler:
         self._pending_total_s += weight
         if user is not None:
             code = user.f_code
-            key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name))
+            key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name), None)
+            if library_of(code.co_filename) is not None:  # inside a library: also the user's line that called it
+                own = project_frames(user, limit=1)
+                if own:
+                    key = key[:3] + ((own[0].f_code.co_filename, frame_line(own[0]),
+                                      getattr(own[0].f_code, "co_qualname", own[0].f_code.co_name)),)
             self._pending[key] += 1
             self._pending_s[key] += weight
         self._note_functions(frame)
@@ -200,14 +205,15 @@ class LineSampler:
     def _lines(self) -> list[LineHits]:
         """One entry per source line, its samples summed over the code objects that ran it (a
         comprehension is a function of its own in Python 3.11; the enclosing one names it)."""
-        merged: dict[tuple[str, int], list] = {}
-        for (filename, line, function), samples in self.hits.items():
-            entry = merged.setdefault((filename, line), [function, 0, 0.0])
+        merged: dict[tuple, list] = {}
+        for (filename, line, function, caller), samples in self.hits.items():
+            entry = merged.setdefault((filename, line, caller), [function, 0, 0.0])
             if "<" in entry[0] and "<" not in function:  # main.<locals>.<listcomp> -> main
                 entry[0] = function
             entry[1] += samples
-            entry[2] += self.seconds[(filename, line, function)]
+            entry[2] += self.seconds[(filename, line, function, caller)]
         ranked = sorted(merged.items(), key=lambda item: -item[1][2])[:MAX_LINES_KEPT]
         return [LineHits(Location(display_path(f), line, function), samples, text=source_text(f, line),
-                         library=library_of(f), seconds=round(seconds, 6))
-                for (f, line), (function, samples, seconds) in ranked]
+                         library=library_of(f), seconds=round(seconds, 6),
+                         called_from=Location(display_path(caller[0]), caller[1], caller[2]) if caller else None)
+                for (f, line, caller), (function, samples, seconds) in ranked]

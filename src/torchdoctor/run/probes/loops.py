@@ -73,3 +73,16 @@ def loop_of(frame: FrameType | None) -> LoopAnchor | None:
                                   frame_line(frame), id(frame), frame.f_lasti)
         frame = frame.f_back
     return None
+
+
+def loops_around(frame: FrameType | None) -> list[tuple[str, str, int]]:
+    """(file, function, header line) of every loop of the user's code that holds this point:
+    around a step's `step()` call, these are the training loop(s), not loops inside a step."""
+    found = []
+    while frame is not None:
+        if classify_file(frame.f_code.co_filename) == USER:
+            code, at = frame.f_code, frame.f_lasti
+            found += [(code.co_filename, getattr(code, "co_qualname", code.co_name), span.line)
+                      for span in loop_spans(code) if span.start <= at <= span.end]
+        frame = frame.f_back
+    return found

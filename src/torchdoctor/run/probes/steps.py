@@ -22,6 +22,7 @@ from torch.optim.optimizer import (
 
 from torchdoctor.model.location import Location
 from torchdoctor.run.probes.frames import caller_location, display_path, location_of, user_frame
+from torchdoctor.run.probes.loops import loops_around
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.model.record import OptimizerInfo, RunRecord
 from torchdoctor.run.session import RunSession
@@ -148,6 +149,7 @@ class StepProbe:
         if self.primary() is optimizer:
             if self.session.loop_location is None:
                 self.session.loop_location = info.step_location
+                self.session.training_loops = loops_around(sys._getframe())
             self.session.on_optimizer_step()
 
     # ---- zero_grad and backward ---------------------------------------------------
@@ -182,6 +184,7 @@ class StepProbe:
             session.note_training_activity("backward")
             if session.loop_location is None and session.optimizers_created == 0:
                 session.loop_location = caller_location()  # the loop, should backward() define the step
+                session.training_loops = loops_around(sys._getframe())
             sampler = session.sampler
             if sampler is not None and getattr(sampler, "wants_parameters", False):
                 sampler.note_backward(args[0] if args else kwargs.get("tensors"))
