@@ -16,6 +16,7 @@ The step hooks stop a stepping script themselves (StopRun raised from `optimizer
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from typing import Callable
 
@@ -46,6 +47,7 @@ class Watchdog:
         self.abandon = abandon
         self.thread_id = thread_id or threading.get_ident()
         self.async_raises = 0
+        self.lost_in_finalizers = 0  # StopRuns that landed in a finalizer, dropped (see _unraisable)
         self._wake = threading.Event()
         self._done = False
         self._in_script = False  # StopRun is raised only while the script's own code runs
@@ -57,8 +59,19 @@ class Watchdog:
         self._wake.set()
 
     def __enter__(self) -> "Watchdog":
+        self._previous_unraisable = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         self._thread.start()
         return self
+
+    def _unraisable(self, unraisable) -> None:
+        """A StopRun raised into the script's thread while it ran a finalizer (`__del__`, a
+        weakref callback) cannot propagate: Python would print it as "Exception ignored in ...",
+        blaming the script. It is ours and is dropped silently; the stop is raised again."""
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, StopRun):
+            self.lost_in_finalizers += 1
+            return
+        self._previous_unraisable(unraisable)
 
     def enter_script(self) -> None:
         with self._raising:
@@ -81,6 +94,8 @@ class Watchdog:
         already ending the run, wait here: the process exits from there. A StopRun that
         arrives after the script returned is ours, not the script's: it is swallowed."""
         self.disarm()
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._previous_unraisable
         self._claim.acquire()
         self._done = True
         self._wake.set()

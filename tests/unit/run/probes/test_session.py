@@ -79,3 +79,31 @@ def test_time_limit_stops_even_without_steps():
     clock.advance(1.5)
     with pytest.raises(StopRun, match="time-limit"):
         session.check_time()
+
+
+def test_a_stop_that_lands_in_a_finalizer_is_not_printed_as_the_scripts_error(monkeypatch):
+    """A StopRun raised into the script's thread while a `__del__` runs cannot propagate;
+    Python would print "Exception ignored in ..." with our StopRun. The watchdog's hook drops
+    it (and raises the stop again later); anything else still reaches the previous hook."""
+    import sys
+    import time
+
+    from torchdoctor.run.session import RunSession, SessionConfig, StopRun
+    from torchdoctor.run.watchdog import Watchdog
+
+    class Leaky:
+        def __init__(self, error):
+            self.error = error
+
+        def __del__(self):
+            raise self.error
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_type))
+    before = sys.unraisablehook
+    session = RunSession(SessionConfig(), clock=time.perf_counter)
+    with Watchdog(session, max_seconds=60, abandon=lambda reason: None, end_process=False) as dog:
+        Leaky(StopRun("step-limit"))
+        Leaky(ValueError("the script's own"))
+    assert sys.unraisablehook is before and dog.lost_in_finalizers == 1
+    assert reported == [ValueError]
