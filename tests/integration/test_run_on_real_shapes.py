@@ -234,3 +234,39 @@ def test_static_findings_only_from_code_that_ran(tmp_path):
     lines = {(f.path.rsplit("/", 1)[-1], f.line) for f in record.static_findings}
     assert ("legacy.py", line_of(tmp_path, "# runs every step", "legacy.py")) in lines
     assert ("legacy.py", line_of(tmp_path, "# never runs", "legacy.py")) not in lines
+
+
+def test_a_habit_the_training_loop_calls_but_the_window_did_not_reach_is_ranked_as_static(tmp_path):
+    """The evaluation at the end of an epoch of 200 steps is not reached by a 12-step run: its
+    per-batch `.cpu().numpy()` is still a ranked cause, static and low, "not reached"; a helper
+    nothing calls stays out."""
+    record, report = doctor(tmp_path, """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def evaluate(model, loader):
+            preds = []
+            with torch.no_grad():
+                for x, _ in loader:
+                    preds.append(model(x).argmax(1).cpu().numpy())  # per batch, at the end of the epoch
+            return preds
+
+        def unused(model, loader):
+            return [model(x).cpu().numpy() for x, _ in loader]  # never called
+
+        model = torch.nn.Linear(8, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+        for epoch in range(3):
+            for step in range(200):
+                loss = torch.nn.functional.cross_entropy(model(torch.randn(16, 8)), torch.randint(0, 4, (16,)))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            evaluate(model, DataLoader(data, batch_size=16))
+    """)
+    line = line_of(tmp_path, "at the end of the epoch")
+    (ahead,) = at(report, "TD203", line)
+    assert ahead.severity.value == "low" and ahead.estimated_speedup is None and ahead.evidence["static"]
+    assert ahead.title.startswith("Not reached in this run")
+    assert not at(report, "TD203", line_of(tmp_path, "never called"))

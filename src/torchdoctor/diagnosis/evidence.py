@@ -7,11 +7,15 @@ the trace again. Both are a bonus: a failure becomes a probe note and the run is
 Only code that ran counts: a file is linted when one of its functions was seen running (stack
 samples, probe call sites) or it is the script, and a finding is kept when it is at module
 level or inside a function that ran. A large library's unused model files are imported, not
-executed: their findings would only be noise, and linting them costs seconds.
+executed: their findings would only be noise, and linting them costs seconds. One exception:
+a function the training loop calls (directly or through the user's own functions) that the
+bounded run did not reach (the evaluation at the end of an epoch, the checkpoint at step
+1,000) keeps its findings, marked as not reached.
 """
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,15 +46,17 @@ def lint_executed(record: RunRecord) -> list[StaticFinding]:
     ran = executed_functions(record)
     script = recorded_path(record.run.script, record.run.cwd) if record.run.script.endswith(".py") else None
     files = [f for f in record.source_files if f in ran or f == script]
+    ahead = called_from_the_loop(record, files)
     found = []
     for f in lint_files([Path(p) for p in files]):
         if f.location is None:
             continue
         path = recorded_path(f.location.path, record.run.cwd)
         function = f.location.function or MODULE_LEVEL
-        if function != MODULE_LEVEL and function not in ran.get(path, ()):
-            continue  # inside a function that never ran
-        found.append(StaticFinding(f.code, f.slug, f.severity.value, path, f.location.line, f.message))
+        reached = function == MODULE_LEVEL or function in ran.get(path, ())
+        if not reached and function not in ahead.get(path, ()):
+            continue  # inside a function the program never called
+        found.append(StaticFinding(f.code, f.slug, f.severity.value, path, f.location.line, f.message, reached))
     return found
 
 
@@ -77,3 +83,45 @@ def _probe_locations(record: RunRecord):
     yield from (call.location for call in record.dispatch.api_calls)
     yield from (hits.location for hits in record.line_profile.lines)
 
+
+MAX_CALL_DEPTH = 4  # the loop -> evaluate() -> compute_metrics() -> ...: deeper is rarely per interval
+
+
+def called_from_the_loop(record: RunRecord, files: list[str]) -> dict[str, set[str]]:
+    """Absolute path -> names of the user's functions the training loop's function calls, by
+    name, through its own functions (a static call graph of the executed files: a name that
+    two files define counts in both)."""
+    loop = record.run.loop_location
+    if loop is None:
+        return {}
+    defs: dict[str, list[tuple[str, ast.AST]]] = defaultdict(list)
+    trees = {}
+    for path in files:
+        try:
+            trees[path] = ast.parse(Path(path).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(trees[path]):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs[node.name].append((path, node))
+    start_path = recorded_path(loop.path, record.run.cwd)
+    name = loop.function.rsplit(".", 1)[-1]
+    frontier = [node for p, node in defs.get(name, []) if p == start_path]
+    if name == MODULE_LEVEL and start_path in trees:
+        frontier = [trees[start_path]]
+    found: dict[str, set[str]] = defaultdict(set)
+    for _ in range(MAX_CALL_DEPTH):
+        called = {_call_name(c.func) for node in frontier for c in ast.walk(node) if isinstance(c, ast.Call)}
+        frontier = []
+        for callee in called - {""}:
+            for path, node in defs.get(callee, []):
+                if callee not in found[path]:
+                    found[path].add(callee)
+                    frontier.append(node)
+        if not frontier:
+            break
+    return found
+
+
+def _call_name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 
 from torchdoctor.model.paths import recorded_path, typed_path
-from torchdoctor.model.findings import Report, Table
+from torchdoctor.model.findings import Finding, Report, Severity, Table
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord, StaticFinding
+from torchdoctor.rules.base import make_finding
+from torchdoctor.rules.registry import rule_by_code
 
 # A static code that names the same cause as a different runtime code.
 STATIC_TO_RUNTIME = {"TD105": "TD101"}
@@ -19,6 +21,30 @@ def _place_by_lint(finding, record: RunRecord) -> None:
     same = [sf for sf in record.static_findings if STATIC_TO_RUNTIME.get(sf.code, sf.code) == finding.code]
     if len(same) == 1:
         finding.location = Location(typed_path(same[0].path, record.run.cwd), same[0].line)
+
+
+AHEAD_SEVERITIES = ("high", "medium")  # lint's default ranks: what a reader of the code would act on
+
+
+def _lines_seen(record: RunRecord) -> set[tuple[str, int]]:
+    """(absolute path, line) of every call and op site the op sampler recorded."""
+    cwd = record.run.cwd
+    d = record.dispatch
+    return {(recorded_path(x.location.path, cwd), x.location.line) for x in [*d.api_calls, *d.sites]}
+
+
+def _not_reached(sf: StaticFinding, cwd: str) -> Finding:
+    """A habit lint sees in a function the training loop calls that the bounded run did not
+    reach: ranked, as static, below every measured cause (low, no estimate)."""
+    rule = rule_by_code(STATIC_TO_RUNTIME.get(sf.code, sf.code)) or rule_by_code(sf.code)
+    return make_finding(
+        rule, title=f"Not reached in this run: {sf.message.split('. ')[0].rstrip('.')}",
+        message=(f"{sf.message} The training loop calls this code, but the bounded run ended before it ran, so it "
+                 "was not measured: `torchdoctor lint` found it by reading the source."),
+        location=Location(typed_path(sf.path, cwd), sf.line), evidence={"static": True, "lint_code": sf.code,
+                                                                          "lint_severity": sf.severity},
+        speedup=None, basis="static: read from the source, not measured (the run did not reach it)",
+        severity=Severity.LOW)
 
 
 def link_static_findings(report: Report, record: RunRecord) -> None:
@@ -41,8 +67,14 @@ def link_static_findings(report: Report, record: RunRecord) -> None:
         confirmed.add(id(sf))
         finding.evidence["confirmed_by_lint"] = f"{sf.code} {sf.slug} at {typed_path(sf.path, cwd)}:{sf.line}"
         finding.message += f" `torchdoctor lint` flags the same line ({sf.code} {sf.slug})."
+    seen = _lines_seen(record)
+    for sf in record.static_findings:
+        if not sf.reached and sf.severity in AHEAD_SEVERITIES and id(sf) not in confirmed:
+            report.findings.append(_not_reached(sf, cwd))
     rows = [[sf.code, sf.slug, f"{typed_path(sf.path, cwd)}:{sf.line}", sf.severity,
-             "confirmed by this run" if id(sf) in confirmed else "not measured in this run"]
+             "confirmed by this run" if id(sf) in confirmed else
+             "not reached in this run" if not sf.reached else
+             "ran, below what the run's rule reports" if (sf.path, sf.line) in seen else "not measured in this run"]
             for sf in record.static_findings if sf.severity != "info"]
     if rows:
         report.tables.append(Table(

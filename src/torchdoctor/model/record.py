@@ -24,7 +24,7 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line; LineHits.called_from
+# 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line; LineHits.called_from; StaticFinding.reached
 SCHEMA_VERSION = 6
 OLDEST_READABLE_SCHEMA = 1
 
@@ -382,6 +382,7 @@ class StaticFinding:
     path: str  # absolute, for matching with runtime locations
     line: int
     message: str
+    reached: bool = True  # False: in a function the training loop calls that the bounded run did not reach
 
 
 @dataclass
