@@ -35,7 +35,16 @@ def step_spread(facts: RunFacts) -> tuple[float, float] | None:
 def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
     """Say each runtime estimate's noise; widen or withhold it when the steps vary."""
     spread = step_spread(facts)
-    if spread is None or not facts.step_s:
+    if not facts.step_s:
+        return
+    if spread is None:  # too few timed steps to know their spread: no number is worth printing
+        for f in findings:
+            if f.estimated_speedup is not None:
+                f.evidence["estimate_if_steady"] = f.estimated_speedup
+                f.estimated_speedup = None
+                f.estimate_basis = (f"withheld: {len(facts.measured)} timed step(s), fewer than the "
+                                    f"{MIN_STEPS_FOR_SPREAD} the spread check needs (run with more --steps); "
+                                    f"sized on them it was: {f.estimate_basis}")
         return
     p50, p90 = spread
     ratio = p90 / p50 if p50 > 0 else float("inf")

@@ -71,3 +71,12 @@ def test_a_busy_machine_is_said_with_its_numbers():
     assert busy_machine(rec) is None
     rec.contention = None
     assert busy_machine(rec) is None  # not measured: never guessed
+
+
+def test_too_few_timed_steps_withhold_every_estimate():
+    """A `--steps 4` run printed 20.00x: four steps cannot show their own spread."""
+    facts = RunFacts.of(record(step_s=0.1, steps=4))
+    f = _finding(1.5)
+    apply_spread([f], facts)
+    assert f.estimated_speedup is None and f.evidence["estimate_if_steady"] == 1.5
+    assert "fewer than the 5 the spread check needs" in f.estimate_basis
