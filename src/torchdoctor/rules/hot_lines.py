@@ -15,7 +15,7 @@ from torchdoctor.rules.facts import RunFacts
 # A line holding this share of the step's stack samples is worth a look whatever it does; a
 # model's forward spreads over many lines, each well under it.
 HOT_LINE_SHARE = 0.25
-HIGH_SHARE = 0.5
+MEDIUM_SHARE, HIGH_SHARE = 0.4, 0.6  # the severity follows the share: 40 % of the step is not "low"
 MIN_SAMPLES = 10  # fewer samples than this are too noisy for a share (±30 % at 10)
 MAX_LINES = 3
 # A line whose sampled torch ops take this share of its time is compute (a model's forward).
@@ -60,6 +60,8 @@ class HotLine(Rule):
             if place is None:
                 continue
             where = (place.path, place.line)
+            if hits.loading_samples * 2 >= hits.samples:
+                continue  # it ran while loading a batch (a Dataset's __getitem__): TD101 sizes that wait
             if where in taken or where in step_lines or where in loader_lines or _explained(hits) \
                     or (place.path, place.function) in in_phases or (hits.library and (
                         (hits.location.path, hits.location.function) in in_phases)):
@@ -93,7 +95,7 @@ class HotLine(Rule):
             basis="not estimated: no known fix applies; the share is what removing the line's work entirely "
                   "would save at most",
             # the share is measured: a line holding half the step is the first thing to look at
-            severity=Severity.HIGH if share >= HIGH_SHARE else Severity.MEDIUM,
+            severity=Severity.HIGH if share >= HIGH_SHARE else Severity.MEDIUM if share >= MEDIUM_SHARE else Severity.LOW,
         )
 
 

@@ -12,15 +12,16 @@ from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.sync import syncing_calls
 from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
-# A loop TD301 speaks of: it goes round at least this many times per step (a layer stack of
-# 4-6 blocks does too, and is told apart by its parameters, below), issuing this many ops.
+# A loop TD301 speaks of: it goes round at least this many times each time it runs (a layer
+# stack of 4-6 blocks does too, and is told apart by its parameters, below), issuing this many
+# ops per step.
 LOOP_MIN_ITERATIONS = 3
 LOOP_MIN_OPS_PER_STEP = 12
 # At this many ops per step a loop is worth changing whatever this machine's noise made of
 # the estimate (the reference report's loop issued 768): at least medium.
 LOOP_OPS_PER_STEP = 100
-# A loop whose ops read each parameter about once per step steps through different weights
-# in a step (a stack of layers: nothing to vectorize); one that reuses its weights every iteration (an
+# A loop whose ops read each parameter about once each time it runs steps through different
+# weights (a stack of layers: nothing to vectorize); one that reuses its weights every iteration (an
 # RNN cell, an embedding per position) or reads none (slice writes) loops over data.
 LAYER_STACK_MAX_REUSE = 1.5
 # An optimizer over this many tensors pays per-tensor overhead on the single-tensor path.
@@ -69,12 +70,13 @@ class PythonLoopOps(Rule):
         findings = []
         for loop in record.dispatch.loops:
             per_step, turns = loop.ops / windows, loop.iterations / windows
-            if loop.library or turns < LOOP_MIN_ITERATIONS or per_step < LOOP_MIN_OPS_PER_STEP:
+            runs = max(1, loop.runs)
+            if loop.library or loop.iterations / runs < LOOP_MIN_ITERATIONS or per_step < LOOP_MIN_OPS_PER_STEP:
                 continue  # a framework's own loop (the user cannot rewrite it), or too few turns to matter
             if any((t.path, t.function, t.line) == (loop.location.path, loop.location.function, loop.header_line)
                    for t in record.run.training_loops):
                 continue  # the training loop itself (it turns several times per step when steps are rarer)
-            if loop.param_uses and loop.param_uses / windows / max(1, loop.params) < LAYER_STACK_MAX_REUSE:
+            if loop.param_uses and loop.param_uses / runs / max(1, loop.params) < LAYER_STACK_MAX_REUSE:
                 continue  # each turn reads other weights: a stack of layers, sequential by nature
             if _updates_parameters(record, loop, windows) or per_tensor_update(loop, windows):
                 continue  # a hand-written optimizer or a target network's update: TD305 reports it

@@ -36,6 +36,8 @@ def syncing_calls(record: RunRecord, kinds: tuple[str, ...], phase: str) -> list
             and c.placement == "device" and c.library is None]
 
 
+DECISION_READS_PER_STEP = 2  # an RL loop steps its environments several times per update
+MANY_READS_PER_EVALUATION = 100  # an evaluation reading back fewer batches than this loses little to the syncs
 REREAD_FIX = ("Nothing to gain from removing this read: the optimizer waits for the same value itself. "
               "Printing it every evaluation is cheap; print every N steps if the output is too long.")
 # Optimizers whose step(closure) turns the closure's loss into a Python float itself.
@@ -59,12 +61,15 @@ def _by_line(calls: list[ApiCall]) -> dict[tuple, list[ApiCall]]:
     return grouped
 
 
-def _decision(calls: list[ApiCall]) -> bool:
-    """Every read at the line was of a value without autograd history: not a loss or an
-    activation but a decision (an action, an index). Records from before this was counted
+def _decision(calls: list[ApiCall], windows: int) -> bool:
+    """Every read at the line was of whole numbers without autograd history, several per step:
+    not a loss, an activation or a per-step metric but a decision the host acts on (a sampled
+    action, an argmax index), one per environment step. Records from before this was counted
     say nothing either way."""
-    measured = [c for c in calls if "autograd" in c.detail]
-    return bool(measured) and all(c.detail["autograd"] == 0 for c in measured)
+    measured = [c for c in calls if "integer" in c.detail]
+    reads = sum(c.count for c in measured)
+    return (bool(measured) and reads >= DECISION_READS_PER_STEP * windows
+            and all(c.detail["autograd"] == 0 and c.detail["integer"] == c.count for c in measured))
 
 
 def _loop_holds_the_evaluation(record: RunRecord, call: ApiCall) -> bool:
@@ -110,7 +115,7 @@ class _PerLineSyncRule(Rule):
             tensors = (f"{group[0].device} tensors" if on_gpu else
                        "tensors that would be on the GPU in a GPU run (from the model or moved with .to(device))")
             use = value_use(group[0].text)
-            feeds_host = self.asks_if_needed and (use == EXTERNAL or (use == OTHER and _decision(group)))
+            feeds_host = self.asks_if_needed and (use == EXTERNAL or (use == OTHER and _decision(group, windows)))
             reread = self.asks_if_needed and _optimizer_reads_it(record, group[0])
             why = (" The value is needed on the host right away (it feeds a non-torch call whose result the "
                    "script goes on with), so the sync is required: batching it, or keeping the work on the device, "
@@ -232,7 +237,15 @@ class EvalTransfer(_PerLineSyncRule):
                  if f.evidence["calls_per_eval_batch"] >= 2 or (f.location.path, f.location.line) in looped]
         for f in found:
             f.title = f.title.replace("per eval batch", "in one evaluation")
-            f.message += " (The evaluation's batches did not come from a DataLoader, so they were not counted.)"
+            reads = f.evidence["calls_per_eval_batch"]  # per sampled evaluation, here
+            if reads < 2:  # inside the loop, which ran once: a one-batch set
+                f.severity = Severity.LOW
+                f.message += (" The evaluation's loop ran once (one batch), so this costs one read per evaluation "
+                              "now, and one per batch as the evaluation set grows.")
+            else:
+                f.message += " (The evaluation's batches did not come from a DataLoader, so they were not counted.)"
+                if reads < MANY_READS_PER_EVALUATION:  # a few reads per evaluation: little to gain
+                    f.severity = Severity.LOW
         return found
 
 

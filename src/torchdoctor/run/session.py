@@ -118,6 +118,7 @@ class RunSession:
         self.training_started: float | None = None  # end of start-up: first loader, zero_grad or backward
         self.loop_location = None  # Location of the step()/backward() call of the first step
         self.training_loops: list[tuple[str, str, int]] = []  # (file, function, header) of loops around it
+        self.backward_loops_seen = False  # the loops around the first backward() joined training_loops
         self.sampler: WindowProbe | None = None
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None

@@ -128,10 +128,13 @@ def test_a_recurrent_loop_reusing_its_weights_is_a_loop_over_time():
 
 def test_a_stack_of_layers_a_framework_loop_and_the_training_loop_are_not_td301():
     layers = loop(147, 146, 3 * 120, 3 * 4, param_uses=3 * 24, params=24)  # each turn reads other weights
+    layers.runs = 3 * 2  # two micro-batches per step: each weight read twice a step, once a run
     framework = loop(40, 38, 3 * 500, 3 * 25, library="ignite")  # the user cannot rewrite it
     training = loop(60, 55, 3 * 900, 3)  # one turn per step
+    tiny = loop(74, 74, 3 * 24, 3 * 12)  # `(t.view(...) for t in (q, k, v))`: one turn per run, 12 runs
+    tiny.runs = 3 * 12
     few = loop(70, 69, 3 * 6, 3 * 3)  # 6 ops per step: nothing to gain
-    rec = sampled(record(step_s=0.1), loops=[layers, framework, training, few], line_hits=[(147, 30), (40, 30)],
+    rec = sampled(record(step_s=0.1), loops=[layers, framework, training, few, tiny], line_hits=[(147, 30), (40, 30)],
                   total_samples=100)
     assert run(PythonLoopOps, rec) == []
 
@@ -202,14 +205,17 @@ def test_a_hot_line_with_few_torch_ops_says_how_long_they_took():
 def test_a_read_of_a_decision_is_information_and_a_read_of_the_loss_is_a_habit():
     """An RL loop reads the sampled action every environment step (no autograd history): the
     host acts on it, the sync is the price; the loss read every step is the habit to drop."""
-    action = call(46, ".item()", "host-sync", 3 * 22, autograd=0)
+    action = call(46, ".item()", "host-sync", 3 * 22, autograd=0, integer=3 * 22)
     action.text = "return action.item()"
-    loss = call(60, ".item()", "host-sync", 3, autograd=3)
+    loss = call(60, ".item()", "host-sync", 3, autograd=3, integer=0)
     loss.text = "return loss.item()"
-    found = {f.location.line: f for f in run(HostSync, sampled(record(), calls=[action, loss]))}
+    accuracy = call(66, ".item()", "host-sync", 3, autograd=0, integer=0)  # a per-step metric, no history
+    accuracy.text = "acc = (logits.argmax(1) == y).float().mean().item()"
+    found = {f.location.line: f for f in run(HostSync, sampled(record(), calls=[action, loss, accuracy]))}
     assert found[46].severity.value == "info" and found[46].evidence["value_needed_on_host"]
     assert "host needs the value" in found[46].title and "vectorized environments" in found[46].message
     assert found[60].severity.value == "medium" and not found[60].evidence["value_needed_on_host"]
+    assert found[66].severity.value == "medium"  # read once a step, and not a whole number: the habit
 
 
 def test_an_evaluation_seen_once_is_said_in_training_steps_without_a_share():
@@ -231,15 +237,17 @@ def test_eval_reads_without_a_dataloader_are_judged_within_the_evaluation():
     counted): read 200 times in one evaluation, per batch; a one-batch test set reads once,
     but inside the loop; one read after the loop is the pattern the fix recommends."""
     per_batch = call(55, ".item()", "host-sync", 200, phase="eval")
+    few = call(60, ".item()", "host-sync", 16, phase="eval")  # 16 reads an evaluation: little to gain
     one_batch = call(70, ".cpu()", "transfer-d2h", 1, phase="eval")
     one_batch.loop_line = 68
     after_loop = call(80, ".item()", "host-sync", 1, phase="eval")
-    rec = sampled(record(), calls=[per_batch, one_batch, after_loop], eval_batches=0)
+    rec = sampled(record(), calls=[per_batch, few, one_batch, after_loop], eval_batches=0)
     found = {f.location.line: f for f in run(EvalTransfer, rec)}
-    assert set(found) == {55, 70} and "in one evaluation" in found[55].title
+    assert set(found) == {55, 60, 70} and "in one evaluation" in found[55].title
+    assert [found[n].severity.value for n in (55, 60, 70)] == ["medium", "low", "low"]
     # `for net in nets: net.eval(); loss(net(x)).item()`: the loop holds the evaluations, one read each
     rec.phases = [PhaseStats("eval", Location("train.py", 69, "f"), inner_location=Location("train.py", 69, "f"))]
-    assert {f.location.line for f in run(EvalTransfer, rec)} == {55}
+    assert {f.location.line for f in run(EvalTransfer, rec)} == {55, 60}
 
 
 def test_a_target_network_updated_tensor_by_tensor_is_td305_not_td301():

@@ -62,7 +62,8 @@ def matmul_flops(name: str, args, out) -> float:
 def _history(tensor) -> dict:
     """Whether the value read has autograd history (a loss, an activation): counted so a rule
     can tell a read of the loss from a read of a decision (a sampled action, an argmax, `.data`)."""
-    return {"autograd": bool(tensor.requires_grad or tensor.grad_fn is not None)}
+    return {"autograd": bool(tensor.requires_grad or tensor.grad_fn is not None),
+            "integer": not (tensor.is_floating_point() or tensor.is_complex())}
 
 
 def classify_call(name: str, tensor, args, kwargs) -> tuple[str | None, dict]:

@@ -63,7 +63,7 @@ class _LoopAcc:
     lines: Counter = field(default_factory=Counter)  # op site -> ops
     op_counts: Counter = field(default_factory=Counter)
     numels: list = field(default_factory=list)
-    last: tuple[int, int] | None = None  # (frame, offset) of the last op: an offset lower means a new iteration
+    last: tuple[int, int, str] | None = None  # (frame, offset, first op at that offset): see _record_loop
 
 
 class _ApiWatcher(TorchFunctionMode):
@@ -280,12 +280,18 @@ class DispatchSampler:
         loop = self.loops.get((anchor.filename, anchor.function, anchor.header))
         if loop is None:
             loop = self.loops[(anchor.filename, anchor.function, anchor.header)] = _LoopAcc()
-        if loop.last is None or loop.last[0] != anchor.frame_id:
+        # A new turn: a new frame (a new run of the loop), a jump back to an earlier instruction,
+        # or the same instruction starting its ops over (a one-statement body, `x[i] = 0`).
+        last = loop.last
+        if last is None or last[0] != anchor.frame_id:
             loop.runs += 1
             loop.iterations += 1
-        elif anchor.lasti < loop.last[1]:
+            loop.last = (anchor.frame_id, anchor.lasti, name)
+        elif anchor.lasti < last[1] or (anchor.lasti == last[1] and name == last[2]):
             loop.iterations += 1
-        loop.last = (anchor.frame_id, anchor.lasti)
+            loop.last = (anchor.frame_id, anchor.lasti, name)
+        elif anchor.lasti != last[1]:
+            loop.last = (anchor.frame_id, anchor.lasti, name)
         loop.ops += 1
         loop.internal_ops += internal
         loop.time_s += seconds
@@ -294,8 +300,8 @@ class DispatchSampler:
         loop.op_counts[name] += 1
         if name.endswith("_") and not internal and args and isinstance(args[0], torch.Tensor):
             loop.writes += 1
-            if len(loop.written) < 4096:
-                loop.written.add(args[0].data_ptr())
+            if len(loop.written) < 4096:  # by storage: writing rows of one tensor is one tensor written
+                loop.written.add(args[0].untyped_storage().data_ptr())
         if self.param_ptrs:
             for ptr in _tensor_ptrs(args):
                 if ptr in self.param_ptrs:

@@ -46,17 +46,20 @@ class LineSampler:
     name = "line-sampler"
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, clock=time.perf_counter,
-                 on_activate=lambda: None) -> None:
+                 on_activate=lambda: None, loading=lambda: False) -> None:
         self.interval_s = interval_s
+        self.loading = loading  # True while the training thread is inside a DataLoader's next()
         self.on_activate = on_activate
         self.clock = clock
         self.target_ident = threading.main_thread().ident
         self.hits: Counter = Counter()  # (file, line, function, caller or None) -> samples
         self.seconds: Counter = Counter()  # the same key -> wall time they stand for
+        self.loading_hits: Counter = Counter()  # the same key -> samples taken while loading a batch
         self.total = 0
         self.total_s = 0.0
         self._pending: Counter = Counter()
         self._pending_s: Counter = Counter()
+        self._pending_loading: Counter = Counter()
         self._pending_total = 0
         self._pending_total_s = 0.0
         self.functions: set[tuple[str, str]] = set()  # (filename, qualname) of user code seen running
@@ -114,6 +117,7 @@ class LineSampler:
             return
         self.recording = False
         self._pending, self._pending_s = Counter(), Counter()  # a step the window did not close
+        self._pending_loading = Counter()
         self._pending_total, self._pending_total_s = 0, 0.0
         if self.mode == "signal":
             signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
@@ -149,6 +153,8 @@ class LineSampler:
         pending_s, self._pending_s = self._pending_s, Counter()
         self.hits.update(pending)
         self.seconds.update(pending_s)
+        self.loading_hits.update(self._pending_loading)
+        self._pending_loading = Counter()
         self.total += self._pending_total
         self.total_s += self._pending_total_s
         self._pending_total, self._pending_total_s = 0, 0.0
@@ -183,6 +189,8 @@ class LineSampler:
                                       getattr(own[0].f_code, "co_qualname", own[0].f_code.co_name)),)
             self._pending[key] += 1
             self._pending_s[key] += weight
+            if self.loading():
+                self._pending_loading[key] += 1
         self._note_functions(frame)
 
     def _note_functions(self, frame) -> None:
@@ -207,13 +215,15 @@ class LineSampler:
         comprehension is a function of its own in Python 3.11; the enclosing one names it)."""
         merged: dict[tuple, list] = {}
         for (filename, line, function, caller), samples in self.hits.items():
-            entry = merged.setdefault((filename, line, caller), [function, 0, 0.0])
+            entry = merged.setdefault((filename, line, caller), [function, 0, 0.0, 0])
             if "<" in entry[0] and "<" not in function:  # main.<locals>.<listcomp> -> main
                 entry[0] = function
             entry[1] += samples
             entry[2] += self.seconds[(filename, line, function, caller)]
+            entry[3] += self.loading_hits[(filename, line, function, caller)]
         ranked = sorted(merged.items(), key=lambda item: -item[1][2])[:MAX_LINES_KEPT]
         return [LineHits(Location(display_path(f), line, function), samples, text=source_text(f, line),
                          library=library_of(f), seconds=round(seconds, 6),
-                         called_from=Location(display_path(caller[0]), caller[1], caller[2]) if caller else None)
-                for (f, line, caller), (function, samples, seconds) in ranked]
+                         called_from=Location(display_path(caller[0]), caller[1], caller[2]) if caller else None,
+                         loading_samples=loading)
+                for (f, line, caller), (function, samples, seconds, loading) in ranked]

@@ -149,7 +149,8 @@ class StepProbe:
         if self.primary() is optimizer:
             if self.session.loop_location is None:
                 self.session.loop_location = info.step_location
-                self.session.training_loops = loops_around(sys._getframe())
+                self.session.training_loops += [t for t in loops_around(sys._getframe())
+                                                if t not in self.session.training_loops]
             self.session.on_optimizer_step()
 
     # ---- zero_grad and backward ---------------------------------------------------
@@ -184,7 +185,9 @@ class StepProbe:
             session.note_training_activity("backward")
             if session.loop_location is None and session.optimizers_created == 0:
                 session.loop_location = caller_location()  # the loop, should backward() define the step
-                session.training_loops = loops_around(sys._getframe())
+            if not session.backward_loops_seen:  # a micro-batch loop around backward() is the step's own
+                session.backward_loops_seen = True
+                session.training_loops += [t for t in loops_around(sys._getframe()) if t not in session.training_loops]
             sampler = session.sampler
             if sampler is not None and getattr(sampler, "wants_parameters", False):
                 sampler.note_backward(args[0] if args else kwargs.get("tensors"))
