@@ -128,6 +128,7 @@ class PythonLoopOps(Rule):
                                               "an RNN, can be fused, not vectorized)")),
                     severity=(Severity.LOW if pacer or small else _at_least_medium(cost.speedup)
                               if per_step >= LOOP_OPS_PER_STEP else severity_for(cost.speedup)),
+                    fix=CALLS_FIX if callees >= 0.5 else None,
                 )
             )
         return findings
@@ -139,6 +140,17 @@ def per_tensor_update(loop, windows: int) -> bool:
     turns = loop.iterations / windows
     return (not loop.library and turns >= PER_PARAMETER_MIN_UPDATES and loop.written_tensors >= PER_PARAMETER_MIN_UPDATES
             and loop.written_tensors >= turns / 2 and loop.param_uses / windows >= turns)
+
+
+# Most of the loop's ops come from what it calls (a module, a library function, once per turn):
+# the element-indexing recipe does not apply; one call on the whole batch does.
+CALLS_FIX = (
+    "Call it once on all the items instead of once per item: stack the inputs and make one call "
+    "(modules and most functions take a batch dimension), or vectorize it with `torch.vmap`; a "
+    "recurrent step that needs the previous output can be fused (`nn.GRU`/`nn.LSTM`, `torch.compile`):"
+    "\n```python\n# before: outs = [cell(x[:, t]) for t in range(T)]\nouts = torch.vmap(cell, in_dims=1, "
+    "out_dims=1)(x)   # or cell(x.flatten(0, 1)).view(B, T, -1) for a per-item function\n```"
+)
 
 
 def _updates_parameters(record: RunRecord, loop, windows: int) -> bool:
