@@ -203,6 +203,7 @@ class LineHits:
     seconds: float = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
     called_from: Location | None = None  # a library line: the user's own line that called into the library
     loading_samples: int = 0  # of its samples, those taken inside a DataLoader's next() (loading a batch)
+    eval_samples: int = 0  # of its samples, those taken inside an evaluation (a model's forward runs in both)
 
 
 @dataclass

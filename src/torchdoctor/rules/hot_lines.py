@@ -52,8 +52,8 @@ class HotLine(Rule):
         # waiting for the next batch: TD101 judges it with the loader's own measurements
         loader_lines = {(ld.iterated_at.path, ld.iterated_at.line) for ld in record.loaders if ld.iterated_at}
         findings = []
-        for hits in profile.lines:
-            share = profile.line_share(hits)
+        for hits in sorted(profile.lines, key=lambda h: -_training_share(profile, h)):
+            share = _training_share(profile, hits)
             if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
                 break
             place = hits.called_from if hits.library else hits.location  # a library's time, at the user's call
@@ -97,6 +97,13 @@ class HotLine(Rule):
             # the share is measured: a line holding half the step is the first thing to look at
             severity=Severity.HIGH if share >= HIGH_SHARE else Severity.MEDIUM if share >= MEDIUM_SHARE else Severity.LOW,
         )
+
+
+def _training_share(profile, hits: LineHits) -> float:
+    """The line's share of the step, its samples inside an evaluation left out: a model's
+    forward line runs in both, and the evaluation is its own phase."""
+    share = profile.line_share(hits)
+    return share * (1 - hits.eval_samples / hits.samples) if hits.samples else share
 
 
 def _explained(hits: LineHits) -> bool:

@@ -137,9 +137,9 @@ class PythonLoopOps(Rule):
 def per_tensor_update(loop, windows: int) -> bool:
     """A loop that writes one more tensor in place each turn while reading a parameter each
     turn: a target network's or an EMA copy's update (`tgt.data.copy_(tau * p.data + ...)`)."""
-    turns = loop.iterations / windows
-    return (not loop.library and turns >= PER_PARAMETER_MIN_UPDATES and loop.written_tensors >= PER_PARAMETER_MIN_UPDATES
-            and loop.written_tensors >= turns / 2 and loop.param_uses / windows >= turns)
+    turns, per_run = loop.iterations / windows, loop.iterations / max(1, loop.runs)
+    return (not loop.library and per_run >= LOOP_MIN_ITERATIONS and loop.written_tensors >= PER_PARAMETER_MIN_UPDATES
+            and loop.written_tensors >= per_run / 2 and loop.param_uses / windows >= turns)
 
 
 # Most of the loop's ops come from what it calls (a module, a library function, once per turn):

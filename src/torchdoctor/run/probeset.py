@@ -55,7 +55,8 @@ class ProbeSet:
         self.backward = BackwardTimer(clock, candidates=self.sampler.busiest_lines,
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
-        self.lines = LineSampler(on_activate=session.note_heavy_probe, loading=lambda: session.loading_depth > 0)
+        self.lines = LineSampler(on_activate=session.note_heavy_probe, loading=lambda: session.loading_depth > 0,
+                                 evaluating=lambda: session.in_eval)
         steps = StepProbe(session)
         self.loaders = DataLoaderProbe(session)
         self.memory = MemoryProbe(session, optimizers=lambda: list(steps.infos.keys()))

@@ -290,3 +290,18 @@ def test_a_hot_line_inside_a_library_is_reported_at_the_users_call_and_ranked_by
     rec.loaders = [loader(iterated_at=Location("train.py", 30, "<module>"))]
     (f,) = run(HotLine, rec)
     assert (f.location.line, f.severity.value) == (60, "high") and "inside matplotlib" in f.title
+
+
+def test_a_forward_line_busy_in_the_evaluation_is_not_a_training_hot_line():
+    """The model's forward line runs in training and in the evaluation every N steps: its samples
+    inside the evaluation are the evaluation's (TD701), not a hot line of the step."""
+    from torchdoctor.model.record import LineHits
+    from torchdoctor.rules.hot_lines import HotLine
+
+    rec = sampled(record(step_s=0.1), windows=3, total_samples=100)
+    rec.line_profile.total_s = 1.0
+    rec.line_profile.lines = [LineHits(Location("train.py", 43, "forward"), 40, text="return self.mlp(x)",
+                                       seconds=0.4, eval_samples=32)]
+    assert run(HotLine, rec) == []  # 40 % of the time, but only 8 % of it training
+    rec.line_profile.lines[0].eval_samples = 0
+    assert [f.severity.value for f in run(HotLine, rec)] == ["medium"]

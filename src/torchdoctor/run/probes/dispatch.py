@@ -59,6 +59,7 @@ class _LoopAcc:
     params: set = field(default_factory=set)
     writes: int = 0
     written: set = field(default_factory=set)
+    windows: set = field(default_factory=set)  # sampled steps it ran in: a module-level loop keeps one frame
     body: Counter = field(default_factory=Counter)  # line of the loop's frame -> ops
     lines: Counter = field(default_factory=Counter)  # op site -> ops
     op_counts: Counter = field(default_factory=Counter)
@@ -281,13 +282,16 @@ class DispatchSampler:
         if loop is None:
             loop = self.loops[(anchor.filename, anchor.function, anchor.header)] = _LoopAcc()
         # A new turn: a new frame (a new run of the loop), a jump back to an earlier instruction,
-        # or the same instruction starting its ops over (a one-statement body, `x[i] = 0`).
+        # or the same statement of the loop's own starting its ops over (a one-statement body,
+        # `x[i] = 0`). Ops from a call (a module) repeat their names within one call: not turns.
         last = loop.last
+        direct = anchor.frame_id == id(user) and not internal
+        loop.windows.add(self.train_windows)
         if last is None or last[0] != anchor.frame_id:
             loop.runs += 1
             loop.iterations += 1
             loop.last = (anchor.frame_id, anchor.lasti, name)
-        elif anchor.lasti < last[1] or (anchor.lasti == last[1] and name == last[2]):
+        elif anchor.lasti < last[1] or (direct and anchor.lasti == last[1] and name == last[2]):
             loop.iterations += 1
             loop.last = (anchor.frame_id, anchor.lasti, name)
         elif anchor.lasti != last[1]:
@@ -410,7 +414,8 @@ class DispatchSampler:
         return LoopSite(
             location=Location(display_path(filename), body_line, function), header_line=header, ops=acc.ops,
             internal_ops=acc.internal_ops, time_s=max(0.0, acc.time_s - acc.ops * self.overhead_per_op_s),
-            iterations=acc.iterations, runs=acc.runs, param_uses=acc.param_uses, params=len(acc.params),
+            iterations=acc.iterations, runs=max(acc.runs, len(acc.windows)), param_uses=acc.param_uses,
+            params=len(acc.params),
             inplace_writes=acc.writes, written_tensors=len(acc.written),
             op_counts=dict(acc.op_counts.most_common(8)),
             median_numel=int(statistics.median(acc.numels)) if acc.numels else 0,

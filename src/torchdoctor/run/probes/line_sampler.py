@@ -46,20 +46,23 @@ class LineSampler:
     name = "line-sampler"
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, clock=time.perf_counter,
-                 on_activate=lambda: None, loading=lambda: False) -> None:
+                 on_activate=lambda: None, loading=lambda: False, evaluating=lambda: False) -> None:
         self.interval_s = interval_s
         self.loading = loading  # True while the training thread is inside a DataLoader's next()
+        self.evaluating = evaluating  # True inside an evaluation (a model.eval() region)
         self.on_activate = on_activate
         self.clock = clock
         self.target_ident = threading.main_thread().ident
         self.hits: Counter = Counter()  # (file, line, function, caller or None) -> samples
         self.seconds: Counter = Counter()  # the same key -> wall time they stand for
         self.loading_hits: Counter = Counter()  # the same key -> samples taken while loading a batch
+        self.eval_hits: Counter = Counter()  # the same key -> samples taken inside an evaluation
         self.total = 0
         self.total_s = 0.0
         self._pending: Counter = Counter()
         self._pending_s: Counter = Counter()
         self._pending_loading: Counter = Counter()
+        self._pending_eval: Counter = Counter()
         self._pending_total = 0
         self._pending_total_s = 0.0
         self.functions: set[tuple[str, str]] = set()  # (filename, qualname) of user code seen running
@@ -117,7 +120,7 @@ class LineSampler:
             return
         self.recording = False
         self._pending, self._pending_s = Counter(), Counter()  # a step the window did not close
-        self._pending_loading = Counter()
+        self._pending_loading, self._pending_eval = Counter(), Counter()
         self._pending_total, self._pending_total_s = 0, 0.0
         if self.mode == "signal":
             signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
@@ -154,7 +157,8 @@ class LineSampler:
         self.hits.update(pending)
         self.seconds.update(pending_s)
         self.loading_hits.update(self._pending_loading)
-        self._pending_loading = Counter()
+        self.eval_hits.update(self._pending_eval)
+        self._pending_loading, self._pending_eval = Counter(), Counter()
         self.total += self._pending_total
         self.total_s += self._pending_total_s
         self._pending_total, self._pending_total_s = 0, 0.0
@@ -191,6 +195,8 @@ class LineSampler:
             self._pending_s[key] += weight
             if self.loading():
                 self._pending_loading[key] += 1
+            if self.evaluating():
+                self._pending_eval[key] += 1
         self._note_functions(frame)
 
     def _note_functions(self, frame) -> None:
@@ -215,15 +221,16 @@ class LineSampler:
         comprehension is a function of its own in Python 3.11; the enclosing one names it)."""
         merged: dict[tuple, list] = {}
         for (filename, line, function, caller), samples in self.hits.items():
-            entry = merged.setdefault((filename, line, caller), [function, 0, 0.0, 0])
+            entry = merged.setdefault((filename, line, caller), [function, 0, 0.0, 0, 0])
             if "<" in entry[0] and "<" not in function:  # main.<locals>.<listcomp> -> main
                 entry[0] = function
             entry[1] += samples
             entry[2] += self.seconds[(filename, line, function, caller)]
             entry[3] += self.loading_hits[(filename, line, function, caller)]
+            entry[4] += self.eval_hits[(filename, line, function, caller)]
         ranked = sorted(merged.items(), key=lambda item: -item[1][2])[:MAX_LINES_KEPT]
         return [LineHits(Location(display_path(f), line, function), samples, text=source_text(f, line),
                          library=library_of(f), seconds=round(seconds, 6),
                          called_from=Location(display_path(caller[0]), caller[1], caller[2]) if caller else None,
-                         loading_samples=loading)
-                for (f, line, caller), (function, samples, seconds, loading) in ranked]
+                         loading_samples=loading, eval_samples=evaluating)
+                for (f, line, caller), (function, samples, seconds, loading, evaluating) in ranked]

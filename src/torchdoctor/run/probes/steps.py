@@ -139,6 +139,9 @@ class StepProbe:
             self.session.add_time("optimizer", max(0.0, self.session.clock() - started - inside_closure))
         info = self._info(optimizer)
         info.step_calls += 1
+        if info.step_calls == 1:  # the loops around any optimizer's step() are training loops (an actor's too)
+            self.session.training_loops += [t for t in loops_around(sys._getframe())
+                                            if t not in self.session.training_loops]
         if info.step_calls == 1 and optimizer.param_groups:
             # What the step ran with: a param group can differ from the constructor's defaults
             # (set by the script, or by a `--set foreach=...` knob just before this step).
@@ -149,8 +152,6 @@ class StepProbe:
         if self.primary() is optimizer:
             if self.session.loop_location is None:
                 self.session.loop_location = info.step_location
-                self.session.training_loops += [t for t in loops_around(sys._getframe())
-                                                if t not in self.session.training_loops]
             self.session.on_optimizer_step()
 
     # ---- zero_grad and backward ---------------------------------------------------
