@@ -67,6 +67,8 @@ class Kinds:
             return base if base in (TENSOR, BOOL) else None
         if t is ast.Starred:
             return self.of(expr.value, scope)
+        if t is ast.IfExp:  # `train_data if split == "train" else val_data`
+            return combine([self.of(expr.body, scope), self.of(expr.orelse, scope)])
         if t in (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
                  ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Lambda):
             return OTHER
@@ -233,9 +235,13 @@ class Kinds:
     def _attribute(self, expr: ast.Attribute, scope: Scope) -> str | None:
         if expr.attr in META_ATTRS:
             return OTHER
-        if expr.attr in TENSOR_ATTRS:
-            return TENSOR
         base = expr.value
+        # `self.T = T` in a data loader is a number: what the class assigns decides before the
+        # name does (`x.T`, `layer.weight` are tensors only when the class says nothing)
+        own = isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None and (
+            expr.attr in self._self_assignments(scope.class_scope))
+        if expr.attr in TENSOR_ATTRS and not own:
+            return TENSOR
         if isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None:
             key = (id(scope.class_scope), "self." + expr.attr)
             if key not in self._names:
