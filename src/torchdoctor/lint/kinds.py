@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.lint.model import FileModel, Scope
+from torchdoctor.lint.bindings import visible_bindings
+from torchdoctor.lint.model import Block, FileModel, Scope
 from torchdoctor.lint.names import last_name
 from torchdoctor.lint.torch_api import (
     BOOL, BOOL_METHODS, DATASET, FORWARD_NAMES, LOADER, META_ATTRS, MODULE, MODULE_METHODS, NO_DEFAULT, OPTIMIZER,
@@ -38,6 +39,16 @@ class Kinds:
 
     def is_bool(self, expr: ast.expr, scope: Scope) -> bool:
         return self.of(expr, scope) == BOOL
+
+    def plain_here(self, name: ast.Name, block: Block) -> bool:
+        """The name holds a plain value where it is read: every binding that reaches this point
+        gives one, and one of them certainly ran (`lossf = lossf.item()` after a loop that summed
+        tensors into `lossf`). The kind of the name as a whole (`of`) is a tensor if any binding is."""
+        scope, bindings, certain = visible_bindings(name.id, block, (name.lineno, name.col_offset))
+        if scope is not block.scope or not certain:
+            return False
+        return all(b.how == "=" and b.index is None and b.value is not None and self.of(b.value, scope) == OTHER
+                   for b in bindings)
 
     def of(self, expr: ast.expr, scope: Scope) -> str | None:
         t = type(expr)

@@ -58,3 +58,35 @@ def test_a_dataset_reading_its_own_index_is_host_code(tmp_path):
             def forward(self, x):
                 return x.item()
     """) == []
+
+
+def test_a_name_read_after_it_was_rebound_to_a_float_is_no_tensor(tmp_path):
+    # the sum of the micro-batch losses is read once with .item(); the prints after that format a float
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            lossf = 0.0
+            for micro in range(4):
+                loss = model(x) / 4
+                lossf += loss.detach()
+                loss.backward()
+            lossf = lossf.item()
+            opt.step()
+            print(f"loss {lossf:.4f}")
+            line = "%d %f" % (step, lossf)
+            if lossf > 10:
+                print("diverged")
+    """) == [("TD201", 8)]
+
+
+def test_a_name_rebound_to_a_float_only_in_a_branch_may_still_hold_a_tensor(tmp_path):
+    assert ("TD201", 8) in found(tmp_path, """
+        import torch
+        for step in range(100):
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            if fast:
+                loss = loss.item()
+            print(f"loss {loss}")
+    """)

@@ -41,7 +41,16 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     kinds = facts.kinds
 
     def device_tensor(expr: ast.expr, block: Block) -> bool:
-        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block, facts)
+        if not kinds.is_tensor(expr, block.scope):
+            return False
+        t = type(expr)
+        if t is ast.Name and kinds.plain_here(expr, block):
+            return False  # `lossf = lossf.item()` earlier in the step: a float by now
+        if t is ast.Compare or t is ast.BinOp:  # `lossf > 10`: a tensor only through its operands
+            operands = (expr.left, *expr.comparators) if t is ast.Compare else (expr.left, expr.right)
+            if any(type(e) is ast.Name and kinds.plain_here(e, block) for e in operands):
+                return any(device_tensor(e, block) for e in operands)
+        return not on_host(expr, block, facts)
 
     def candidates(events):
         return ((node, block) for node, block in events
