@@ -224,11 +224,13 @@ class Context:
     def _loops_around_training(self) -> set[int]:
         """Loops of the same function that hold a training loop (epochs, configurations), or call
         a function that trains (`train_one_epoch(...)`, the file's own or an imported one): each
-        pass is a whole training run or epoch, not a step, and not an evaluation batch."""
+        pass is a whole training run or epoch, not a step, and not an evaluation batch. A loop
+        that steps the optimizer itself around a micro-batch loop that calls backward (gradient
+        accumulation) is the training loop: each of its passes is one step."""
         around: set[int] = set()
         for loop in self.model.loops:
             if id(loop) in self.step_loops and loop.parent is not None:
-                around.update(id(b) for b in enclosing_loops(loop.parent))
+                around.update(id(b) for b in enclosing_loops(loop.parent) if id(b) not in self.step_loops)
         training_functions = {id(loop.scope) for loop in self.model.loops if id(loop) in self.step_loops}
         epoch_calls = list(self.steps.epoch_helpers)
         for function_id in training_functions:

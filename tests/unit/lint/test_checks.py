@@ -134,3 +134,11 @@ def test_a_keyword_inside_a_dict_splat_is_reported_but_not_auto_fixed(tmp_path):
     from helpers.lint_files import lint
     result = lint(tmp_path, HEAD + "opt.zero_grad(**{'set_to_none': False})\n")
     assert [(f.code, f.fixable) for f in result.findings] == [("TD303", False)]
+
+
+def test_a_sync_in_the_loop_that_steps_around_a_micro_batch_loop_is_per_step(tmp_path):
+    # gradient accumulation: backward in the inner loop, the step (and the timing sync) in the outer
+    assert lines_of(tmp_path, HEAD + "for step in range(100):\n    for micro in range(4):\n"
+                    "        model(x).backward()\n    opt.step()\n    torch.cuda.synchronize()\n"
+                    "for epoch in range(3):\n    for x in loader:\n        model(x).backward()\n"
+                    "        opt.step()\n    torch.cuda.synchronize()\n", "TD204") == [9]
