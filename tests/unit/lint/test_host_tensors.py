@@ -90,3 +90,20 @@ def test_a_name_rebound_to_a_float_only_in_a_branch_may_still_hold_a_tensor(tmp_
                 loss = loss.item()
             print(f"loss {loss}")
     """)
+
+
+def test_numpy_straight_on_a_tensor_proves_it_is_on_the_cpu(tmp_path):
+    # `.numpy()` raises on a CUDA tensor: code that calls it runs on the CPU (a plotting tutorial);
+    # `.cpu().numpy()` is a read (of `.cpu()`), and so is `numpy(force=True)`
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            pred = model(x)
+            loss = (pred - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+            a = pred.data.numpy()
+            b = pred.detach().numpy()
+            c = pred.detach().cpu().numpy()
+            d = pred.numpy(force=True)
+    """) == [("TD201", 9), ("TD201", 10)]

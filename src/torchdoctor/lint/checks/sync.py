@@ -20,7 +20,7 @@ from torchdoctor.lint.host_tensors import on_host
 from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
 from torchdoctor.lint.model import Block, on_error_path
-from torchdoctor.lint.names import last_name, short_source
+from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
@@ -57,6 +57,8 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
                 if wanted(block) and not on_error_path(block) and not in_dataset(block, kinds))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
+        if _host_only_numpy(call):
+            continue
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
                 and facts.model.method_on_result.get(id(call)) not in _MODULE_ONLY \
                 and not on_host(func.value, block, facts):
@@ -107,6 +109,13 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
             if device_tensor(operand, block):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
                 break
+
+
+def _host_only_numpy(call: ast.Call) -> bool:
+    """`t.numpy()` (not after `.cpu()`, which is the read) raises on a CUDA tensor, so code that
+    calls it runs with `t` on the CPU: no device to wait for. `numpy(force=True)` copies from any
+    device, and is a read."""
+    return call_tail(call) == "numpy" and not any(k.arg == "force" for k in call.keywords)
 
 
 def in_dataset(block: Block, kinds) -> bool:
