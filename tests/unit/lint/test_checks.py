@@ -142,3 +142,26 @@ def test_a_sync_in_the_loop_that_steps_around_a_micro_batch_loop_is_per_step(tmp
                     "        model(x).backward()\n    opt.step()\n    torch.cuda.synchronize()\n"
                     "for epoch in range(3):\n    for x in loader:\n        model(x).backward()\n"
                     "        opt.step()\n    torch.cuda.synchronize()\n", "TD204") == [9]
+
+
+def test_a_value_the_program_acts_on_right_away_is_a_required_read_said_at_info(tmp_path):
+    # an action stepped into an environment, a token decoded through a Python table: needed now;
+    # a loss kept by a meter, fed back to torch, or used in arithmetic stays a habit
+    got = severities(tmp_path, HEAD + """
+obs = envs.reset()
+for step in range(1000):
+    q = model(torch.as_tensor(obs).cuda())
+    actions = torch.argmax(q, dim=1).cpu().numpy()
+    obs, reward, done, info = envs.step(actions)
+    word = vocab[q.argmax().item()]
+    buffer.add(obs, actions)
+    loss = model(x).mean()
+    loss.backward()
+    opt.step()
+    meter.update(loss.item())
+    alpha = loss.exp().item()
+    target = torch.tensor([alpha])
+    scaled = alpha * 2
+""")
+    assert got == {("TD201", 9): "info", ("TD201", 11): "info", ("TD201", 16): "medium",
+                   ("TD201", 17): "medium"}

@@ -17,6 +17,7 @@ from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host
+from torchdoctor.lint.host_uses import HostUses
 from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
 from torchdoctor.lint.model import Block, on_error_path
@@ -195,34 +196,48 @@ def _truth_tested(test: ast.expr) -> Iterator[ast.expr]:
         yield test
 
 
-def _per_line(code: str, found: list[tuple[ast.AST, str, str]], title: str, message: str) -> Iterator[Hit]:
-    """One medium finding per line from (node, what, where) items: the leftmost, with the count."""
-    by_line: dict[int, list[tuple[ast.AST, str, str]]] = {}
+def _per_line(code: str, found: list[tuple], title: str, message: str,
+              severity: Severity = Severity.MEDIUM) -> Iterator[Hit]:
+    """One finding per line from (node, what, where[, needed by]) items: the leftmost, with the count."""
+    by_line: dict[int, list[tuple]] = {}
     for item in found:
         by_line.setdefault(item[0].lineno, []).append(item)
     for line in sorted(by_line):
         group = sorted(by_line[line], key=lambda h: h[0].col_offset)
-        node, what, via = group[0]
-        yield Hit(code, node, title.format(what=_strip(what)), message.format(what=what, via=via),
-                  Severity.MEDIUM, {"construct": what, "where": via, "on_line": len(group)})
+        node, what, via, *needed = group[0]
+        evidence = {"construct": what, "where": via, "on_line": len(group)}
+        if needed:
+            evidence["needed_by"] = needed[0]
+        yield Hit(code, node, title.format(what=_strip(what)),
+                  message.format(what=what, via=via, needed=needed[0] if needed else ""), severity, evidence)
 
 
 class HostSync(Check):
     codes = ("TD201", "TD203")
 
     def run(self, facts: Facts) -> Iterator[Hit]:
-        train, evaluation = [], []
+        train, required, evaluation = [], [], []
         context = facts.context
+        uses = HostUses(facts)
         hot = lambda block: context.region(block).per_step or context.region(block).per_eval_batch  # noqa: E731
         for node, block, what in host_reads(facts, hot):
             region = context.region(block)
             if region.per_step:
-                train.append((node, what, region.via))
+                needed = uses.needed_by(node, block)
+                if needed:
+                    required.append((node, what, region.via, needed))
+                else:
+                    train.append((node, what, region.via))
             elif region.per_eval_batch:
                 evaluation.append((node, what, region.via))
         yield from _per_line("TD201", train, "{what} in every training step",
                              "{what} inside {via} copies a value to the host every step: on a GPU the host waits "
                              "for all queued kernels before Python can go on")
+        yield from _per_line("TD201", required, "{what} in every training step (the host needs the value)",
+                             "{what} inside {via} reads a value the program acts on right away (it goes into "
+                             "{needed}): the sync is the price of acting on it, not a habit to drop. Acting on a "
+                             "batch at a time (vectorized environments, one `.tolist()` for many values) makes it "
+                             "rarer", Severity.INFO)
         yield from _per_line("TD203", evaluation, "{what} for every evaluation batch",
                              "{what} inside {via} moves every batch's result to the host, so evaluation waits for "
                              "the GPU batch by batch; keep results on the device and transfer once")
