@@ -165,3 +165,56 @@ for step in range(1000):
 """)
     assert got == {("TD201", 9): "info", ("TD201", 11): "info", ("TD201", 16): "medium",
                    ("TD201", 17): "medium"}
+
+
+EVALUATE = """
+@torch.no_grad()
+def evaluate(model, dataset, max_batches=None):
+    model.eval()
+    loader = DataLoader(dataset, batch_size=100, num_workers=2)
+    losses = []
+    for i, (x, y) in enumerate(loader):
+        losses.append(model(x.to('cuda'), y.to('cuda')).item())
+        if max_batches is not None and i >= max_batches:
+            break
+    return sum(losses) / len(losses)
+
+for step in range(10000):
+    model(x).backward()
+    opt.step()
+    if step % 500 == 0:
+        evaluate(model, train_set, max_batches={first})
+        evaluate(model, test_set, max_batches={second})
+"""
+
+
+def test_an_evaluation_of_a_handful_of_batches_is_no_per_batch_habit(tmp_path):
+    # both callers stop the evaluation after 11 batches: 11 reads and copies per evaluation
+    few = HEAD + EVALUATE.format(first=10, second=10)
+    assert lines_of(tmp_path, few, "TD203") == [] and lines_of(tmp_path, few, "TD103") == []
+    # one caller reads the whole test set
+    full = HEAD + EVALUATE.format(first=10, second=None)
+    assert lines_of(tmp_path, full, "TD203") == [12] and lines_of(tmp_path, full, "TD103") == [9]
+
+
+def test_two_splits_of_a_few_evaluation_batches_are_no_habit_but_of_two_hundred_are(tmp_path):
+    code = HEAD + """
+EVAL_ITERS = {n}
+@torch.no_grad()
+def estimate_loss():
+    for split in ["train", "val"]:
+        out = torch.zeros(EVAL_ITERS)
+        for k in range(EVAL_ITERS):
+            x, y = get_batch(split)
+            logits, loss = model(x, y)
+            out[k] = loss.item()
+    return out.mean()
+
+for step in range(10000):
+    model(x).backward()
+    opt.step()
+    if step % 500 == 0:
+        estimate_loss()
+"""
+    assert lines_of(tmp_path, code.format(n=200), "TD203") == [14]  # 2 x 200 reads per evaluation
+    assert lines_of(tmp_path, code.format(n=4), "TD203") == []

@@ -18,6 +18,7 @@ from torchdoctor.lint.checks.base import Check, Hit, set_keyword
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.flow import Loader, LoaderUse
 from torchdoctor.lint.kinds import DATASET
+from torchdoctor.lint.loop_bounds import FEW_PASSES, most_passes
 from torchdoctor.lint.model import Scope, loop_targets
 from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, truthy
@@ -116,7 +117,8 @@ class PageableTransfer(_LoaderCheck):
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
         scope = loader.block.scope
-        transfers = [(use, call) for use in loader.uses for call, _ in _transfers(use, facts)]
+        transfers = [(use, call) for use in loader.uses if not _few_batches(use, facts)
+                     for call, _ in _transfers(use, facts)]
         if not transfers:
             return
         use, call = min(transfers, key=lambda t: (t[0].region.rank(), t[1].lineno, t[1].col_offset))
@@ -160,6 +162,15 @@ class BlockingTransfer(_LoaderCheck):
                           Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
                           {"loader_line": loader.call.lineno},
                           fix=None if _whole_batch(call, use) else _non_blocking_fix(*argument))
+
+
+def _few_batches(use: LoaderUse, facts: Facts) -> bool:
+    """An evaluation that takes a handful of batches (`if i >= max_batches: break`): a handful of
+    copies, whatever memory they come from."""
+    if use.loop is None or use.region.kind == "step":
+        return False
+    passes = most_passes(use.loop, facts)
+    return passes is not None and passes <= FEW_PASSES
 
 
 def _iterated_at(use: LoaderUse) -> str:

@@ -20,7 +20,8 @@ from torchdoctor.lint.host_tensors import on_host
 from torchdoctor.lint.host_uses import HostUses
 from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
-from torchdoctor.lint.model import Block, on_error_path
+from torchdoctor.lint.loop_bounds import FEW_PASSES, passes_within
+from torchdoctor.lint.model import Block, enclosing_loops, on_error_path
 from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 
@@ -117,6 +118,15 @@ def _host_only_numpy(call: ast.Call) -> bool:
     calls it runs with `t` on the CPU: no device to wait for. `numpy(force=True)` copies from any
     device, and is a read."""
     return call_tail(call) == "numpy" and not any(k.arg == "force" for k in call.keywords)
+
+
+def few_batches(block: Block, facts: Facts) -> bool:
+    """The evaluation loop around `block` reads a handful of batches at most (`max_batches=10`)."""
+    for loop in enclosing_loops(block):
+        if id(loop) in facts.context.eval_loops:
+            passes = passes_within(block, loop, facts)
+            return passes is not None and passes <= FEW_PASSES
+    return False
 
 
 def in_dataset(block: Block, kinds) -> bool:
@@ -228,7 +238,7 @@ class HostSync(Check):
                     required.append((node, what, region.via, needed))
                 else:
                     train.append((node, what, region.via))
-            elif region.per_eval_batch:
+            elif region.per_eval_batch and not few_batches(block, facts):
                 evaluation.append((node, what, region.via))
         yield from _per_line("TD201", train, "{what} in every training step",
                              "{what} inside {via} copies a value to the host every step: on a GPU the host waits "
