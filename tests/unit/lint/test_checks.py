@@ -2,7 +2,7 @@
 The golden cases (tests/lint_golden) hold the fuller scripts; these pin single decisions."""
 
 import pytest
-from helpers.lint_files import lines_of, severities
+from helpers.lint_files import found, lines_of, severities
 
 HEAD = "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 LOOP = "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
@@ -218,3 +218,34 @@ for step in range(10000):
 """
     assert lines_of(tmp_path, code.format(n=200), "TD203") == [14]  # 2 x 200 reads per evaluation
     assert lines_of(tmp_path, code.format(n=4), "TD203") == []
+
+
+TOY = """
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def __getitem__(self, i):
+        one = self.x[i]
+        return one, self.y[i]{load}
+    def __len__(self):
+        return len(self.y)
+
+x_train = {features}
+y_train = torch.tensor([0, 0, 1])
+loader = DataLoader(Pairs(x_train, y_train), batch_size=2, pin_memory=True)
+for epoch in range(3):
+    for x, y in loader:
+        x, y = x.to('cuda'), y.to('cuda')
+        model(x).backward()
+        opt.step()
+"""
+
+
+def test_a_dataset_that_only_indexes_what_it_holds_is_in_memory_and_literal_numbers_are_tiny(tmp_path):
+    literal = HEAD + TOY.format(load="", features="torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [2.3, -1.1]])")
+    assert [c for c, _ in found(tmp_path, literal)] == []  # no TD105 (in memory), no TD104 (a few numbers)
+    computed = HEAD + TOY.format(load="", features="torch.randn(10000, 512)")
+    assert [c for c, _ in found(tmp_path, computed)] == ["TD104"]
+    loading = HEAD + TOY.format(load="\n    def load(self, i):\n        return read_image(self.files[i])",
+                                features="torch.randn(10000, 512)").replace("one = self.x[i]", "one = self.load(i)")
+    assert sorted(c for c, _ in found(tmp_path, loading)) == ["TD104", "TD105"]
