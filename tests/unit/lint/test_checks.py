@@ -249,3 +249,19 @@ def test_a_dataset_that_only_indexes_what_it_holds_is_in_memory_and_literal_numb
     loading = HEAD + TOY.format(load="\n    def load(self, i):\n        return read_image(self.files[i])",
                                 features="torch.randn(10000, 512)").replace("one = self.x[i]", "one = self.load(i)")
     assert sorted(c for c, _ in found(tmp_path, loading)) == ["TD104", "TD105"]
+
+
+def test_a_helper_that_returns_a_read_value_is_reported_where_it_is_called_every_step(tmp_path):
+    assert lines_of(tmp_path, HEAD + """
+def extract(v):
+    return v.data.tolist()
+
+for epoch in range(1000):
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    err = extract(loss)[0]
+    if epoch % 100 == 0:
+        print(extract(loss))
+print(extract(model(x)))
+""", "TD201") == [13]

@@ -21,7 +21,7 @@ from torchdoctor.lint.host_uses import HostUses
 from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
 from torchdoctor.lint.loop_bounds import FEW_PASSES, passes_within
-from torchdoctor.lint.model import Block, enclosing_loops, on_error_path
+from torchdoctor.lint.model import Block, Scope, enclosing_loops, on_error_path
 from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 
@@ -118,6 +118,35 @@ def _host_only_numpy(call: ast.Call) -> bool:
     calls it runs with `t` on the CPU: no device to wait for. `numpy(force=True)` copies from any
     device, and is a read."""
     return call_tail(call) == "numpy" and not any(k.arg == "force" for k in call.keywords)
+
+
+def _at_call_sites(reads, facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
+    """A read a small helper returns (`def extract(v): return v.data.tolist()`) happens where the
+    helper is called, as often as that call runs: each call is the read (one in every step, one
+    behind `if epoch % 100 == 0`, one after training), and the line to change."""
+    context = facts.context
+    for node, block, what in reads:
+        helper = _reading_helper(node, block, context)
+        if helper is None:
+            yield node, block, what
+            continue
+        for call, site in context.callers(helper):
+            yield call, site, f"`{short_source(call)}` (it returns {what} at line {node.lineno})"
+
+
+def _reading_helper(node: ast.AST, block: Block, context) -> Scope | None:
+    """The function of the file that returns the value `node` reads, when only its callers say how
+    often it runs (not a training step, a forward or a Lightning hook of its own)."""
+    scope = block.scope
+    if scope.kind != "function" or not context.callers(scope) or scope.name in ("forward", *_HOOKS):
+        return None
+    if id(scope) in context.step_functions:
+        return None
+    returned = any(node is n for value, _ in scope.returns_at for n in ast.walk(value))
+    return scope if returned else None
+
+
+_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
 
 
 def few_batches(block: Block, facts: Facts) -> bool:
@@ -230,7 +259,7 @@ class HostSync(Check):
         context = facts.context
         uses = HostUses(facts)
         hot = lambda block: context.region(block).per_step or context.region(block).per_eval_batch  # noqa: E731
-        for node, block, what in host_reads(facts, hot):
+        for node, block, what in _at_call_sites(host_reads(facts, hot), facts):
             region = context.region(block)
             if region.per_step:
                 needed = uses.needed_by(node, block)
