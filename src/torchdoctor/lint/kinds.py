@@ -170,6 +170,8 @@ class Kinds:
         source = self.of(iterable, scope)
         if source in (LOADER, TENSOR):
             return TENSOR  # batches from a DataLoader, rows of a tensor
+        if source == MODULE:
+            return MODULE  # a module that can be iterated holds modules (ModuleList, Sequential)
         return None
 
     def _param_kind(self, name: str, scope: Scope) -> str | None:

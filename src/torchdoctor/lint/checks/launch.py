@@ -26,6 +26,7 @@ from torchdoctor.lint.model import (
     names_in,
 )
 from torchdoctor.lint.names import dotted, short_source
+from torchdoctor.lint.turn_ops import TurnOps
 from torchdoctor.lint.values import Unknown, bind
 
 
@@ -33,6 +34,33 @@ class PythonLoopOps(Check):
     codes = ("TD301",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        reported = []
+        for hit in self._elements(facts):
+            reported.append((hit.evidence["loop_line"], hit.node.lineno))
+            yield hit
+        yield from self._turns(facts, reported)
+
+    def _turns(self, facts: Facts, reported: list[tuple[int, int]]) -> Iterator[Hit]:
+        """Loops whose every turn issues tensor ops of its own (`turn_ops.py`), unless a loop
+        around, in or at it is reported element by element already."""
+        # per step only: a counting loop inside an evaluation is as often the evaluation's own
+        # batch loop (`for k in range(eval_iters): x, y = get_batch()`) as a loop over positions
+        hot = lambda loop: facts.context.region(loop.parent).per_step  # noqa: E731
+        for found in TurnOps(facts).loops(hot):
+            loop = found.loop
+            first, last = loop.node.lineno, loop.node.end_lineno or loop.node.lineno
+            if any(first <= line <= last or loop_line <= first <= line for loop_line, line in reported):
+                continue
+            region = facts.context.region(loop.parent)
+            over = f"`{short_source(loop_iter(loop), 40)}`"
+            yield Hit("TD301", loop.node, f"Python loop over {over} issues tensor ops on every turn",
+                      f"the loop at line {loop.line} runs over {over} and every turn runs "
+                      f"`{short_source(found.op, 40)}`, inside {region.via}: a few small ops (plus their autograd "
+                      f"nodes) per turn, every step; {_TURN_ADVICE[found.shape]}", Severity.MEDIUM,
+                      {"loop_line": loop.line, "iterates": over, "shape": found.shape})
+
+    def _elements(self, facts: Facts) -> Iterator[Hit]:
+        """Loops over a tensor dimension that read or write one element per iteration."""
         dim_loops = {}
         for loop in facts.model.loops:
             over = self._dimension(loop, facts)
@@ -122,6 +150,17 @@ class PythonLoopOps(Check):
                 loop, over = dim_loops[id(b)]
                 return loop, over, loop_vars
         return None
+
+
+_TURN_ADVICE = {
+    "recurrence": "the turns feed each other, so they run in order, but a fused recurrent module (nn.RNN, nn.GRU, "
+                  "nn.LSTM) runs them all in one call, and what does not depend on the last turn can be computed "
+                  "for all turns at once",
+    "modules": "separate modules fed the same input: one module holding all their weights does it in one call "
+               "(split its output)",
+    "turns": "work on all turns at once instead (index with a tensor of all positions, or one call on the "
+             "stacked input)",
+}
 
 
 def _recurrence_reads(facts: Facts, in_dimension_loop) -> set[int]:
