@@ -130,6 +130,11 @@ class OffByDefault:
         self._starts = [s for s, _, _ in spans]
         self._spans = spans
         self._parents = _parents(spans)
+        self._context = facts.context
+        self._class_reasons: dict[int, str | None] = {}
+        # innermost first: a class nested in another is found before its outer class
+        self._classes = sorted((s for s in facts.model.scopes if s.kind == "class"), key=lambda c: -c.node.lineno)
+        self._mentions = _name_counts(facts.model.tree, {c.name for c in self._classes}) if spans else {}
 
     def reason(self, node: ast.AST) -> str | None:
         """Why `node` does not run by default, or None when it does (or may)."""
@@ -141,7 +146,39 @@ class OffByDefault:
             if self._spans[i][1] >= at:
                 return self._spans[i][2]
             i = self._parents[i]
-        return None
+        return self._class_reason(at[0])
+
+    def _class_reason(self, line: int) -> str | None:
+        """Code of a class the file makes only in branches that are off by default (`elif
+        args.type == "rnn": model = RNN(config)` with `--type` defaulting to "transformer") does not
+        run by default either, nor does that of the classes only it makes."""
+        cls = next((c for c in self._classes if c.node.lineno <= line <= (c.node.end_lineno or c.node.lineno)), None)
+        if cls is None:
+            return None
+        key = id(cls)
+        if key not in self._class_reasons:
+            self._class_reasons[key] = None  # cycle guard: a class that makes itself
+            self._class_reasons[key] = self._made_only_when_off(cls)
+        return self._class_reasons[key]
+
+    def _made_only_when_off(self, cls: Scope) -> str | None:
+        made = self._context.instantiations(cls)
+        if not made or self._mentions.get(cls.name, 0) != len(made):
+            return None  # never made here, or handed around by name (`factory = RNN`)
+        reasons = [self.reason(call) for call, _ in made]
+        if any(r is None for r in reasons):
+            return None
+        return f"`{cls.name}` is made only in code that is off by default: {reasons[0]}"
+
+
+def _name_counts(tree: ast.AST, names: set[str]) -> dict[str, int]:
+    """How often each of `names` is read in the file."""
+    counts: dict[str, int] = {}
+    if names:
+        for node in ast.walk(tree):
+            if type(node) is ast.Name and node.id in names and type(node.ctx) is ast.Load:
+                counts[node.id] = counts.get(node.id, 0) + 1
+    return counts
 
 
 def _parents(spans) -> list[int]:
