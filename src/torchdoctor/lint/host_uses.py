@@ -8,7 +8,8 @@ kept by a call whose result is dropped (`meter.update(loss.item())`), summed or 
 be read rarely; one handed to another library's call whose result the code goes on with is
 needed now. Only the read's own statement and, when it assigns the value to a name, that name's
 reads later in the same loop pass are looked at; a value fed back to torch or NumPy is not
-needed on the host (the round trip is the habit).
+needed on the host (the round trip is the habit), and neither is one with autograd history (a
+loss handed to a metrics helper is no decision).
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ class HostUses:
 
     def needed_by(self, read: ast.AST, block: Block) -> str | None:
         """The call (or container) that needs the value `read` gives, in words; None when the
-        host could read it rarely."""
+        host could read it rarely, or when the value has autograd history (a loss, an activation:
+        no decision the program acts on, whatever helper it is handed to)."""
+        if not self._without_history(read, block):
+            return None
         root = _pass_root(block)
         parents, loads = self._tree(root)
         use = self._use(read, parents, block)
@@ -79,6 +83,23 @@ class HostUses:
                 return parent.targets[0].id, parent.end_lineno or parent.lineno
             return None
 
+    def _without_history(self, read: ast.AST, block: Block) -> bool:
+        """The value read has no autograd history: made under `torch.no_grad()`, or by an op that
+        gives none (`argmax`, `sample()`, `.detach()`, `.data`, a comparison), here or where the
+        name it reads was bound."""
+        if _under_no_grad(block, self.facts):
+            return True
+        if _historyless(read):
+            return True
+        receiver = read.func.value if isinstance(read, ast.Call) and isinstance(read.func, ast.Attribute) else None
+        while isinstance(receiver, (ast.Call, ast.Attribute, ast.Subscript)):
+            receiver = receiver.func if isinstance(receiver, ast.Call) else receiver.value
+        if isinstance(receiver, ast.Name):
+            found = self.facts.values.definition(receiver.id, block.scope)
+            if found is not None and found[0] is not None:
+                return _historyless(found[0])
+        return False
+
     def _not_the_host(self, call: ast.Call, block: Block) -> bool:
         """torch, NumPy and Python's own functions, and methods of a tensor: the value goes back
         into arithmetic the device could have done."""
@@ -102,6 +123,36 @@ class HostUses:
                     loads.setdefault(node.id, []).append(node)
             self._trees[key] = parents, loads
         return self._trees[key]
+
+
+_NO_HISTORY = {"detach", "argmax", "argmin", "sample", "multinomial", "randint", "randperm", "bernoulli"}
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode"}
+
+
+def _historyless(expr: ast.AST) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and call_tail(node) in _NO_HISTORY:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "data":
+            return True
+        if isinstance(node, ast.Compare):
+            return True
+    return False
+
+
+def _under_no_grad(block: Block, facts) -> bool:
+    for b in block.ancestors():
+        if b.kind == "with" and any((facts.qualify(_called(i.context_expr)) or "") in _NO_GRAD for i in b.node.items):
+            return True
+        if b.kind == "scope":
+            node = b.node
+            return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                (facts.qualify(_called(d)) or "") in _NO_GRAD for d in node.decorator_list)
+    return False
+
+
+def _called(expr: ast.expr) -> ast.expr:
+    return expr.func if isinstance(expr, ast.Call) else expr
 
 
 def _pass_root(block: Block) -> ast.AST:
