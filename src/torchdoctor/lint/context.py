@@ -67,7 +67,7 @@ class Context:
         self._link_calls()
         self.steps = find_step_calls(model, kinds, self.local_callee)
         self.backward_calls = self.steps.backward + self.steps.helper_steps
-        self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps
+        self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps + self.steps.manual_updates
         self.loss_loops = _loops_of(self.steps.loss_calls)  # loops that compute a loss
         # `batch = next(it)`: every next() call inside a loop, with its block and that innermost loop,
         # in source order; and id(loop) → the next() calls in it (the loops that draw batches so)
