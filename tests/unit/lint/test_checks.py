@@ -268,3 +268,36 @@ for epoch in range(1000):
         print(extract(loss))
 print(extract(model(x)))
 """, "TD201") == [13]
+
+
+GPU_SCRIPT = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--tensorcores", type=int, default={default})
+args = parser.parse_args()
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Sequential(nn.Linear({width}, {width}), nn.ReLU(), nn.Linear({width}, 10)).to(device)
+if args.tensorcores:
+    torch.set_float32_matmul_precision("high")
+for x, y in loader:
+    with {context}:
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_tf32_left_off_for_a_matmul_model_on_the_gpu(tmp_path):
+    def td403(default=0, width=2048, context="contextlib.nullcontext()", enabling=True):
+        code = HEAD + GPU_SCRIPT.format(default=default, width=width, context=context)
+        if not enabling:
+            code = code.replace('if args.tensorcores:\n    torch.set_float32_matmul_precision("high")\n', "")
+        return {line: severity for (code_, line), severity in severities(tmp_path, code).items() if code_ == "TD403"}
+    assert td403() == {12: "medium"}  # turned on only with --tensorcores 1: said at its `if`
+    assert td403(default=1) == {}  # on by default
+    assert td403(enabling=False) == {10: "low"}  # never turned on: said where the GPU is picked
+    assert td403(enabling=False, width=64) == {}  # a small MLP is launch-bound, not matmul-bound
+    assert td403(enabling=False, context="torch.autocast('cuda', dtype=torch.bfloat16)") == {}
+    conv = HEAD + GPU_SCRIPT.format(default=0, width=2048, context="contextlib.nullcontext()").replace(
+        "nn.ReLU()", "nn.Conv2d(3, 8, 3)")
+    assert not [k for k in severities(tmp_path, conv) if k[0] == "TD403"]  # cuDNN convolutions use TF32 already
