@@ -301,3 +301,25 @@ def test_tf32_left_off_for_a_matmul_model_on_the_gpu(tmp_path):
     conv = HEAD + GPU_SCRIPT.format(default=0, width=2048, context="contextlib.nullcontext()").replace(
         "nn.ReLU()", "nn.Conv2d(3, 8, 3)")
     assert not [k for k in severities(tmp_path, conv) if k[0] == "TD403"]  # cuDNN convolutions use TF32 already
+
+
+def test_a_throughput_function_that_times_one_call_and_returns_is_no_explicit_sync_habit(tmp_path):
+    # issue 22 item 9: called once per epoch and in a loop over batch sizes, not in the step
+    assert lines_of(tmp_path, HEAD + """
+import time
+def throughput(model, x):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    model(x)
+    torch.cuda.synchronize()
+    return x.shape[0] / (time.perf_counter() - t0)
+def train(model, loader, opt):
+    for x, y in loader:
+        nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+        opt.step()
+for epoch in range(10):
+    train(model, loader, opt)
+    print(throughput(model, torch.randn(64, 8, device="cuda")))
+for bs in (1, 8, 64):
+    print(bs, throughput(model, torch.randn(bs, 8, device="cuda")))
+""", "TD204") == []
