@@ -107,3 +107,22 @@ def test_numpy_straight_on_a_tensor_proves_it_is_on_the_cpu(tmp_path):
             c = pred.detach().cpu().numpy()
             d = pred.numpy(force=True)
     """) == [("TD201", 9), ("TD201", 10)]
+
+
+def test_a_tensor_made_without_a_device_that_meets_the_model_is_a_device_tensor(tmp_path):
+    # issue 22 item 1: an input to the model, or a target in its loss, is on the GPU in a GPU run
+    # wherever it was made; a tensor that stays on the host side of every op is a host tensor
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            tokens = torch.randint(0, 100, (8, 16))
+            targets = torch.randint(0, 100, (8,))
+            order = torch.randperm(8)
+            out = model(tokens)
+            loss = criterion(out, targets)
+            loss.backward()
+            opt.step()
+            a = tokens.max().item()
+            b = int(targets[0])
+            c = order[0].item()
+    """) == [("TD201", 10), ("TD201", 11)]
