@@ -134,7 +134,8 @@ class OffByDefault:
         self._class_reasons: dict[int, str | None] = {}
         # innermost first: a class nested in another is found before its outer class
         self._classes = sorted((s for s in facts.model.scopes if s.kind == "class"), key=lambda c: -c.node.lineno)
-        self._mentions = _name_counts(facts.model.tree, {c.name for c in self._classes}) if spans else {}
+        self._model = facts.model
+        self._handed: set[str] | None = None
 
     def reason(self, node: ast.AST) -> str | None:
         """Why `node` does not run by default, or None when it does (or may)."""
@@ -163,22 +164,36 @@ class OffByDefault:
 
     def _made_only_when_off(self, cls: Scope) -> str | None:
         made = self._context.instantiations(cls)
-        if not made or self._mentions.get(cls.name, 0) != len(made):
-            return None  # never made here, or handed around by name (`factory = RNN`)
+        if not made:
+            return None  # never made here: another module may make it
         reasons = [self.reason(call) for call, _ in made]
         if any(r is None for r in reasons):
             return None
+        if self._handed is None:  # made once, when a class is first found made only in off code
+            self._handed = _names_handed_around(self._model)
+        if cls.name in self._handed:
+            return None  # `factory = RNN`, `build(RNN)`: it may be made anywhere
         return f"`{cls.name}` is made only in code that is off by default: {reasons[0]}"
 
 
-def _name_counts(tree: ast.AST, names: set[str]) -> dict[str, int]:
-    """How often each of `names` is read in the file."""
-    counts: dict[str, int] = {}
-    if names:
-        for node in ast.walk(tree):
-            if type(node) is ast.Name and node.id in names and type(node.ctx) is ast.Load:
-                counts[node.id] = counts.get(node.id, 0) + 1
-    return counts
+def _names_handed_around(model) -> set[str]:
+    """Names used as values rather than called: assigned (`factory = RNN`, `{"rnn": RNN}`), passed
+    (`build(RNN)`) or returned."""
+    values = [value for scope in model.scopes for _, value, how in scope.assigns if value is not None and how != "for"]
+    values += [a for call, _ in model.calls for a in (*call.args, *(k.value for k in call.keywords))]
+    values += [value for scope in model.scopes for value, _ in scope.returns_at]
+    found: set[str] = set()
+    for value in values:
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if type(node) is ast.Name:
+                found.add(node.id)
+            elif type(node) is ast.Call:
+                stack.extend((*node.args, *(k.value for k in node.keywords)))  # not what is called
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict, ast.IfExp, ast.BoolOp)):
+                stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+    return found
 
 
 def _parents(spans) -> list[int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.lint.model import Block
+from torchdoctor.lint.model import Block, statement_of
 from torchdoctor.lint.names import call_tail, short_source
 from torchdoctor.rules.value_use import CASTS, LOG_CALLS
 
@@ -29,11 +29,15 @@ _LOOP_STATEMENTS = (ast.For, ast.AsyncFor, ast.While)
 
 
 class HostUses:
-    """Asked once per candidate read; the parent links of a loop (or function) are made once."""
+    """Asked once per candidate read. Only the read's own statement is walked (found by line in
+    its block's statements), and the later uses of a name it is assigned to are the calls that
+    take the name as an argument (indexed once per file): nothing here grows with the size of
+    the loop or function around the read."""
 
     def __init__(self, facts):
         self.facts = facts
-        self._trees: dict[int, tuple[dict[int, ast.AST], dict[str, list[ast.Name]]]] = {}
+        self._by_argument: dict[str, list[tuple[ast.Call, Block]]] | None = None
+        self._lines: dict[int, list[int]] = {}  # the tree lives as long as this object: ids stay valid
 
     def needed_by(self, read: ast.AST, block: Block) -> str | None:
         """The call (or container) that needs the value `read` gives, in words; None when the
@@ -41,20 +45,22 @@ class HostUses:
         no decision the program acts on, whatever helper it is handed to)."""
         if not self._without_history(read, block):
             return None
-        root = _pass_root(block)
-        parents, loads = self._tree(root)
-        use = self._use(read, parents, block)
+        statement = statement_of(read, block, self._lines)
+        if statement is None:
+            return None
+        use = self._use(read, _parents(statement), statement, block)
         if not isinstance(use, tuple):
             return use
         name, after = use
-        for load in loads.get(name, ()):
-            if load.lineno > after:
-                found = self._use(load, parents, block)
-                if isinstance(found, str):
+        root = _pass_root(block)
+        for call, where in self._calls_taking(name):
+            if call.lineno > after and any(b.node is root for b in where.ancestors()):
+                found = self._handed_to(call, statement_of(call, where, self._lines), where)
+                if found:
                     return found
         return None
 
-    def _use(self, node: ast.AST, parents: dict[int, ast.AST], block: Block):
+    def _use(self, node: ast.AST, parents: dict[int, ast.AST], statement: ast.stmt, block: Block):
         """What the value of `node` goes into: the needing call's words, a (name, line) it is
         assigned to, or None."""
         while True:
@@ -66,15 +72,10 @@ class HostUses:
                 node = parent  # `x.cpu().numpy()`, `[a.item()]`: still the value
                 continue
             if t is ast.Call:
-                tail = call_tail(parent)
-                if tail in _PASSING:
+                if call_tail(parent) in _PASSING:
                     node = parent
                     continue
-                if tail in LOG_CALLS or self._not_the_host(parent, block):
-                    return None
-                if isinstance(parents.get(id(parent)), ast.Expr):
-                    return None  # `rb.add(obs, actions)`: kept, the code does not wait on a result
-                return f"`{short_source(parent.func)}`"
+                return self._handed_to(parent, statement, block)
             if t is ast.Subscript and node is parent.slice:
                 if self.facts.kinds.is_tensor(parent.value, block.scope):
                     return None  # a tensor could be indexed with the tensor itself
@@ -82,6 +83,25 @@ class HostUses:
             if t is ast.Assign and len(parent.targets) == 1 and type(parent.targets[0]) is ast.Name:
                 return parent.targets[0].id, parent.end_lineno or parent.lineno
             return None
+
+    def _handed_to(self, call: ast.Call, statement: ast.stmt | None, block: Block) -> str | None:
+        """The call's words when it needs the value it is handed now: not a logging call, not
+        torch or Python arithmetic, and its result is used (`rb.add(obs, actions)` on its own keeps
+        the value; the code does not wait on a result)."""
+        if call_tail(call) in LOG_CALLS or self._not_the_host(call, block):
+            return None
+        if statement is None or (isinstance(statement, ast.Expr) and statement.value is call):
+            return None
+        return f"`{short_source(call.func)}`"
+
+    def _calls_taking(self, name: str) -> list[tuple[ast.Call, Block]]:
+        if self._by_argument is None:
+            self._by_argument = {}
+            for call, block in self.facts.model.calls:
+                for argument in call.args:
+                    if type(argument) is ast.Name:
+                        self._by_argument.setdefault(argument.id, []).append((call, block))
+        return self._by_argument.get(name, [])
 
     def _without_history(self, read: ast.AST, block: Block) -> bool:
         """The value read has no autograd history: made under `torch.no_grad()`, or by an op that
@@ -110,19 +130,6 @@ class HostUses:
         if type(func) is ast.Name and func.id in _BUILTINS and not qualified:
             return True
         return type(func) is ast.Attribute and self.facts.kinds.is_tensor(func.value, block.scope)
-
-    def _tree(self, root: ast.AST):
-        key = id(root)
-        if key not in self._trees:
-            parents: dict[int, ast.AST] = {}
-            loads: dict[str, list[ast.Name]] = {}
-            for node in ast.walk(root):
-                for child in ast.iter_child_nodes(node):
-                    parents[id(child)] = node
-                if type(node) is ast.Name and type(node.ctx) is ast.Load:
-                    loads.setdefault(node.id, []).append(node)
-            self._trees[key] = parents, loads
-        return self._trees[key]
 
 
 _NO_HISTORY = {"detach", "argmax", "argmin", "sample", "multinomial", "randint", "randperm", "bernoulli"}
@@ -153,6 +160,18 @@ def _under_no_grad(block: Block, facts) -> bool:
 
 def _called(expr: ast.expr) -> ast.expr:
     return expr.func if isinstance(expr, ast.Call) else expr
+
+
+def _parents(statement: ast.stmt) -> dict[int, ast.AST]:
+    parents: dict[int, ast.AST] = {}
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.stmt):  # a compound statement's body is other statements
+                parents[id(child)] = node
+                stack.append(child)
+    return parents
 
 
 def _pass_root(block: Block) -> ast.AST:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from torchdoctor.lint.kinds import MODULE
-from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables, names_in
+from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables, names_in, statement_of
 from torchdoctor.lint.names import call_tail
 from torchdoctor.lint.torch_api import BOOL, PLAIN_METHODS, TENSOR, qualified_kind
 
@@ -42,8 +42,6 @@ _RANDOM = ("random.", "numpy.random.", "torch.randint")
 _NOT_OPS = PLAIN_METHODS | {"cpu", "to", "cuda", "append", "extend", "insert", "detach", "requires_grad_", "contiguous",
                             "view", "view_as", "flatten", "unsqueeze", "squeeze", "transpose", "permute", "t", "expand",
                             "expand_as", "unflatten"}
-_NESTED = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 @dataclass
@@ -62,9 +60,37 @@ class TurnOps:
         self._stacked_names: dict[int, set[str]] = {}
         self._stacked_nodes: set[int] = set()
         self._issues_ops: dict[int, bool] = {}
+        self._lines: dict[int, list[int]] = {}
+        # id(loop) → what one turn of it runs itself (not its nested loops or functions), from the
+        # file's indexed events: calls, subscripts and the names assignments rebind
+        self._calls: dict[int, list[tuple[ast.Call, Block]]] = {}
+        self._subscripts: dict[int, list[ast.Subscript]] = {}
+        self._rebound: dict[int, set[str]] = {}
+        self._indexed = False
         for call, block in facts.model.calls_named("stack", "cat", "concat", "concatenate", "hstack", "vstack"):
             if facts.qualify(call.func) in _STACKING and call.args:
                 self._note_stacked(call.args[0], block.scope)
+
+    def _index(self) -> None:
+        """Made the first time a loop in per-step code is looked at."""
+        self._indexed = True
+        model = self.facts.model
+        for call, block in model.calls:
+            loop = _turn_of(block)
+            if loop is not None:
+                self._calls.setdefault(id(loop), []).append((call, block))
+        for sub, block in model.subscripts:
+            loop = _turn_of(block)
+            if loop is not None:
+                self._subscripts.setdefault(id(loop), []).append(sub)
+        for statement, block in model.assignments:
+            loop = _turn_of(block)
+            if loop is not None:
+                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                rebound = self._rebound.setdefault(id(loop), set())
+                for target in targets:
+                    if isinstance(target, (ast.Name, ast.Tuple, ast.List)):
+                        rebound |= names_in(target)
 
     def _note_stacked(self, arg: ast.expr, scope: Scope) -> None:
         if isinstance(arg, (ast.ListComp, ast.GeneratorExp)):
@@ -100,52 +126,57 @@ class TurnOps:
         return False
 
     def _turn_loop(self, loop: Block) -> TurnLoop | None:
+        if not self._indexed:
+            self._index()
+        calls, subscripts = self._calls.get(id(loop), ()), self._subscripts.get(id(loop), ())
+        if not calls and not subscripts:
+            return None
         scope = loop.scope
         per_turn = self.facts.batches.derived(loop_variables(loop), scope, loop)
         # what changes from turn to turn: the loop's values and what the body rebinds (`idx = roll(idx)`)
-        varying = per_turn | _rebound_in(loop.node)
+        varying = per_turn | self._rebound.get(id(loop), set())
         iterates_tensor = _rows_of_tensor(loop_iter(loop), scope, self.kinds)
         stacked_names = self._stacked_names.get(id(scope), set())
         collected = id(loop.node) in self._stacked_nodes and bool(_made_per_turn(loop.node) & per_turn)
         indexed = iterates_tensor
         op = None
         shape = "turns"
-        for statement, node in _turn_nodes(loop.node):
-            t = type(node)
-            if t is ast.Call:
-                kind = self._call_kind(node, scope, loop)
-                if kind == "module-per-turn":
-                    if self._feeds_itself(statement, node, loop):
-                        return None  # a stack of layers
-                    if not names_in(node) - names_in(node.func) & per_turn:
-                        shape = "modules"  # separate modules, all fed the same input
-                        op = op or node
-                    continue
-                if call_tail(node) == "append" and isinstance(node.func, ast.Attribute) and node.args \
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id in stacked_names:
-                    value = node.args[0]
-                    if names_in(value) & varying:  # not `[torch.ones_like(t) for _ in range(n)]`
-                        collected = True
-                        if isinstance(value, (ast.Call, ast.BinOp, ast.UnaryOp)):
-                            op = op or value
-                    continue
-                if kind and names_in(node) & varying:
-                    op = op or node
-                    if kind == "module" and self._feeds_itself(statement, node, loop):
-                        shape = "recurrence"
-            elif t is ast.Subscript and names_in(node.slice) & per_turn and self.kinds.is_tensor(node.value, scope):
+        for node in subscripts:
+            if names_in(node.slice) & per_turn and self.kinds.is_tensor(node.value, scope):
                 indexed = True
                 if isinstance(node.ctx, ast.Store):
                     op = op or node
+        for node, block in sorted(calls, key=lambda c: (c[0].lineno, c[0].col_offset)):
+            if call_tail(node) == "append" and isinstance(node.func, ast.Attribute) and node.args \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in stacked_names:
+                value = node.args[0]
+                if names_in(value) & varying:  # not `[torch.ones_like(t) for _ in range(n)]`
+                    collected = True
+                    if isinstance(value, (ast.Call, ast.BinOp, ast.UnaryOp)):
+                        op = op or value
+                continue
+            kind = self._call_kind(node, scope, loop)
+            if kind == "module-per-turn":
+                if self._feeds_itself(node, block, loop):
+                    return None  # a stack of layers
+                if not names_in(node) - names_in(node.func) & per_turn:
+                    shape = "modules"  # separate modules, all fed the same input
+                    op = op or node
+                continue
+            if kind and names_in(node) & varying:
+                op = op or node
+                if kind == "module" and shape == "turns" and self._feeds_itself(node, block, loop):
+                    shape = "recurrence"
         if op is None or not (indexed or collected):
             return None
         if shape == "modules" and not collected:
             return None
         return TurnLoop(loop, op, shape)
 
-    def _feeds_itself(self, statement: ast.stmt | None, call: ast.Call, loop: Block) -> bool:
+    def _feeds_itself(self, call: ast.Call, block: Block, loop: Block) -> bool:
         """`x = block(x)`, `ht = cell(xt, hprev); hprev = ht`: the call's result comes back into
         what it reads on the next turn."""
+        statement = statement_of(call, block, self._lines)
         if not isinstance(statement, ast.Assign):
             return False
         targets = set().union(*(names_in(t) for t in statement.targets))
@@ -193,20 +224,6 @@ class TurnOps:
 
 
 
-def _rebound_in(node: ast.AST) -> set[str]:
-    """Names a `for` loop's own body assigns (a comprehension assigns none)."""
-    if not isinstance(node, (ast.For, ast.AsyncFor)):
-        return set()
-    found: set[str] = set()
-    for statement, _ in _turn_nodes(node):
-        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            for target in targets:
-                if isinstance(target, (ast.Name, ast.Tuple, ast.List)):
-                    found |= names_in(target)
-    return found
-
-
 def _made_per_turn(node: ast.AST) -> set[str]:
     """The names a comprehension's element is made from."""
     if isinstance(node, ast.DictComp):
@@ -222,42 +239,12 @@ def _rows_of_tensor(iterable: ast.expr, scope: Scope, kinds) -> bool:
     return not any(how == "for" and iterable.id in names_in(target) for target, _, how in scope.assigns)
 
 
-def _turn_nodes(node: ast.AST) -> Iterator[tuple[ast.stmt | None, ast.AST]]:
-    """(statement, node) for every node one turn of the loop runs, its nested loops, functions and
-    comprehensions left out (they are loops of their own)."""
-    if isinstance(node, (ast.For, ast.AsyncFor)):
-        for statement in node.body:
-            yield from _statement_nodes(statement)
-        return
-    parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-    for generator in node.generators[1:]:
-        parts.append(generator.iter)
-    for generator in node.generators:
-        parts.extend(generator.ifs)
-    for part in parts:
-        for inner in _walk(part):
-            yield None, inner
-
-
-def _statement_nodes(statement: ast.stmt) -> Iterator[tuple[ast.stmt, ast.AST]]:
-    if isinstance(statement, _NESTED):
-        return
-    for child in ast.iter_child_nodes(statement):
-        if isinstance(child, ast.stmt):
-            yield from _statement_nodes(child)
-        elif isinstance(child, ast.excepthandler):
-            for inner in child.body:
-                yield from _statement_nodes(inner)
-        else:
-            for inner in _walk(child):
-                yield statement, inner
-
-
-def _walk(node: ast.AST) -> Iterator[ast.AST]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, _NESTED):
-            continue
-        yield current
-        stack.extend(ast.iter_child_nodes(current))
+def _turn_of(block: Block) -> Block | None:
+    """The loop whose every turn runs code in `block` itself (through ifs and withs, not into a
+    nested function)."""
+    for b in block.ancestors():
+        if b.kind == "loop":
+            return b
+        if b.kind == "scope":
+            return None
+    return None

@@ -126,3 +126,28 @@ for x in loader:
     # the same class also made by default: it runs
     got = severities(tmp_path, code.replace("    model = Big()", "    model = RNN()"))
     assert got[("TD301", 15)] == "medium"
+
+
+def test_a_class_handed_around_by_name_may_be_made_anywhere(tmp_path):
+    code = """
+import argparse
+import torch
+from torch import nn
+class Big(nn.Module):
+    def forward(self, x):
+        for i in range(x.size(1)):
+            x[:, i] = x[:, i] * 2
+        return x
+parser = argparse.ArgumentParser()
+parser.add_argument("--type", default="small")
+args = parser.parse_args()
+MODELS = {"big": Big}
+if args.type == "big":
+    model = Big()
+else:
+    model = MODELS[args.type]()
+for x in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+    assert severities(tmp_path, code)[("TD301", 7)] == "medium"
