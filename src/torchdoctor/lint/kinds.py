@@ -75,7 +75,7 @@ class Kinds:
             return BOOL if any(self.is_tensor(e, scope) for e in operands) else OTHER
         if t is ast.Subscript:
             base = self.of(expr.value, scope)
-            return base if base in (TENSOR, BOOL) else None
+            return base if base in (TENSOR, BOOL, MODULE) else None  # `self.layers[i]` is a module
         if t is ast.Starred:
             return self.of(expr.value, scope)
         if t is ast.IfExp:  # `train_data if split == "train" else val_data`

@@ -11,8 +11,10 @@ handed to `torch.cat`): stacking needs results of one shape, so the turns could 
 Not this shape, by nature sequential or not per step:
 
 - a stack of layers, `for block in self.blocks: x = block(x)` (another module each turn, each
-  fed the last one's output); separate modules fed the same input and stacked (per-head modules
-  in a list) are this shape: one fused module does them at once;
+  fed the last one's output), or another module each turn on that turn's own input (the
+  clusters of an adaptive softmax, the levels of a feature pyramid); separate modules fed the
+  same input and stacked (per-head modules in a list) are this shape: one fused module does
+  them at once;
 - one module applied again to its own output with no per-turn input (a weight-tied depth, a
   random number of times): nothing to batch;
 - loops over parameters, buffers or param groups (the optimizer's and EMA's business), over
@@ -157,11 +159,10 @@ class TurnOps:
                 continue
             kind = self._call_kind(node, scope, loop)
             if kind == "module-per-turn":
-                if self._feeds_itself(node, block, loop):
-                    return None  # a stack of layers
-                if not names_in(node) - names_in(node.func) & per_turn:
-                    shape = "modules"  # separate modules, all fed the same input
-                    op = op or node
+                if self._feeds_itself(node, block, loop) or _argument_names(node) & per_turn:
+                    return None  # a stack of layers; each turn's own module on its own input (clusters, levels)
+                shape = "modules"  # separate modules, all fed the same input
+                op = op or node
                 continue
             if kind and names_in(node) & varying:
                 op = op or node
@@ -181,7 +182,7 @@ class TurnOps:
             return False
         targets = set().union(*(names_in(t) for t in statement.targets))
         returned = self.facts.batches.derived(targets, loop.scope, loop)
-        return bool(returned & (names_in(call) - names_in(call.func)))
+        return bool(returned & _argument_names(call))
 
     def _call_kind(self, call: ast.Call, scope: Scope, loop: Block) -> str | None:
         """"module" (the same module every turn), "module-per-turn" (the callee changes with the
@@ -237,6 +238,14 @@ def _rows_of_tensor(iterable: ast.expr, scope: Scope, kinds) -> bool:
     if not isinstance(iterable, ast.Name) or not kinds.is_tensor(iterable, scope):
         return False
     return not any(how == "for" and iterable.id in names_in(target) for target, _, how in scope.assigns)
+
+
+def _argument_names(call: ast.Call) -> set[str]:
+    """The names a call reads in its arguments (not in what it calls: `self.layers[i]`)."""
+    found: set[str] = set()
+    for argument in (*call.args, *(k.value for k in call.keywords)):
+        found |= names_in(argument)
+    return found
 
 
 def _turn_of(block: Block) -> Block | None:
