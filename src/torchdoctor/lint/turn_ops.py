@@ -17,7 +17,8 @@ Not this shape, by nature sequential or not per step:
   them at once;
 - one module applied again to its own output with no per-turn input (a weight-tied depth, a
   random number of times): nothing to batch;
-- loops over parameters, buffers or param groups (the optimizer's and EMA's business), over
+- loops over parameters, buffers or param groups (`.parameters()`, a list named `params`: the
+  optimizer's, the gradient clipper's and EMA's business), over
   a loader's batches, the training and evaluation loops themselves, and loops that run a
   random number of times;
 - a loop over a Python list that sums per-item losses without stacking (deep supervision on
@@ -123,6 +124,9 @@ class TurnOps:
         for node in ast.walk(iterable):
             if isinstance(node, ast.Attribute) and node.attr in _OWNED_BY_OPTIMIZER:
                 return True
+            if isinstance(node, (ast.Name, ast.Attribute)) and "param" in (
+                    node.id if isinstance(node, ast.Name) else node.attr).lower():
+                return True  # `for p in trainable_params`: a list of parameters
             if isinstance(node, ast.Call) and (self.facts.qualify(node.func) or "").startswith(_RANDOM):
                 return True
         return False

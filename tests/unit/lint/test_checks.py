@@ -323,3 +323,17 @@ for epoch in range(10):
 for bs in (1, 8, 64):
     print(bs, throughput(model, torch.randn(bs, 8, device="cuda")))
 """, "TD204") == []
+
+
+def test_a_helper_read_that_every_call_runs_each_step_is_reported_once_in_the_helper(tmp_path):
+    assert lines_of(tmp_path, HEAD + """
+def to_numpy(v):
+    return v.detach().cpu().numpy()
+
+for step in range(1000):
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    a = to_numpy(loss)
+    b = to_numpy(x)
+""", "TD201") == [7]

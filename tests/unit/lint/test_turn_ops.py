@@ -143,6 +143,8 @@ for step, batch in enumerate(loader):
     loss = model(*batch)
     loss.backward()
     flat = torch.cat([p.grad.view(-1) for p in model.parameters()])
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.norm(torch.stack([torch.norm(p.grad.detach(), 2.0) for p in params]), 2.0)
     opt.step()
     for p_ema, p in zip(ema.parameters(), model.parameters()):
         p_ema.mul_(0.99).add_(p.detach(), alpha=0.01)

@@ -122,15 +122,17 @@ def _host_only_numpy(call: ast.Call) -> bool:
 
 def _at_call_sites(reads, facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
     """A read a small helper returns (`def extract(v): return v.data.tolist()`) happens where the
-    helper is called, as often as that call runs: each call is the read (one in every step, one
-    behind `if epoch % 100 == 0`, one after training), and the line to change."""
+    helper is called, as often as that call runs. When only some calls run every step (one in
+    the step, one behind `if epoch % 100 == 0`, one after training), those calls are the reads
+    and the lines to change; when every call does, the helper itself is."""
     context = facts.context
     for node, block, what in reads:
         helper = _reading_helper(node, block, context)
-        if helper is None:
+        sites = context.callers(helper) if helper is not None else []
+        if all(context.region(site).per_step for _, site in sites):
             yield node, block, what
             continue
-        for call, site in context.callers(helper):
+        for call, site in sites:
             yield call, site, f"`{short_source(call)}` (it returns {what} at line {node.lineno})"
 
 
