@@ -337,3 +337,17 @@ for step in range(1000):
     a = to_numpy(loss)
     b = to_numpy(x)
 """, "TD201") == [7]
+
+
+def test_a_gradient_zeroed_in_place_by_hand_every_step_is_td303_low(tmp_path):
+    assert severities(tmp_path, HEAD + """
+w1 = torch.randn(10, 10, requires_grad=True)
+for t in range(500):
+    loss = (x.mm(w1) - y).pow(2).sum()
+    loss.backward()
+    with torch.no_grad():
+        w1 -= 1e-3 * w1.grad
+        w1.grad.zero_()
+        w2.grad.zero_()
+w1.grad.zero_()
+""") == {("TD303", 12): "low"}  # one finding for the two gradients zeroed side by side

@@ -245,6 +245,7 @@ class ZeroGradDense(Check):
     codes = ("TD303",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        yield from self._in_place(facts)
         for call, block in facts.model.calls_named("zero_grad"):
             if not isinstance(call.func, ast.Attribute):
                 continue
@@ -260,3 +261,27 @@ class ZeroGradDense(Check):
                           f"parameter), and backward then adds into them instead of writing fresh tensors",
                           Severity.MEDIUM, {"call": short_source(call)},
                           fix=drop_argument("set_to_none", positional) if args.editable else None)
+
+    @staticmethod
+    def _in_place(facts: Facts) -> Iterator[Hit]:
+        """`w1.grad.zero_()` in the step: the same memset per tensor, written out by hand (low:
+        on a few hand-made weights it is a few small kernels)."""
+        by_block: dict[int, list[ast.Call]] = {}
+        blocks = {}
+        for call, block in facts.model.calls_named("zero_"):
+            func = call.func
+            if call.args or not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Attribute) \
+                    or func.value.attr != "grad" or not facts.context.region(block).per_step:
+                continue
+            by_block.setdefault(id(block), []).append(call)
+            blocks[id(block)] = block
+        for key, calls in by_block.items():  # `w1.grad.zero_(); w2.grad.zero_()`: one place to change
+            call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+            owner = short_source(call.func.value.value)
+            more = f" (and {len(calls) - 1} more gradients here)" if len(calls) > 1 else ""
+            yield Hit("TD303", call, f"`{owner}.grad` zeroed in place every step",
+                      f"`{short_source(call)}`{more} inside {facts.context.region(blocks[key]).via} fills the "
+                      f"gradient with zeros each step, and the next backward adds into it instead of writing a "
+                      f"fresh tensor; `{owner}.grad = None` skips the fill", Severity.LOW,
+                      {"call": short_source(call), "gradients": len(calls)})
+
