@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from torchdoctor.lint.kinds import MODULE
-from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables, names_in, statement_of
+from torchdoctor.lint.model import (
+    Block,
+    Scope,
+    loop_iter,
+    loop_variables,
+    names_in,
+    statement_of,
+)
 from torchdoctor.lint.names import call_tail
 from torchdoctor.lint.torch_api import BOOL, PLAIN_METHODS, TENSOR, qualified_kind
 
@@ -195,12 +202,8 @@ class TurnOps:
         func = call.func
         if self.kinds.of(func, scope) == MODULE:
             return "module-per-turn" if names_in(func) & loop_variables(loop) else "module"
-        qualified = self.facts.qualify(func)
-        if qualified is not None:
-            if qualified.startswith("torch.") and qualified_kind(qualified, call, lambda e: self.kinds.of(e, scope)) \
-                    in (TENSOR, BOOL):
-                return "torch"
-            return None
+        if self.facts.qualify(func) is not None:
+            return "torch" if self._torch_op(call, scope) else None
         if isinstance(func, ast.Attribute) and func.attr not in _NOT_OPS and self.kinds.is_tensor(func.value, scope):
             return "method"
         callee = self.facts.context.local_callee(call, loop)
@@ -208,25 +211,21 @@ class TurnOps:
             return "local"
         return None
 
+    def _torch_op(self, call: ast.Call, scope: Scope) -> bool:
+        """A torch function that gives a tensor (not `torch.cuda.synchronize()`, `torch.no_grad()`)."""
+        qualified = self.facts.qualify(call.func) or ""
+        return qualified.startswith("torch.") and qualified_kind(
+            qualified, call, lambda e: self.kinds.of(e, scope)) in (TENSOR, BOOL)
+
     def _function_issues_ops(self, function: Scope) -> bool:
         """The function's own code calls a module or a torch function (one level: no deeper)."""
         key = id(function)
         if key not in self._issues_ops:
-            self._issues_ops[key] = False
-            found = False
-            for call, block in self.facts.context.calls_in(function):
-                if self.kinds.of(call.func, function) == MODULE:
-                    found = True
-                    break
-                qualified = self.facts.qualify(call.func) or ""
-                if qualified.startswith("torch.") and qualified_kind(
-                        qualified, call, lambda e: self.kinds.of(e, function)) in (TENSOR, BOOL):
-                    found = True
-                    break
-            self._issues_ops[key] = found
+            self._issues_ops[key] = False  # a recursive function asks about itself
+            self._issues_ops[key] = any(
+                self.kinds.of(call.func, function) == MODULE or self._torch_op(call, function)
+                for call, _ in self.facts.context.calls_in(function))
         return self._issues_ops[key]
-
-
 
 
 def _made_per_turn(node: ast.AST) -> set[str]:
