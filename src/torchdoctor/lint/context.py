@@ -67,7 +67,7 @@ class Context:
         self._link_calls()
         self.steps = find_step_calls(model, kinds, self.local_callee)
         self.backward_calls = self.steps.backward + self.steps.helper_steps
-        self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps
+        self.optimizer_steps = self.steps.optimizer_steps + self.steps.helper_steps + self.steps.manual_updates
         self.loss_loops = _loops_of(self.steps.loss_calls)  # loops that compute a loss
         # `batch = next(it)`: every next() call inside a loop, with its block and that innermost loop,
         # in source order; and id(loop) → the next() calls in it (the loops that draw batches so)
@@ -224,11 +224,13 @@ class Context:
     def _loops_around_training(self) -> set[int]:
         """Loops of the same function that hold a training loop (epochs, configurations), or call
         a function that trains (`train_one_epoch(...)`, the file's own or an imported one): each
-        pass is a whole training run or epoch, not a step, and not an evaluation batch."""
+        pass is a whole training run or epoch, not a step, and not an evaluation batch. A loop
+        that steps the optimizer itself around a micro-batch loop that calls backward (gradient
+        accumulation) is the training loop: each of its passes is one step."""
         around: set[int] = set()
         for loop in self.model.loops:
             if id(loop) in self.step_loops and loop.parent is not None:
-                around.update(id(b) for b in enclosing_loops(loop.parent))
+                around.update(id(b) for b in enclosing_loops(loop.parent) if id(b) not in self.step_loops)
         training_functions = {id(loop.scope) for loop in self.model.loops if id(loop) in self.step_loops}
         epoch_calls = list(self.steps.epoch_helpers)
         for function_id in training_functions:

@@ -8,7 +8,7 @@ import ast
 from functools import cached_property
 
 from torchdoctor.lint.context import Context
-from torchdoctor.lint.kinds import Kinds
+from torchdoctor.lint.kinds import MODULE, Kinds
 from torchdoctor.lint.model import FileModel
 from torchdoctor.lint.values import Values
 
@@ -21,6 +21,20 @@ class Facts:
         self.kinds = Kinds(self.model, self.values)
         self.context = Context(self.model, self.kinds)
         self.values.context = self.context  # a parameter's value can now be read where the function is called
+        self._handed: dict[int, set[str]] = {}
+
+    def handed_to_modules(self, scope) -> set[str]:
+        """Names `scope` passes as they are to a module (`model(x)`, `criterion(out, y)`), made
+        the first time a scope is asked about."""
+        key = id(scope)
+        if key not in self._handed:
+            names: set[str] = set()
+            for call, _ in self.context.calls_in(scope):
+                arguments = [a for a in (*call.args, *(k.value for k in call.keywords)) if isinstance(a, ast.Name)]
+                if arguments and self.kinds.of(call.func, scope) == MODULE:
+                    names.update(a.id for a in arguments)
+            self._handed[key] = names
+        return self._handed[key]
 
     def qualify(self, expr: ast.expr) -> str | None:
         return self.imports.qualify(expr)

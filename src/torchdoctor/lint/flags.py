@@ -130,6 +130,12 @@ class OffByDefault:
         self._starts = [s for s, _, _ in spans]
         self._spans = spans
         self._parents = _parents(spans)
+        self._context = facts.context
+        self._class_reasons: dict[int, str | None] = {}
+        # innermost first: a class nested in another is found before its outer class
+        self._classes = sorted((s for s in facts.model.scopes if s.kind == "class"), key=lambda c: -c.node.lineno)
+        self._model = facts.model
+        self._handed: set[str] | None = None
 
     def reason(self, node: ast.AST) -> str | None:
         """Why `node` does not run by default, or None when it does (or may)."""
@@ -141,7 +147,53 @@ class OffByDefault:
             if self._spans[i][1] >= at:
                 return self._spans[i][2]
             i = self._parents[i]
-        return None
+        return self._class_reason(at[0])
+
+    def _class_reason(self, line: int) -> str | None:
+        """Code of a class the file makes only in branches that are off by default (`elif
+        args.type == "rnn": model = RNN(config)` with `--type` defaulting to "transformer") does not
+        run by default either, nor does that of the classes only it makes."""
+        cls = next((c for c in self._classes if c.node.lineno <= line <= (c.node.end_lineno or c.node.lineno)), None)
+        if cls is None:
+            return None
+        key = id(cls)
+        if key not in self._class_reasons:
+            self._class_reasons[key] = None  # cycle guard: a class that makes itself
+            self._class_reasons[key] = self._made_only_when_off(cls)
+        return self._class_reasons[key]
+
+    def _made_only_when_off(self, cls: Scope) -> str | None:
+        made = self._context.instantiations(cls)
+        if not made:
+            return None  # never made here: another module may make it
+        reasons = [self.reason(call) for call, _ in made]
+        if any(r is None for r in reasons):
+            return None
+        if self._handed is None:  # made once, when a class is first found made only in off code
+            self._handed = _names_handed_around(self._model)
+        if cls.name in self._handed:
+            return None  # `factory = RNN`, `build(RNN)`: it may be made anywhere
+        return f"`{cls.name}` is made only in code that is off by default: {reasons[0]}"
+
+
+def _names_handed_around(model) -> set[str]:
+    """Names used as values rather than called: assigned (`factory = RNN`, `{"rnn": RNN}`), passed
+    (`build(RNN)`) or returned."""
+    values = [value for scope in model.scopes for _, value, how in scope.assigns if value is not None and how != "for"]
+    values += [a for call, _ in model.calls for a in (*call.args, *(k.value for k in call.keywords))]
+    values += [value for scope in model.scopes for value, _ in scope.returns_at]
+    found: set[str] = set()
+    for value in values:
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if type(node) is ast.Name:
+                found.add(node.id)
+            elif type(node) is ast.Call:
+                stack.extend((*node.args, *(k.value for k in node.keywords)))  # not what is called
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict, ast.IfExp, ast.BoolOp)):
+                stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+    return found
 
 
 def _parents(spans) -> list[int]:

@@ -77,9 +77,17 @@ def _name_on_host(name_node: ast.Name, where: Block | Scope, facts: Facts, depth
         if binder is not None and binder.bindings.get(name):
             if not certain and name in binder.params:
                 return False  # a parameter may hold anything
-            return all(_binding_on_host(b, facts, depth) for b in bindings)
+            return all(_binding_on_host(b, facts, depth) for b in bindings) and not meets_a_module(name, binder, facts)
     found = facts.values.definition(name, scope)
-    return found is not None and found[0] is not None and on_host(found[0], found[1], facts, depth + 1)
+    return found is not None and found[0] is not None and on_host(found[0], found[1], facts, depth + 1) and (
+        not meets_a_module(name, found[1], facts))
+
+
+def meets_a_module(name: str, scope: Scope, facts: Facts) -> bool:
+    """`name` is handed as it is to a module of the file's (`model(x)`, `criterion(out, y)`): it
+    meets the parameters in an op, so in a GPU run it is on the GPU, wherever it was made (a
+    `torch.randint` input without `device=` runs on a CPU-only script or a default device)."""
+    return name in facts.handed_to_modules(scope)
 
 
 def _binding_on_host(binding: Binding, facts: Facts, depth: int) -> bool:

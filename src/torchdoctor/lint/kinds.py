@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.lint.model import FileModel, Scope
+from torchdoctor.lint.bindings import visible_bindings
+from torchdoctor.lint.model import Block, FileModel, Scope
 from torchdoctor.lint.names import last_name
 from torchdoctor.lint.torch_api import (
     BOOL, BOOL_METHODS, DATASET, FORWARD_NAMES, LOADER, META_ATTRS, MODULE, MODULE_METHODS, NO_DEFAULT, OPTIMIZER,
@@ -39,6 +40,16 @@ class Kinds:
     def is_bool(self, expr: ast.expr, scope: Scope) -> bool:
         return self.of(expr, scope) == BOOL
 
+    def plain_here(self, name: ast.Name, block: Block) -> bool:
+        """The name holds a plain value where it is read: every binding that reaches this point
+        gives one, and one of them certainly ran (`lossf = lossf.item()` after a loop that summed
+        tensors into `lossf`). The kind of the name as a whole (`of`) is a tensor if any binding is."""
+        scope, bindings, certain = visible_bindings(name.id, block, (name.lineno, name.col_offset))
+        if scope is not block.scope or not certain:
+            return False
+        return all(b.how == "=" and b.index is None and b.value is not None and self.of(b.value, scope) == OTHER
+                   for b in bindings)
+
     def of(self, expr: ast.expr, scope: Scope) -> str | None:
         t = type(expr)
         if t is ast.Name:
@@ -64,9 +75,11 @@ class Kinds:
             return BOOL if any(self.is_tensor(e, scope) for e in operands) else OTHER
         if t is ast.Subscript:
             base = self.of(expr.value, scope)
-            return base if base in (TENSOR, BOOL) else None
+            return base if base in (TENSOR, BOOL, MODULE) else None  # `self.layers[i]` is a module
         if t is ast.Starred:
             return self.of(expr.value, scope)
+        if t is ast.IfExp:  # `train_data if split == "train" else val_data`
+            return combine([self.of(expr.body, scope), self.of(expr.orelse, scope)])
         if t in (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
                  ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Lambda):
             return OTHER
@@ -157,6 +170,8 @@ class Kinds:
         source = self.of(iterable, scope)
         if source in (LOADER, TENSOR):
             return TENSOR  # batches from a DataLoader, rows of a tensor
+        if source == MODULE:
+            return MODULE  # a module that can be iterated holds modules (ModuleList, Sequential)
         return None
 
     def _param_kind(self, name: str, scope: Scope) -> str | None:
@@ -233,9 +248,13 @@ class Kinds:
     def _attribute(self, expr: ast.Attribute, scope: Scope) -> str | None:
         if expr.attr in META_ATTRS:
             return OTHER
-        if expr.attr in TENSOR_ATTRS:
-            return TENSOR
         base = expr.value
+        # `self.T = T` in a data loader is a number: what the class assigns decides before the
+        # name does (`x.T`, `layer.weight` are tensors only when the class says nothing)
+        own = isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None and (
+            expr.attr in self._self_assignments(scope.class_scope))
+        if expr.attr in TENSOR_ATTRS and not own:
+            return TENSOR
         if isinstance(base, ast.Name) and base.id == "self" and scope.class_scope is not None:
             key = (id(scope.class_scope), "self." + expr.attr)
             if key not in self._names:

@@ -10,6 +10,7 @@ One pass keeps the linter fast: parsing dominates, and every check reads these l
 from __future__ import annotations
 
 import ast
+from bisect import bisect_right
 from collections import defaultdict
 from typing import Iterator
 
@@ -464,3 +465,44 @@ def names_in(expr: ast.AST) -> set[str]:
             elif isinstance(child, ast.AST):
                 stack.append(child)
     return found
+
+
+def statement_of(node: ast.AST, block: Block, lines: dict[int, list[int]]) -> ast.stmt | None:
+    """The statement holding `node`, found by line among the statements of its block (and of a
+    `try` or `match` in them, which make no block of their own); `lines` keeps each statement
+    list's first lines, so a long module body is indexed once per file."""
+    while block.kind == "loop" and not isinstance(block.node, _LOOPS):
+        block = block.parent  # a comprehension: its statement is in the block around it
+        if block is None:
+            return None
+    owner = block.node
+    if block.kind == "if":
+        body = owner.body if block.branch == "body" else owner.orelse
+    elif block.kind == "error":
+        return owner if isinstance(owner, ast.stmt) else None
+    else:
+        body = getattr(owner, "body", None)
+    line = node.lineno
+    while isinstance(body, list) and body:
+        starts = lines.get(id(body))
+        if starts is None:
+            starts = lines[id(body)] = [s.lineno for s in body]
+        index = bisect_right(starts, line) - 1
+        if index < 0:
+            return None
+        statement = body[index]
+        if isinstance(statement, (ast.Try, ast.Match)) or type(statement).__name__ == "TryStar":
+            body = _inner_body(statement, line)
+            continue
+        return statement if (statement.end_lineno or statement.lineno) >= line else None
+    return None
+
+
+def _inner_body(statement: ast.stmt, line: int) -> list[ast.stmt] | None:
+    """The list of statements of a `try`/`match` part that holds `line`."""
+    parts = [getattr(statement, name, []) for name in ("body", "orelse", "finalbody")]
+    parts += [h.body for h in getattr(statement, "handlers", [])] + [c.body for c in getattr(statement, "cases", [])]
+    for part in parts:
+        if part and part[0].lineno <= line <= (part[-1].end_lineno or part[-1].lineno):
+            return part
+    return None

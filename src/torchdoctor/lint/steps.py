@@ -6,7 +6,9 @@
 - a helper that does both, handed the loss and the optimizer: timm's
   `loss_scaler(loss, optimizer, clip_grad=..., parameters=...)`;
 - a helper from another module of the project that runs a whole epoch of training on a loader
-  it is given: `train_one_epoch(model, criterion, data_loader, optimizer, ...)`.
+  it is given: `train_one_epoch(model, criterion, data_loader, optimizer, ...)`;
+- a gradient-descent update written out by hand on a tensor that outlives the loop,
+  `w1 -= learning_rate * grad_w1` (a training loop without autograd or an optimizer).
 
 Also the calls that compute a loss (`criterion(out, y)`, `F.cross_entropy(...)`): a loop that
 computes one evaluates or trains, it does not just time the model.
@@ -39,6 +41,7 @@ class StepCalls:
     helper_steps: list[tuple[ast.Call, Block]] = field(default_factory=list)  # backward and step in one call
     epoch_helpers: list[tuple[ast.Call, Block]] = field(default_factory=list)  # imported: train on a loader
     loss_calls: list[tuple[ast.Call, Block]] = field(default_factory=list)
+    manual_updates: list[tuple[ast.AugAssign, Block]] = field(default_factory=list)  # `w -= lr * grad`
 
 
 def find_step_calls(model: FileModel, kinds: Kinds, local_callee) -> StepCalls:
@@ -50,6 +53,8 @@ def find_step_calls(model: FileModel, kinds: Kinds, local_callee) -> StepCalls:
     for call, block in model.calls_named("step"):
         if isinstance(call.func, ast.Attribute) and is_optimizer(call.func.value, block.scope, kinds):
             found.optimizer_steps.append((call, block))
+    found.manual_updates = [(statement, block) for statement, block in model.assignments
+                            if _descends(statement, block, kinds)]
     for call, block in model.calls:
         if not call.args:
             continue
@@ -70,6 +75,24 @@ def find_step_calls(model: FileModel, kinds: Kinds, local_callee) -> StepCalls:
         elif _trains_on_loader(call, names, block.scope, kinds):
             found.epoch_helpers.append((call, block))
     return found
+
+
+def _descends(statement: ast.stmt, block: Block, kinds: Kinds) -> bool:
+    """`w1 -= learning_rate * grad_w1` in a loop: a tensor bound before the loop (a weight) takes
+    a step against a product with a tensor (a gradient)."""
+    if not (isinstance(statement, ast.AugAssign) and isinstance(statement.op, ast.Sub)
+            and isinstance(statement.target, ast.Name) and isinstance(statement.value, ast.BinOp)
+            and isinstance(statement.value.op, ast.Mult)):
+        return False
+    loop = next((b for b in block.ancestors() if b.kind in ("loop", "scope")), None)
+    if loop is None or loop.kind != "loop":
+        return False
+    name, scope = statement.target.id, block.scope
+    start = (loop.node.lineno, loop.node.col_offset)
+    bound = [b for b in scope.bindings.get(name, ()) if b.how != "Sub"]
+    if not bound or any(b.position >= start for b in bound):
+        return False  # a weight is made before the loop and only updated in it
+    return kinds.is_tensor(statement.target, scope) and kinds.is_tensor(statement.value, scope)
 
 
 def is_optimizer(receiver: ast.expr, scope: Scope, kinds: Kinds) -> bool:

@@ -2,7 +2,7 @@
 The golden cases (tests/lint_golden) hold the fuller scripts; these pin single decisions."""
 
 import pytest
-from helpers.lint_files import lines_of, severities
+from helpers.lint_files import found, lines_of, severities
 
 HEAD = "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
 LOOP = "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    opt.step()\n"
@@ -134,3 +134,220 @@ def test_a_keyword_inside_a_dict_splat_is_reported_but_not_auto_fixed(tmp_path):
     from helpers.lint_files import lint
     result = lint(tmp_path, HEAD + "opt.zero_grad(**{'set_to_none': False})\n")
     assert [(f.code, f.fixable) for f in result.findings] == [("TD303", False)]
+
+
+def test_a_sync_in_the_loop_that_steps_around_a_micro_batch_loop_is_per_step(tmp_path):
+    # gradient accumulation: backward in the inner loop, the step (and the timing sync) in the outer
+    assert lines_of(tmp_path, HEAD + "for step in range(100):\n    for micro in range(4):\n"
+                    "        model(x).backward()\n    opt.step()\n    torch.cuda.synchronize()\n"
+                    "for epoch in range(3):\n    for x in loader:\n        model(x).backward()\n"
+                    "        opt.step()\n    torch.cuda.synchronize()\n", "TD204") == [9]
+
+
+def test_a_value_the_program_acts_on_right_away_is_a_required_read_said_at_info(tmp_path):
+    # an action stepped into an environment, a token decoded through a Python table: needed now;
+    # a loss kept by a meter, fed back to torch, or used in arithmetic stays a habit
+    got = severities(tmp_path, HEAD + """
+obs = envs.reset()
+for step in range(1000):
+    q = model(torch.as_tensor(obs).cuda())
+    actions = torch.argmax(q, dim=1).cpu().numpy()
+    obs, reward, done, info = envs.step(actions)
+    word = vocab[q.argmax().item()]
+    buffer.add(obs, actions)
+    loss = model(x).mean()
+    loss.backward()
+    opt.step()
+    meter.update(loss.item())
+    alpha = loss.exp().item()
+    target = torch.tensor([alpha])
+    scaled = alpha * 2
+    loss_value = loss.item()
+    reduced = misc.all_reduce_mean(loss_value)
+""")
+    # a loss has autograd history: handed to a helper it is a metric, not a decision
+    assert got == {("TD201", 9): "info", ("TD201", 11): "info", ("TD201", 16): "medium",
+                   ("TD201", 17): "medium", ("TD201", 20): "medium"}
+
+
+EVALUATE = """
+@torch.no_grad()
+def evaluate(model, dataset, max_batches=None):
+    model.eval()
+    loader = DataLoader(dataset, batch_size=100, num_workers=2)
+    losses = []
+    for i, (x, y) in enumerate(loader):
+        losses.append(model(x.to('cuda'), y.to('cuda')).item())
+        if max_batches is not None and i >= max_batches:
+            break
+    return sum(losses) / len(losses)
+
+for step in range(10000):
+    model(x).backward()
+    opt.step()
+    if step % 500 == 0:
+        evaluate(model, train_set, max_batches={first})
+        evaluate(model, test_set, max_batches={second})
+"""
+
+
+def test_an_evaluation_of_a_handful_of_batches_is_no_per_batch_habit(tmp_path):
+    # both callers stop the evaluation after 11 batches: 11 reads and copies per evaluation
+    few = HEAD + EVALUATE.format(first=10, second=10)
+    assert lines_of(tmp_path, few, "TD203") == [] and lines_of(tmp_path, few, "TD103") == []
+    # one caller reads the whole test set
+    full = HEAD + EVALUATE.format(first=10, second=None)
+    assert lines_of(tmp_path, full, "TD203") == [12] and lines_of(tmp_path, full, "TD103") == [9]
+
+
+def test_two_splits_of_a_few_evaluation_batches_are_no_habit_but_of_two_hundred_are(tmp_path):
+    code = HEAD + """
+EVAL_ITERS = {n}
+@torch.no_grad()
+def estimate_loss():
+    for split in ["train", "val"]:
+        out = torch.zeros(EVAL_ITERS)
+        for k in range(EVAL_ITERS):
+            x, y = get_batch(split)
+            logits, loss = model(x, y)
+            out[k] = loss.item()
+    return out.mean()
+
+for step in range(10000):
+    model(x).backward()
+    opt.step()
+    if step % 500 == 0:
+        estimate_loss()
+"""
+    assert lines_of(tmp_path, code.format(n=200), "TD203") == [14]  # 2 x 200 reads per evaluation
+    assert lines_of(tmp_path, code.format(n=4), "TD203") == []
+
+
+TOY = """
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def __getitem__(self, i):
+        one = self.x[i]
+        return one, self.y[i]{load}
+    def __len__(self):
+        return len(self.y)
+
+x_train = {features}
+y_train = torch.tensor([0, 0, 1])
+loader = DataLoader(Pairs(x_train, y_train), batch_size=2, pin_memory=True)
+for epoch in range(3):
+    for x, y in loader:
+        x, y = x.to('cuda'), y.to('cuda')
+        model(x).backward()
+        opt.step()
+"""
+
+
+def test_a_dataset_that_only_indexes_what_it_holds_is_in_memory_and_literal_numbers_are_tiny(tmp_path):
+    literal = HEAD + TOY.format(load="", features="torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [2.3, -1.1]])")
+    assert [c for c, _ in found(tmp_path, literal)] == []  # no TD105 (in memory), no TD104 (a few numbers)
+    computed = HEAD + TOY.format(load="", features="torch.randn(10000, 512)")
+    assert [c for c, _ in found(tmp_path, computed)] == ["TD104"]
+    loading = HEAD + TOY.format(load="\n    def load(self, i):\n        return read_image(self.files[i])",
+                                features="torch.randn(10000, 512)").replace("one = self.x[i]", "one = self.load(i)")
+    assert sorted(c for c, _ in found(tmp_path, loading)) == ["TD104", "TD105"]
+
+
+def test_a_helper_that_returns_a_read_value_is_reported_where_it_is_called_every_step(tmp_path):
+    assert lines_of(tmp_path, HEAD + """
+def extract(v):
+    return v.data.tolist()
+
+for epoch in range(1000):
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    err = extract(loss)[0]
+    if epoch % 100 == 0:
+        print(extract(loss))
+print(extract(model(x)))
+""", "TD201") == [13]
+
+
+GPU_SCRIPT = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--tensorcores", type=int, default={default})
+args = parser.parse_args()
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Sequential(nn.Linear({width}, {width}), nn.ReLU(), nn.Linear({width}, 10)).to(device)
+if args.tensorcores:
+    torch.set_float32_matmul_precision("high")
+for x, y in loader:
+    with {context}:
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_tf32_left_off_for_a_matmul_model_on_the_gpu(tmp_path):
+    def td403(default=0, width=2048, context="contextlib.nullcontext()", enabling=True):
+        code = HEAD + GPU_SCRIPT.format(default=default, width=width, context=context)
+        if not enabling:
+            code = code.replace('if args.tensorcores:\n    torch.set_float32_matmul_precision("high")\n', "")
+        return {line: severity for (code_, line), severity in severities(tmp_path, code).items() if code_ == "TD403"}
+    assert td403() == {12: "medium"}  # turned on only with --tensorcores 1: said at its `if`
+    assert td403(default=1) == {}  # on by default
+    assert td403(enabling=False) == {10: "low"}  # never turned on: said where the GPU is picked
+    assert td403(enabling=False, width=64) == {}  # a small MLP is launch-bound, not matmul-bound
+    assert td403(enabling=False, context="torch.autocast('cuda', dtype=torch.bfloat16)") == {}
+    conv = HEAD + GPU_SCRIPT.format(default=0, width=2048, context="contextlib.nullcontext()").replace(
+        "nn.ReLU()", "nn.Conv2d(3, 8, 3)")
+    assert not [k for k in severities(tmp_path, conv) if k[0] == "TD403"]  # cuDNN convolutions use TF32 already
+
+
+def test_a_throughput_function_that_times_one_call_and_returns_is_no_explicit_sync_habit(tmp_path):
+    # issue 22 item 9: called once per epoch and in a loop over batch sizes, not in the step
+    assert lines_of(tmp_path, HEAD + """
+import time
+def throughput(model, x):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    model(x)
+    torch.cuda.synchronize()
+    return x.shape[0] / (time.perf_counter() - t0)
+def train(model, loader, opt):
+    for x, y in loader:
+        nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+        opt.step()
+for epoch in range(10):
+    train(model, loader, opt)
+    print(throughput(model, torch.randn(64, 8, device="cuda")))
+for bs in (1, 8, 64):
+    print(bs, throughput(model, torch.randn(bs, 8, device="cuda")))
+""", "TD204") == []
+
+
+def test_a_helper_read_that_every_call_runs_each_step_is_reported_once_in_the_helper(tmp_path):
+    assert lines_of(tmp_path, HEAD + """
+def to_numpy(v):
+    return v.detach().cpu().numpy()
+
+for step in range(1000):
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    a = to_numpy(loss)
+    b = to_numpy(x)
+""", "TD201") == [7]
+
+
+def test_a_gradient_zeroed_in_place_by_hand_every_step_is_td303_low(tmp_path):
+    assert severities(tmp_path, HEAD + """
+w1 = torch.randn(10, 10, requires_grad=True)
+for t in range(500):
+    loss = (x.mm(w1) - y).pow(2).sum()
+    loss.backward()
+    with torch.no_grad():
+        w1 -= 1e-3 * w1.grad
+        w1.grad.zero_()
+        w2.grad.zero_()
+w1.grad.zero_()
+""") == {("TD303", 12): "low"}  # one finding for the two gradients zeroed side by side

@@ -83,3 +83,71 @@ def test_an_option_reaches_the_guard_through_a_constructor_parameter(tmp_path):
                 return nn.DataParallel(self.main)(x)
         net = Net(ngpu)
     """) == {("TD604", 13): "info", ("TD604", 14): "medium"}
+
+
+def test_a_model_class_made_only_behind_an_option_off_by_default_is_off_by_default_too(tmp_path):
+    code = """
+import argparse
+import torch
+from torch import nn
+class Cell(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+class RNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = Cell()
+    def forward(self, x):
+        h = torch.zeros(2, 8)
+        hs = []
+        for i in range(x.size(1)):
+            h = self.cell(x[:, i], h)
+            hs.append(h)
+        return torch.stack(hs, 1)
+class Big(nn.Module):
+    def forward(self, x):
+        for i in range(x.size(1)):
+            x[:, i] = x[:, i] * 2
+        return x
+parser = argparse.ArgumentParser()
+parser.add_argument("--type", default="transformer")
+args = parser.parse_args()
+if args.type == "transformer":
+    model = Big()
+elif args.type == "rnn":
+    model = RNN()
+for x in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+    got = severities(tmp_path, code)
+    assert got[("TD301", 15)] == "info" and got[("TD301", 22)] == "medium"
+    # the same class also made by default: it runs
+    got = severities(tmp_path, code.replace("    model = Big()", "    model = RNN()"))
+    assert got[("TD301", 15)] == "medium"
+
+
+def test_a_class_handed_around_by_name_may_be_made_anywhere(tmp_path):
+    code = """
+import argparse
+import torch
+from torch import nn
+class Big(nn.Module):
+    def forward(self, x):
+        for i in range(x.size(1)):
+            x[:, i] = x[:, i] * 2
+        return x
+parser = argparse.ArgumentParser()
+parser.add_argument("--type", default="small")
+args = parser.parse_args()
+MODELS = {"big": Big}
+if args.type == "big":
+    model = Big()
+else:
+    model = MODELS[args.type]()
+for x in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+    assert severities(tmp_path, code)[("TD301", 7)] == "medium"

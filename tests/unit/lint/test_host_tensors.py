@@ -58,3 +58,71 @@ def test_a_dataset_reading_its_own_index_is_host_code(tmp_path):
             def forward(self, x):
                 return x.item()
     """) == []
+
+
+def test_a_name_read_after_it_was_rebound_to_a_float_is_no_tensor(tmp_path):
+    # the sum of the micro-batch losses is read once with .item(); the prints after that format a float
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            lossf = 0.0
+            for micro in range(4):
+                loss = model(x) / 4
+                lossf += loss.detach()
+                loss.backward()
+            lossf = lossf.item()
+            opt.step()
+            print(f"loss {lossf:.4f}")
+            line = "%d %f" % (step, lossf)
+            if lossf > 10:
+                print("diverged")
+    """) == [("TD201", 8)]
+
+
+def test_a_name_rebound_to_a_float_only_in_a_branch_may_still_hold_a_tensor(tmp_path):
+    assert ("TD201", 8) in found(tmp_path, """
+        import torch
+        for step in range(100):
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            if fast:
+                loss = loss.item()
+            print(f"loss {loss}")
+    """)
+
+
+def test_numpy_straight_on_a_tensor_proves_it_is_on_the_cpu(tmp_path):
+    # `.numpy()` raises on a CUDA tensor: code that calls it runs on the CPU (a plotting tutorial);
+    # `.cpu().numpy()` is a read (of `.cpu()`), and so is `numpy(force=True)`
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            pred = model(x)
+            loss = (pred - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+            a = pred.data.numpy()
+            b = pred.detach().numpy()
+            c = pred.detach().cpu().numpy()
+            d = pred.numpy(force=True)
+    """) == [("TD201", 9), ("TD201", 10)]
+
+
+def test_a_tensor_made_without_a_device_that_meets_the_model_is_a_device_tensor(tmp_path):
+    # issue 22 item 1: an input to the model, or a target in its loss, is on the GPU in a GPU run
+    # wherever it was made; a tensor that stays on the host side of every op is a host tensor
+    assert found(tmp_path, """
+        import torch
+        for step in range(100):
+            tokens = torch.randint(0, 100, (8, 16))
+            targets = torch.randint(0, 100, (8,))
+            order = torch.randperm(8)
+            out = model(tokens)
+            loss = criterion(out, targets)
+            loss.backward()
+            opt.step()
+            a = tokens.max().item()
+            b = int(targets[0])
+            c = order[0].item()
+    """) == [("TD201", 10), ("TD201", 11)]

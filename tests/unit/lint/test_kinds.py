@@ -103,3 +103,33 @@ def test_recursive_functions_do_not_loop_forever():
         r = f(3)
     """)
     assert found["r"] is None
+
+
+def test_an_attribute_the_class_assigns_is_what_it_assigned_not_what_its_name_suggests():
+    # `self.T` of a token loader is a sequence length, not a transpose; `self.weight` set to a
+    # number is a number; `x.T` of a tensor stays a tensor
+    found = kinds("""
+        import torch
+        class Tokens:
+            def __init__(self, B, T):
+                self.B, self.T, self.weight = B, T, 0.5
+                self.T = T
+                self.weight = 0.5
+            def next_batch(self):
+                end = self.B * self.T + 1
+                w = self.weight
+                x = torch.randn(3, 3)
+                xt = x.T
+    """, "next_batch")
+    assert found["end"] is None and found["w"] == "other" and found["xt"] == "tensor"
+
+
+def test_a_conditional_expression_has_the_kinds_of_its_branches():
+    found = kinds("""
+        import torch
+        train = torch.arange(10)
+        val = torch.arange(5)
+        data = train if split == "train" else val
+        n = 3 if fast else 5
+    """)
+    assert found["data"] == "tensor" and found["n"] == "other"

@@ -143,3 +143,21 @@ def test_a_chunked_loop_is_not_an_element_loop(tmp_path):
             for i in range(x.shape[0]):
                 row = x[i]
     """, "TD301") == [8]
+
+
+def test_a_hand_written_gradient_step_on_weights_made_before_the_loop_makes_the_training_loop():
+    assert regions("""
+        import torch
+        x, y = torch.randn(64, 100), torch.randn(64, 10)
+        w1 = torch.randn(100, 10)
+        for t in range(500):
+            h = x.mm(w1)
+            loss = (h - y).pow(2).sum()
+            a = loss.item()
+            grad_w1 = x.t().mm(2.0 * (h - y))
+            w1 -= learning_rate * grad_w1
+        for t in range(500):
+            total = torch.zeros(1)
+            total -= 0.5 * x.sum()
+            b = total.item()
+    """) == {7: "step", 13: "-"}

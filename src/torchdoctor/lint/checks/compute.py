@@ -41,6 +41,7 @@ class Tf32Off(Check):
         for node, block, spelled, what in self._switched_off(facts):
             if not _toggled_nearby(node, block, what, facts):
                 yield self._hit(node, spelled, what)
+        yield from never_on(facts)
 
     @staticmethod
     def _switched_off(facts: Facts) -> Iterator[tuple[ast.AST, Block, str, str]]:
@@ -67,6 +68,82 @@ class Tf32Off(Check):
                    f"{spelled} keeps fp32 {what} off the TF32 tensor cores of Ampere and newer GPUs, "
                    f"several times slower for a precision most training does not need",
                    Severity.MEDIUM, {"setting": spelled})
+
+
+def never_on(facts: Facts) -> Iterator[Hit]:
+    """TF32 matmuls left off (torch's default) in a script that trains on the GPU when there is
+    one, with fp32 matmuls (linear layers, `@`) and no autocast or half precision: on Ampere and
+    newer GPUs they run several times slower than `torch.set_float32_matmul_precision("high")`
+    lets them. Said where the file turns TF32 on behind an option that is off by default, else
+    (low: the GPU generation and the matmuls' share are not in the source) where it picks the
+    GPU. Not for convolutional models (cuDNN uses TF32 by default) or models whose every linear
+    layer the file sizes at 256 wide or less (a small MLP policy is launch-bound, not matmul-bound)."""
+    context = facts.context
+    if not (context.step_loops or context.step_functions):
+        return
+    off = facts.off_by_default
+    picks_gpu = [call for call, _ in facts.model.calls_named("is_available")
+                 if facts.qualify(call.func) == "torch.cuda.is_available" and off.reason(call) is None]
+    if not picks_gpu or not _matmul_bound(facts):
+        return
+    enabling = [(node, block) for node, block in _switches_on(facts, "matmuls")]
+    if any(off.reason(node) is None for node, _ in enabling):
+        return
+    if enabling:  # the author weighed TF32 and left it to an option
+        node, block = enabling[0]
+        guard = block.node if block.kind == "if" else node
+        yield Hit("TD403", guard, "TF32 matmuls only when an option is changed",
+                  f"TF32 is turned on for matmuls at line {node.lineno} only when an option changes: "
+                  f"{off.reason(node)}; by default fp32 matmuls run at full precision, several times slower "
+                  f"on Ampere and newer GPUs", Severity.MEDIUM, {"enabled_at_line": node.lineno})
+        return
+    if _reduced_precision(facts):
+        return
+    yield Hit("TD403", picks_gpu[0], "TF32 never enabled for fp32 matmuls",
+              "the script trains on the GPU when there is one, with fp32 matmuls (linear layers) and no "
+              "autocast, and never enables TF32: torch leaves fp32 matmuls at full precision, several times "
+              "slower on Ampere and newer GPUs than with `torch.set_float32_matmul_precision(\"high\")`",
+              Severity.LOW, {"setting": "default (TF32 off for matmuls)"})
+
+
+def _switches_on(facts: Facts, what: str) -> Iterator[tuple[ast.AST, Block]]:
+    for statement, block in facts.model.assignments:
+        if what in _switched_on(statement, facts):
+            yield statement, block
+    for call, block in facts.model.calls_named("set_float32_matmul_precision"):
+        if what in _switched_on(call, facts):
+            yield call, block
+
+
+_REDUCED = ("autocast", "bfloat16", "float16", ".half()", "GradScaler")
+
+
+def _reduced_precision(facts: Facts) -> bool:
+    """Autocast, `.half()`, bf16/fp16 anywhere in the file (its text: a dtype option's choices
+    too): its matmuls may not be fp32, and the finding would be a guess."""
+    return any(word in facts.model.text for word in _REDUCED)
+
+
+_SMALL_WIDTH = 256
+
+
+def _matmul_bound(facts: Facts) -> bool:
+    """The file's layers are linear (no convolutions), and not all sized small."""
+    if any(tail.startswith("Conv") for tail in facts.model.calls_by_tail):
+        return False
+    widths, unknown = [], False
+    for call, block in facts.model.calls_named("Linear"):
+        if facts.qualify(call.func) != "torch.nn.Linear":
+            continue
+        for arg in call.args[:2]:
+            value = facts.values.evaluate(arg, block.scope)
+            if isinstance(value, int) and not isinstance(value, bool):
+                widths.append(value)
+            else:
+                unknown = True
+    if not widths and not unknown:
+        return False
+    return not widths or max(widths) > _SMALL_WIDTH
 
 
 def _toggled_nearby(node: ast.AST, block: Block, what: str, facts: Facts) -> bool:

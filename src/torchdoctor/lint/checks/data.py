@@ -18,6 +18,7 @@ from torchdoctor.lint.checks.base import Check, Hit, set_keyword
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.flow import Loader, LoaderUse
 from torchdoctor.lint.kinds import DATASET
+from torchdoctor.lint.loop_bounds import FEW_PASSES, most_passes
 from torchdoctor.lint.model import Scope, loop_targets
 from torchdoctor.lint.names import short_source
 from torchdoctor.lint.values import POSITIVE, WHEN_CUDA, Bound, Unknown, bind, truthy
@@ -65,7 +66,7 @@ class SyncLoading(_LoaderCheck):
         if workers is POSITIVE or workers != 0:
             return
         dataset, kind = _dataset(args.get("dataset"), facts, scope)
-        if kind == "in-memory":
+        if kind in ("in-memory", "tiny"):
             return  # indexing in-memory tensors is cheaper than shipping them from worker processes
         spelled = "num_workers=0" if args.get("num_workers") is not None else "no num_workers (default 0)"
         if training:
@@ -116,8 +117,9 @@ class PageableTransfer(_LoaderCheck):
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
         scope = loader.block.scope
-        transfers = [(use, call) for use in loader.uses for call, _ in _transfers(use, facts)]
-        if not transfers:
+        transfers = [(use, call) for use in loader.uses if not _few_batches(use, facts)
+                     for call, _ in _transfers(use, facts)]
+        if not transfers or _dataset(args.get("dataset"), facts, scope)[1] == "tiny":
             return
         use, call = min(transfers, key=lambda t: (t[0].region.rank(), t[1].lineno, t[1].col_offset))
         pinned = self.argument(args, "pin_memory", False, facts, scope)
@@ -145,6 +147,8 @@ class BlockingTransfer(_LoaderCheck):
         pinned = self.argument(args, "pin_memory", False, facts, loader.block.scope)
         if isinstance(pinned, Unknown) or not truthy(pinned):
             return  # non_blocking only helps from pinned memory; TD103 covers the rest
+        if _dataset(args.get("dataset"), facts, loader.block.scope)[1] == "tiny":
+            return  # a copy of a few numbers takes no time to wait for
         seen = set()
         for use in sorted(loader.uses, key=lambda u: u.region.rank()):
             for call, scope in _transfers(use, facts):
@@ -160,6 +164,15 @@ class BlockingTransfer(_LoaderCheck):
                           Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
                           {"loader_line": loader.call.lineno},
                           fix=None if _whole_batch(call, use) else _non_blocking_fix(*argument))
+
+
+def _few_batches(use: LoaderUse, facts: Facts) -> bool:
+    """An evaluation that takes a handful of batches (`if i >= max_batches: break`): a handful of
+    copies, whatever memory they come from."""
+    if use.loop is None or use.region.kind == "step":
+        return False
+    passes = most_passes(use.loop, facts)
+    return passes is not None and passes <= FEW_PASSES
 
 
 def _iterated_at(use: LoaderUse) -> str:
@@ -221,21 +234,54 @@ def _non_blocking_fix(expr: ast.expr | None, position: int | None):
 
 
 def _dataset(expr: ast.expr | None, facts: Facts, scope: Scope) -> tuple[str, str]:
-    """(how to name it, "in-memory" | "loads-data" | "unknown")."""
-    for _ in range(3):  # follow `ds = TensorDataset(...)` through a couple of names
-        if isinstance(expr, ast.Name):
-            found = facts.values.definition(expr.id, scope)
-            if found is None or found[0] is None:
-                return f"`{expr.id}`", "unknown"
-            expr, scope = found
+    """(how to name it, "tiny" | "in-memory" | "loads-data" | "unknown"). Tiny: in-memory tensors
+    the file writes out as literals (a toy data set of a few numbers), whose copies cost nothing
+    whatever memory they come from or however they are loaded."""
+    expr, scope = _followed(expr, facts, scope)
+    if isinstance(expr, ast.Name):
+        return f"`{expr.id}`", "unknown"
     if not isinstance(expr, ast.Call):
         return ("the dataset", "unknown") if expr is None else (f"`{short_source(expr)}`", "unknown")
     shown = f"`{short_source(expr.func)}(…)`"
     name = facts.qualify(expr.func) or ""
-    if name == "torch.utils.data.TensorDataset":
-        return shown, "in-memory"
     if name.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
         return shown, "loads-data"
-    if isinstance(expr.func, ast.Name) and facts.kinds.class_kind(expr.func.id) == DATASET:
+    own = isinstance(expr.func, ast.Name) and facts.kinds.class_kind(expr.func.id) == DATASET
+    if name == "torch.utils.data.TensorDataset" or (own and _indexes_only(facts.model.module.functions[expr.func.id])):
+        literal = expr.args and all(_literal_tensor(a, facts, scope) for a in expr.args)
+        return shown, "tiny" if literal else "in-memory"
+    if own:
         return shown, "loads-data"  # the file's own Dataset: its __getitem__ runs in the loop
     return shown, "unknown"
+
+
+def _followed(expr: ast.expr | None, facts: Facts, scope: Scope) -> tuple[ast.expr | None, Scope]:
+    for _ in range(3):  # follow `ds = TensorDataset(...)` through a couple of names
+        if not isinstance(expr, ast.Name):
+            break
+        found = facts.values.definition(expr.id, scope)
+        if found is None or found[0] is None:
+            break
+        expr, scope = found
+    return expr, scope
+
+
+def _indexes_only(dataset_class) -> bool:
+    """The class's `__getitem__` only picks items out of what it holds (`self.x[i], self.y[i]`),
+    calling nothing: in memory, like a TensorDataset."""
+    method = dataset_class.functions.get("__getitem__")
+    if method is None:
+        return False
+    return all(isinstance(statement, (ast.Assign, ast.Return)) and statement.value is not None
+               and not any(isinstance(n, (ast.Call, ast.Lambda)) for n in ast.walk(statement.value))
+               for statement in method.node.body)
+
+
+def _literal_tensor(expr: ast.expr, facts: Facts, scope: Scope) -> bool:
+    """`torch.tensor([[1.0, 2.0], [3.0, 4.0]])`: numbers written out in the file."""
+    expr, scope = _followed(expr, facts, scope)
+    if not (isinstance(expr, ast.Call) and facts.qualify(expr.func) in ("torch.tensor", "torch.as_tensor")
+            and expr.args):
+        return False
+    return all(isinstance(n, (ast.List, ast.Tuple, ast.Constant, ast.UnaryOp, ast.Load, ast.USub, ast.UAdd))
+               for n in ast.walk(expr.args[0]))

@@ -26,6 +26,7 @@ from torchdoctor.lint.model import (
     names_in,
 )
 from torchdoctor.lint.names import dotted, short_source
+from torchdoctor.lint.turn_ops import TurnOps
 from torchdoctor.lint.values import Unknown, bind
 
 
@@ -33,6 +34,33 @@ class PythonLoopOps(Check):
     codes = ("TD301",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        reported = []
+        for hit in self._elements(facts):
+            reported.append((hit.evidence["loop_line"], hit.node.lineno))
+            yield hit
+        yield from self._turns(facts, reported)
+
+    def _turns(self, facts: Facts, reported: list[tuple[int, int]]) -> Iterator[Hit]:
+        """Loops whose every turn issues tensor ops of its own (`turn_ops.py`), unless a loop
+        around, in or at it is reported element by element already."""
+        # per step only: a counting loop inside an evaluation is as often the evaluation's own
+        # batch loop (`for k in range(eval_iters): x, y = get_batch()`) as a loop over positions
+        hot = lambda loop: facts.context.region(loop.parent).per_step  # noqa: E731
+        for found in TurnOps(facts).loops(hot):
+            loop = found.loop
+            first, last = loop.node.lineno, loop.node.end_lineno or loop.node.lineno
+            if any(first <= line <= last or loop_line <= first <= line for loop_line, line in reported):
+                continue
+            region = facts.context.region(loop.parent)
+            over = f"`{short_source(loop_iter(loop), 40)}`"
+            yield Hit("TD301", loop.node, f"Python loop over {over} issues tensor ops on every turn",
+                      f"the loop at line {loop.line} runs over {over} and every turn runs "
+                      f"`{short_source(found.op, 40)}`, inside {region.via}: a few small ops (plus their autograd "
+                      f"nodes) per turn, every step; {_TURN_ADVICE[found.shape]}", Severity.MEDIUM,
+                      {"loop_line": loop.line, "iterates": over, "shape": found.shape})
+
+    def _elements(self, facts: Facts) -> Iterator[Hit]:
+        """Loops over a tensor dimension that read or write one element per iteration."""
         dim_loops = {}
         for loop in facts.model.loops:
             over = self._dimension(loop, facts)
@@ -124,6 +152,17 @@ class PythonLoopOps(Check):
         return None
 
 
+_TURN_ADVICE = {
+    "recurrence": "the turns feed each other, so they run in order, but a fused recurrent module (nn.RNN, nn.GRU, "
+                  "nn.LSTM) runs them all in one call, and what does not depend on the last turn can be computed "
+                  "for all turns at once",
+    "modules": "separate modules fed the same input: one module holding all their weights does it in one call "
+               "(split its output)",
+    "turns": "work on all turns at once instead (index with a tensor of all positions, or one call on the "
+             "stacked input)",
+}
+
+
 def _recurrence_reads(facts: Facts, in_dimension_loop) -> set[int]:
     """Subscripts read in a recurrence, `hidden = cell(x[i], hidden)`: each pass needs the
     previous pass's result, so the elements cannot be taken all at once (an RNN over time).
@@ -206,6 +245,7 @@ class ZeroGradDense(Check):
     codes = ("TD303",)
 
     def run(self, facts: Facts) -> Iterator[Hit]:
+        yield from self._in_place(facts)
         for call, block in facts.model.calls_named("zero_grad"):
             if not isinstance(call.func, ast.Attribute):
                 continue
@@ -221,3 +261,27 @@ class ZeroGradDense(Check):
                           f"parameter), and backward then adds into them instead of writing fresh tensors",
                           Severity.MEDIUM, {"call": short_source(call)},
                           fix=drop_argument("set_to_none", positional) if args.editable else None)
+
+    @staticmethod
+    def _in_place(facts: Facts) -> Iterator[Hit]:
+        """`w1.grad.zero_()` in the step: the same memset per tensor, written out by hand (low:
+        on a few hand-made weights it is a few small kernels)."""
+        by_block: dict[int, list[ast.Call]] = {}
+        blocks = {}
+        for call, block in facts.model.calls_named("zero_"):
+            func = call.func
+            if call.args or not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Attribute) \
+                    or func.value.attr != "grad" or not facts.context.region(block).per_step:
+                continue
+            by_block.setdefault(id(block), []).append(call)
+            blocks[id(block)] = block
+        for key, calls in by_block.items():  # `w1.grad.zero_(); w2.grad.zero_()`: one place to change
+            call = min(calls, key=lambda c: (c.lineno, c.col_offset))
+            owner = short_source(call.func.value.value)
+            more = f" (and {len(calls) - 1} more gradients here)" if len(calls) > 1 else ""
+            yield Hit("TD303", call, f"`{owner}.grad` zeroed in place every step",
+                      f"`{short_source(call)}`{more} inside {facts.context.region(blocks[key]).via} fills the "
+                      f"gradient with zeros each step, and the next backward adds into it instead of writing a "
+                      f"fresh tensor; `{owner}.grad = None` skips the fill", Severity.LOW,
+                      {"call": short_source(call), "gradients": len(calls)})
+

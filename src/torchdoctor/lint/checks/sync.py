@@ -17,10 +17,12 @@ from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.host_tensors import on_host
+from torchdoctor.lint.host_uses import HostUses
 from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
-from torchdoctor.lint.model import Block, on_error_path
-from torchdoctor.lint.names import last_name, short_source
+from torchdoctor.lint.loop_bounds import FEW_PASSES, passes_within
+from torchdoctor.lint.model import Block, Scope, enclosing_loops, on_error_path
+from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 
 _HOST_METHODS = ("item", "tolist", "numpy", "cpu")
@@ -41,13 +43,24 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
     kinds = facts.kinds
 
     def device_tensor(expr: ast.expr, block: Block) -> bool:
-        return kinds.is_tensor(expr, block.scope) and not on_host(expr, block, facts)
+        if not kinds.is_tensor(expr, block.scope):
+            return False
+        t = type(expr)
+        if t is ast.Name and kinds.plain_here(expr, block):
+            return False  # `lossf = lossf.item()` earlier in the step: a float by now
+        if t is ast.Compare or t is ast.BinOp:  # `lossf > 10`: a tensor only through its operands
+            operands = (expr.left, *expr.comparators) if t is ast.Compare else (expr.left, expr.right)
+            if any(type(e) is ast.Name and kinds.plain_here(e, block) for e in operands):
+                return any(device_tensor(e, block) for e in operands)
+        return not on_host(expr, block, facts)
 
     def candidates(events):
         return ((node, block) for node, block in events
                 if wanted(block) and not on_error_path(block) and not in_dataset(block, kinds))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
+        if _host_only_numpy(call):
+            continue
         if isinstance(func, ast.Attribute) and not call.args and kinds.of(func.value, block.scope) != MODULE \
                 and facts.model.method_on_result.get(id(call)) not in _MODULE_ONLY \
                 and not on_host(func.value, block, facts):
@@ -98,6 +111,53 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
             if device_tensor(operand, block):
                 yield test, block, f"branching on tensor `{short_source(operand)}`"
                 break
+
+
+def _host_only_numpy(call: ast.Call) -> bool:
+    """`t.numpy()` (not after `.cpu()`, which is the read) raises on a CUDA tensor, so code that
+    calls it runs with `t` on the CPU: no device to wait for. `numpy(force=True)` copies from any
+    device, and is a read."""
+    return call_tail(call) == "numpy" and not any(k.arg == "force" for k in call.keywords)
+
+
+def _at_call_sites(reads, facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
+    """A read a small helper returns (`def extract(v): return v.data.tolist()`) happens where the
+    helper is called, as often as that call runs. When only some calls run every step (one in
+    the step, one behind `if epoch % 100 == 0`, one after training), those calls are the reads
+    and the lines to change; when every call does, the helper itself is."""
+    context = facts.context
+    for node, block, what in reads:
+        helper = _reading_helper(node, block, context)
+        sites = context.callers(helper) if helper is not None else []
+        if all(context.region(site).per_step for _, site in sites):
+            yield node, block, what
+            continue
+        for call, site in sites:
+            yield call, site, f"`{short_source(call)}` (it returns {what} at line {node.lineno})"
+
+
+def _reading_helper(node: ast.AST, block: Block, context) -> Scope | None:
+    """The function of the file that returns the value `node` reads, when only its callers say how
+    often it runs (not a training step, a forward or a Lightning hook of its own)."""
+    scope = block.scope
+    if scope.kind != "function" or not context.callers(scope) or scope.name in ("forward", *_HOOKS):
+        return None
+    if id(scope) in context.step_functions:
+        return None
+    returned = any(node is n for value, _ in scope.returns_at for n in ast.walk(value))
+    return scope if returned else None
+
+
+_HOOKS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
+def few_batches(block: Block, facts: Facts) -> bool:
+    """The evaluation loop around `block` reads a handful of batches at most (`max_batches=10`)."""
+    for loop in enclosing_loops(block):
+        if id(loop) in facts.context.eval_loops:
+            passes = passes_within(block, loop, facts)
+            return passes is not None and passes <= FEW_PASSES
+    return False
 
 
 def in_dataset(block: Block, kinds) -> bool:
@@ -177,34 +237,48 @@ def _truth_tested(test: ast.expr) -> Iterator[ast.expr]:
         yield test
 
 
-def _per_line(code: str, found: list[tuple[ast.AST, str, str]], title: str, message: str) -> Iterator[Hit]:
-    """One medium finding per line from (node, what, where) items: the leftmost, with the count."""
-    by_line: dict[int, list[tuple[ast.AST, str, str]]] = {}
+def _per_line(code: str, found: list[tuple], title: str, message: str,
+              severity: Severity = Severity.MEDIUM) -> Iterator[Hit]:
+    """One finding per line from (node, what, where[, needed by]) items: the leftmost, with the count."""
+    by_line: dict[int, list[tuple]] = {}
     for item in found:
         by_line.setdefault(item[0].lineno, []).append(item)
     for line in sorted(by_line):
         group = sorted(by_line[line], key=lambda h: h[0].col_offset)
-        node, what, via = group[0]
-        yield Hit(code, node, title.format(what=_strip(what)), message.format(what=what, via=via),
-                  Severity.MEDIUM, {"construct": what, "where": via, "on_line": len(group)})
+        node, what, via, *needed = group[0]
+        evidence = {"construct": what, "where": via, "on_line": len(group)}
+        if needed:
+            evidence["needed_by"] = needed[0]
+        yield Hit(code, node, title.format(what=_strip(what)),
+                  message.format(what=what, via=via, needed=needed[0] if needed else ""), severity, evidence)
 
 
 class HostSync(Check):
     codes = ("TD201", "TD203")
 
     def run(self, facts: Facts) -> Iterator[Hit]:
-        train, evaluation = [], []
+        train, required, evaluation = [], [], []
         context = facts.context
+        uses = HostUses(facts)
         hot = lambda block: context.region(block).per_step or context.region(block).per_eval_batch  # noqa: E731
-        for node, block, what in host_reads(facts, hot):
+        for node, block, what in _at_call_sites(host_reads(facts, hot), facts):
             region = context.region(block)
             if region.per_step:
-                train.append((node, what, region.via))
-            elif region.per_eval_batch:
+                needed = uses.needed_by(node, block)
+                if needed:
+                    required.append((node, what, region.via, needed))
+                else:
+                    train.append((node, what, region.via))
+            elif region.per_eval_batch and not few_batches(block, facts):
                 evaluation.append((node, what, region.via))
         yield from _per_line("TD201", train, "{what} in every training step",
                              "{what} inside {via} copies a value to the host every step: on a GPU the host waits "
                              "for all queued kernels before Python can go on")
+        yield from _per_line("TD201", required, "{what} in every training step (the host needs the value)",
+                             "{what} inside {via} reads a value the program acts on right away (it goes into "
+                             "{needed}): the sync is the price of acting on it, not a habit to drop. Acting on a "
+                             "batch at a time (vectorized environments, one `.tolist()` for many values) makes it "
+                             "rarer", Severity.INFO)
         yield from _per_line("TD203", evaluation, "{what} for every evaluation batch",
                              "{what} inside {via} moves every batch's result to the host, so evaluation waits for "
                              "the GPU batch by batch; keep results on the device and transfer once")
