@@ -51,7 +51,10 @@ def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
                                 f"with more --steps); sized on the mean step it was: {f.estimate_basis}")
             continue
         if ratio > WIDEN_SPREAD:
-            low, high = _speedup(p90, saved), _speedup(p50, saved)
+            # the point is sized on the mean step, the range on p50 and p90: a skewed run can put the
+            # mean outside them, and a printed range always holds its own point
+            low = min(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
+            high = max(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
             f.evidence["estimate_range"] = [round(low, 3), round(high, 3)]
             f.estimate_basis += f"; {words}: between {low:.2f}x and {high:.2f}x"
         else:

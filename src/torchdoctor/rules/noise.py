@@ -47,11 +47,12 @@ def throughput(*records: RunRecord) -> Throughput | None:
         step_s=total / len(durations),
         steps_per_s=len(durations) / total,
         samples_per_s=sum(samples) / total if all(n is not None for n in samples) else None,
-        relative_sem=_relative_sem(durations),
+        relative_sem=relative_sem(durations),
     )
 
 
-def _relative_sem(durations: list[float]) -> float | None:
+def relative_sem(durations: list[float]) -> float | None:
+    """The standard error of the mean duration over consecutive windows, relative to the mean."""
     windows = min(WINDOWS, len(durations) // MIN_STEPS_PER_WINDOW)
     if windows < 3:
         return None

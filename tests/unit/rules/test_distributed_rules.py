@@ -1,6 +1,7 @@
 """The distributed rules on merged records built by hand: each test states the per-rank
 timings it needs (DDP's backward timestamps, step categories, the communication check)."""
 
+import pytest
 from helpers.records import record
 
 from torchdoctor.diagnosis.run import analyze
@@ -210,3 +211,49 @@ def test_an_estimate_within_noise_is_not_shown_and_ranks_as_each_rule_says():
     assert reported(1.5, below=Severity.LOW, unestimated=Severity.MEDIUM) == (1.5, None)
     assert reported(1.01, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.LOW)
     assert reported(None, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.MEDIUM)
+
+
+def _jitter(rec, ms_scale, seed=1):
+    """Scatter every rank's ready time by up to ±ms_scale ms per step, independently."""
+    import random
+
+    rng = random.Random(seed)
+    for view in rec.ranks:
+        for d in view.ddp_steps:
+            for b in d.backwards:
+                shift = rng.uniform(-ms_scale, ms_scale) / 1000
+                b.compute_end += shift
+                b.comm_start += shift
+    return rec
+
+
+def test_a_long_run_reports_without_overflow():
+    """TD605's chance test summed p**k in floats: past ~1,000 steps it raised OverflowError."""
+    from torchdoctor.rules.scaling import chance_of_leading
+
+    assert chance_of_leading(1500, 1500, 2) == pytest.approx(0.5 ** 1500, rel=1e-6) or chance_of_leading(
+        1500, 1500, 2) < 1e-300
+    assert chance_of_leading(700, 1500, 2) > 0.9 and chance_of_leading(0, 1500, 2) == 1.0
+    rec = job(step_s=0.01, exposed=(0.001, 0.0015), late=(0.0005, 0.0), steps=1500)
+    report = analyze(rec)  # no exception, and the verdicts are there
+    assert {"TD605", "TD606"} <= {f.code for f in report.findings}
+
+
+def test_a_lateness_within_the_ranks_scatter_is_no_straggler():
+    # rank 0 is 0.3 ms later on average, but each step's ready times scatter by ±3 ms
+    rec = _jitter(job(step_s=0.01, exposed=(0.001, 0.0013), late=(0.0003, 0.0), steps=40), ms_scale=3)
+    assert not found(rec, "TD605")
+    # the same scatter with a 3 ms lateness stands out
+    rec = _jitter(job(step_s=0.01, exposed=(0.001, 0.004), late=(0.003, 0.0), steps=40), ms_scale=1)
+    assert found(rec, "TD605")
+
+
+def test_a_straggler_inside_a_library_names_the_library_not_a_path():
+    from torchdoctor.model.record import LineHits
+
+    lib = Location("/venv/lib/python3.11/site-packages/lightning/pytorch/loops/fit_loop.py", 300, "run")
+    rec = job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12)
+    rec.ranks[0].top_lines = [LineHits(lib, 50, library="lightning", seconds=0.5)]
+    [finding] = found(rec, "TD605")
+    assert finding.location is None and "lightning's own code (not yours)" in finding.message
+    assert "site-packages" not in finding.message
