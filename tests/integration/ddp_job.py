@@ -29,7 +29,7 @@ def train(model, optimizer, rank, steps=300, accum=2):
 def main():
     dist.init_process_group("gloo")
     model = DDP(nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4)))
-    train(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank())
+    train(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank(), steps=int(os.environ.get("STEPS", 300)))
 
 
 if __name__ == "__main__":

@@ -378,6 +378,9 @@ class RankView:
     top_lines: list[LineHits] = field(default_factory=list)  # its most sampled lines
     last_position: str | None = None  # the line its heartbeat last saw (a rank that hung)
     contention: Contention | None = None  # how much it waited for a CPU (ranks sharing too few cores)
+    threads: int | None = None  # torch's intra-op threads in the rank
+    cpus: int | None = None  # CPUs the rank may run on (affinity, cgroup quota)
+    device_index: int | None = None  # the GPU it used (NVML's index), when it used one
 
     @property
     def measured_steps(self) -> list[StepSample]:

@@ -15,7 +15,8 @@ from torchdoctor.rules.distributed import DistributedRule
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.model.paths import library_of
 from torchdoctor.rules.noise import Z_95, relative_sem
-from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, predict_fixes
+from torchdoctor.rules.rank_facts import (JobFacts, ddp_model, grads_per_step, predict_fixes, scaling_base,
+                                         shared_compute)
 
 # Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
 # one the others wait for when what it does more explains at least half of their wait
@@ -315,32 +316,63 @@ class ScalingVerdict(DistributedRule):
         jf = facts.job
         if jf is None:
             return []
-        n, t_n, t_1 = jf.world_size, jf.step_s, jf.one_rank_step_s()
-        predictions = predict_fixes(record, jf)
-        ratio = next(p.ratio for p in predictions if p.fix == "now")  # measured: n * t_1 / t_n
+        n, t_n = jf.world_size, jf.step_s
+        base = scaling_base(record, jf)
+        predictions = predict_fixes(record, jf, base)
+        ratio = base.ratio
         fixes = [p for p in predictions if p.fix != "now"]
         best = max(fixes, key=lambda p: p.ratio)
         efficiency = ratio / n
-        severity = Severity.HIGH if ratio < 1 else Severity.MEDIUM if efficiency < LOW_EFFICIENCY else Severity.INFO
-        speedup = best.ratio / ratio if best.ratio > ratio else None
         grad_bytes, synced = grads_per_step(record)
         link = self._link_text(record, grad_bytes)
         moved = f"; {_mb(grad_bytes * synced)} MB of gradients per step{link}" if grad_bytes else link
         listed = "; ".join(f"{p.fix}: {p.ratio:.2f}x" for p in fixes)
+        sharing = shared_compute(record)
+        evidence = {"ranks": n, "throughput_vs_one_rank": round(ratio, 3), "efficiency": round(efficiency, 3),
+                    "step_ms": ms(t_n), "one_rank_step_ms": ms(base.one_step_s),
+                    "exposed_transfer_ms": ms(jf.transfer_s),
+                    "modelled_ratio": round(n * jf.one_rank_step_s() / t_n, 3),
+                    "one_rank": "measured" if base.measured is not None else "modelled",
+                    "shared_compute": sharing,
+                    "predictions": {p.fix: round(p.ratio, 3) for p in predictions}, "best": best.fix}
+        comm_text = f"exposed communication is {ms(jf.transfer_s):.1f} ms of a {ms(t_n):.1f} ms step{moved}"
+        if base.measured is None:
+            return [self._modelled(record, n, ratio, efficiency, comm_text, listed, sharing, evidence)]
+        one, band = base.measured, base.change
+        evidence["band"] = None if band.noise is None else round(band.noise, 3)
+        slower = band.significant and ratio < 1
+        severity = Severity.HIGH if slower else Severity.MEDIUM if efficiency < LOW_EFFICIENCY else Severity.INFO
+        speedup = best.ratio / ratio if best.ratio > ratio else None
+        noise = f"±{band.noise:.1%}" if band.noise is not None else "noise unknown: too few steps"
+        said = (f"{n} ranks give {ratio:.2f}x of one rank's throughput ({noise}; {efficiency:.0%} per rank), measured: "
+                f"the job's {band.measure} against one rank alone ({one.source}: {one.steps} steps of "
+                f"{ms(one.step_s):.1f} ms, {one.seconds:.0f} s)")
+        if slower:
+            said += f"; {n} ranks are slower than one"
+        extra = "".join(f" {x[0].upper()}{x[1:]}." for x in (sharing, base.per_rank_batch_note) if x)
         return [self.finding(
-            title=f"{n} ranks give {ratio:.2f}x of one rank's throughput",
-            message=(f"{n} ranks give {ratio:.2f}x of one rank's throughput ({efficiency:.0%} per rank): exposed "
-                     f"communication is {ms(jf.transfer_s):.1f} ms of a {ms(t_n):.1f} ms step{moved}. Predicted, "
-                     f"against one rank: {listed}."),
-            location=_location(record),
-            evidence={"ranks": n, "throughput_vs_one_rank": round(ratio, 3), "efficiency": round(efficiency, 3),
-                      "step_ms": ms(t_n), "one_rank_step_ms": ms(t_1), "exposed_transfer_ms": ms(jf.transfer_s),
-                      "predictions": {p.fix: round(p.ratio, 3) for p in predictions},
-                      "best": best.fix},
+            title=f"{n} ranks give {ratio:.2f}x of one rank's throughput (measured)",
+            message=f"{said}; {comm_text}.{extra} Predicted from the measured ratio: {listed}.",
+            location=_location(record), evidence=evidence,
             speedup=self.reported(speedup, below=severity)[0], severity=severity,  # ranked by the verdict itself
-            basis=("one rank alone is estimated as a rank's step without the communication the job adds (the "
-                   "exposed all-reduce of the rank nobody waited for), same per-rank batch and threads; each fix "
-                   "removes only the communication it changes. Measure one rank: --set nproc=1"))]
+            basis=(f"measured: the job's throughput over one rank's ({one.source}, same script, limits and threads "
+                   "per rank); each fix is predicted from that ratio and the communication it removes"))]
+
+    def _modelled(self, record: RunRecord, n: int, ratio: float, efficiency: float, comm_text: str, listed: str,
+                  sharing: str | None, evidence: dict) -> Finding:
+        """No one-rank run: the model's figure, said as a model, info-level, never ranked as a fact."""
+        caveat = (f" It is likely wrong here: {sharing}, so one rank alone would run faster than a rank of the job."
+                  if sharing else "")
+        return self.finding(
+            title=f"{n} ranks would give ~{ratio:.2f}x of one rank's throughput, by a model (one rank not measured)",
+            message=(f"Modelled, not measured: one rank alone is taken as a rank's step without the communication the "
+                     f"job adds, which assumes the ranks share no compute (each its own cores or GPU). By that model "
+                     f"{n} ranks give {ratio:.2f}x ({efficiency:.0%} per rank); {comm_text}.{caveat} Predicted the "
+                     f"same way: {listed}. Measure one rank: torchdoctor run --nproc-per-node {n} --one-rank always "
+                     f"(or tune --nproc-per-node {n}, which runs nproc=1 beside {n} ranks)."),
+            location=_location(record), evidence=evidence, speedup=None, severity=Severity.INFO,
+            basis="a model, not a measurement: one rank's step = a rank's step minus the exposed all-reduce of the "
+                  "rank nobody waited for")
 
     @staticmethod
     def _link_text(record: RunRecord, grad_bytes: int) -> str:

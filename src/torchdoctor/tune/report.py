@@ -10,7 +10,7 @@ from torchdoctor.diagnosis.run import analyze
 from torchdoctor.rules.noise import throughput
 from torchdoctor.compare.runs import ComparedRun, compare_runs
 from torchdoctor.model.findings import Finding, Report, Table
-from torchdoctor.tune.plan import COMBINED, FIX, LADDER, UPPER_BOUND
+from torchdoctor.tune.plan import COMBINED, FIX, LADDER, SCALING, UPPER_BOUND
 from torchdoctor.tune.tuner import TunedTrial, TuneOutcome
 
 ESTIMATE_TOLERANCE = 1.5  # an estimate within this factor of the measured gain "agrees"
@@ -76,6 +76,7 @@ def tune_report(outcome: TuneOutcome) -> Report:
         report = Report(source="tune", tool_version=__version__)
         report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
         return report
+    _one_rank_from_trial(outcome)
     repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []
     timed = [t for t in [outcome.baseline, *repeat, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
     runs = [ComparedRun.of(t.result.trial.name, t.record) for t in timed]
@@ -107,6 +108,19 @@ def tune_report(outcome: TuneOutcome) -> Report:
         report.notes.append("Every ratio is against both baseline runs pooled (one before the trials, one after), "
                             "so drift during the tune widens the noise band instead of posing as a gain.")
     return report
+
+
+def _one_rank_from_trial(outcome: TuneOutcome) -> None:
+    """The nproc=1 trial is one rank alone, measured: the baseline's scaling verdict (TD606)
+    compares with it instead of its model."""
+    from torchdoctor.diagnosis.ranks import one_rank_baseline
+
+    base = outcome.baseline.record
+    alone = next((t for t in outcome.trials if t.ok and t.result.trial.kind == SCALING), None)
+    if alone is None or base is None or base.distributed is None or not base.ranks:
+        return
+    base.distributed.one_rank = one_rank_baseline(alone.record, "tune's nproc=1 trial", alone.result.seconds,
+                                                  str(alone.result.run_dir.relative_to(outcome.tune_dir)))
 
 
 def _ladder(outcome: TuneOutcome) -> Table:

@@ -1,6 +1,8 @@
 """The distributed rules on merged records built by hand: each test states the per-rank
 timings it needs (DDP's backward timestamps, step categories, the communication check)."""
 
+from dataclasses import replace
+
 import pytest
 from helpers.records import record
 
@@ -41,7 +43,7 @@ def job(step_s=0.1, exposed=(0.03, 0.03), late=(0.0, 0.0), synced=1, micro=1, ex
     defaults = dict(created_at=DDP_LINE, module="Net", world_size=len(exposed), grad_bytes=grad_mb * 2**20,
                     backward_location=BACKWARD_LINE, bucket_sizes=[25 * 2**20])
     defaults.update(model)
-    base.steps = [s for s in views[0].steps]
+    base.steps = [replace(s, samples=32 * len(exposed)) for s in views[0].steps]  # merged: the job's samples
     base.distributed = DistributedInfo(identity=identity, ddp=[DdpModel(**defaults)], ddp_steps=views[0].ddp_steps,
                                        comm=comm)
     base.ranks = views
@@ -86,20 +88,54 @@ def test_single_rank_records_get_no_distributed_findings_and_no_not_measured_lin
     assert not [n for n in report.not_measured if n.code in codes]
 
 
-def test_scaling_verdict_and_its_predictions():
+def _one_rank(step_s, samples=32, sem=0.005):
+    from torchdoctor.model.distributed_record import OneRankBaseline
+
+    return OneRankBaseline(source="measured in this command", steps=10, step_s=step_s, steps_per_s=1 / step_s,
+                           samples_per_s=samples / step_s, relative_sem=sem, samples_per_step=samples, seconds=3.0,
+                           run_dir="one-rank/rank-0")
+
+
+def test_scaling_verdict_from_a_measured_one_rank_run_and_its_predictions():
     rec = job(step_s=0.1, exposed=(0.06, 0.06), synced=4, micro=4, comm=loopback(0.2))
+    rec.distributed.one_rank = _one_rank(0.04)  # one rank alone measured 0.04 s a step
     [verdict] = found(rec, "TD606")
-    assert verdict.severity == Severity.HIGH  # 2 ranks at 0.04 s of own work in a 0.1 s step: 0.8x of one
-    assert verdict.evidence["throughput_vs_one_rank"] == 0.8
+    assert verdict.severity == Severity.HIGH and "(measured)" in verdict.title  # 2 x 32 per 0.1 s vs 32 per 0.04 s
+    assert verdict.evidence["throughput_vs_one_rank"] == 0.8 and verdict.evidence["one_rank"] == "measured"
+    assert "slower than one" in verdict.message and "±" in verdict.message
     predictions = verdict.evidence["predictions"]
-    assert predictions["no_sync() on 3 of 4 micro-batches"] == round(2 * 0.04 / 0.055, 3)
+    assert predictions["no_sync() on 3 of 4 micro-batches"] == round(0.8 * 0.1 / 0.055, 3)
     assert predictions["train on one rank"] == 1.0
     assert "the link at its expected 2.0 GB/s" in predictions
     assert verdict.estimated_speedup > 1
 
 
+def test_without_a_one_rank_run_the_verdict_is_a_model_said_as_such_and_never_ranked():
+    rec = job(step_s=0.1, exposed=(0.06, 0.06), synced=4, micro=4, comm=loopback(0.2))
+    [verdict] = found(rec, "TD606")
+    assert verdict.severity == Severity.INFO and verdict.estimated_speedup is None
+    assert "by a model" in verdict.title and "assumes the ranks share no compute" in verdict.message
+    assert verdict.evidence["one_rank"] == "modelled" and verdict.evidence["modelled_ratio"] == 0.8
+
+
+def test_ranks_sharing_cores_are_named_and_the_model_is_said_to_be_unreliable():
+    rec = job(step_s=0.1, exposed=(0.004, 0.004))
+    for view in rec.ranks:
+        view.threads, view.cpus = 2, 2
+    [verdict] = found(rec, "TD606")
+    assert "ranks 0 and 1 run 4 compute threads in all (2/2 per rank) on 2 usable CPU cores" in verdict.message
+    assert "likely wrong here" in verdict.message and verdict.severity == Severity.INFO
+    # measured: the same ranks, one rank alone as fast as a rank of the job -> ~1x, not the model's 1.92x
+    rec.distributed.one_rank = _one_rank(0.05)  # one rank alone twice as fast: the ranks only took turns
+    [verdict] = found(rec, "TD606")
+    assert verdict.evidence["throughput_vs_one_rank"] == 1.0 and verdict.evidence["modelled_ratio"] == 1.92
+    assert "share cores" in verdict.message
+
+
 def test_a_well_scaling_job_gets_an_info_verdict():
-    [verdict] = found(job(step_s=0.1, exposed=(0.004, 0.004)), "TD606")
+    rec = job(step_s=0.1, exposed=(0.004, 0.004))
+    rec.distributed.one_rank = _one_rank(0.096)
+    [verdict] = found(rec, "TD606")
     assert verdict.severity == Severity.INFO and verdict.evidence["throughput_vs_one_rank"] == 1.92
 
 
