@@ -214,3 +214,29 @@ def test_ddp_trials_fail_together_when_one_rank_runs_out_and_agree_when_all_fit(
     parallel = ranks[0]["memory"]["parallel"]
     assert parallel["wrapper"] == "DistributedDataParallel" and parallel["replicas"] == 2
     assert parallel["bucket_bytes"] == (32 * 128 + 128 + 128 * 4 + 4) * 4  # a second copy of the gradients
+
+
+SMALL_DATA = TRAIN.replace("8192", "600").replace("range(5)", "range(40)")
+
+
+def test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset(tmp_path, capsys):
+    """600 rows in 2 GiB of room: the memory fit alone would allow batches of many thousands."""
+    script = tmp_path / "train.py"
+    script.write_text(SMALL_DATA)
+    out = tmp_path / "mem"
+    assert main(["memory", "--device-memory", "2GiB", "--headroom", "0", "--max-trials", "8", "--steps", "3",
+                 "--warmup", "1", "--out", str(out), "--format", "json", str(script)]) == 0
+    scaling = json.loads((out / "record.json").read_text())["batch_scaling"]
+    assert scaling["data_bound"] == 600 and "600 rows" in scaling["data_bound_basis"]
+    assert max(t["batch_size"] for t in scaling["trials"]) == 600 and scaling["verified_max_batch"] == 600
+    assert scaling["predicted_max_batch"] > 600  # the memory fit alone
+    assert any("stopped at batch 600" in n for n in scaling["notes"])
+    fitting = [t for t in scaling["trials"] if t["outcome"] == "fits" and t["samples_per_s"]]
+    best = max(fitting, key=lambda t: t["samples_per_s"])
+    rec = scaling["recommended_batch"]
+    assert rec is not None and rec <= best["batch_size"]  # the fastest, or a smaller one within its noise
+    report = json.loads(capsys.readouterr().out)
+    for f in report["findings"]:
+        for value in (f["evidence"].get("recommended_batch"), f["evidence"].get("larger_batch"),
+                      f["evidence"].get("verified_max_batch")):
+            assert value is None or value <= 600

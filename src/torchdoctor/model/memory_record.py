@@ -200,6 +200,9 @@ class BatchScaling:
     unreachable: str | None = None  # why the knob could not change the batch size
     nproc_per_node: int = 1
     notes: list[str] = field(default_factory=list)
+    data_bound: int | None = None  # the most rows one step can take from the loader (dataset, or a rank's shard)
+    data_bound_basis: str = ""  # where that bound comes from, as the report says it
+    recommended_batch: int | None = None  # the fitting trial with the best samples/s (smallest within its noise)
 
     def trial(self, batch_size: int) -> BatchTrial | None:
         return next((t for t in self.trials if t.batch_size == batch_size), None)

@@ -106,6 +106,8 @@ class LoaderStats:
     sampled_wait_s: float = 0.0
     sampled_runqueue_s: float | None = None
     dataset_type: str | None = None  # module.qualname of loader.dataset (None: records before schema 5)
+    sampler_len: int | None = None  # rows its sampler yields per epoch (a DistributedSampler: this rank's shard)
+    sampler_type: str | None = None  # the sampler's class name
 
     @property
     def runqueue_share(self) -> float | None:

@@ -41,11 +41,28 @@ def _throughput(trial: BatchTrial) -> Throughput:
     return Throughput(trial.step_s, 1.0 / trial.step_s, trial.samples_per_s, trial.relative_sem)
 
 
+def recommended_trial(scaling: BatchScaling) -> BatchTrial | None:
+    """The fitting trial (within the capacity and its headroom, never beyond the data) with the
+    most samples/s; of the trials within that one's noise, the smallest batch: as fast, less
+    memory, less change to the training recipe. The largest batch that fits is often not it."""
+    fitting = [t for t in scaling.trials if t.outcome == FITS and t.samples_per_s and t.step_s]
+    if not fitting:
+        return None
+    best = max(fitting, key=lambda t: t.samples_per_s)
+    alike = [t for t in fitting if not change(_throughput(t), _throughput(best)).significant]
+    return min([best, *alike], key=lambda t: t.fit_batch)
+
+
+def recommended_batch(scaling: BatchScaling) -> int | None:
+    trial = recommended_trial(scaling)
+    return trial.fit_batch if trial is not None else None
+
+
 def best_larger_trial(scaling: BatchScaling) -> BatchTrial | None:
-    """The fitting trial above the script's batch with the most samples/s."""
+    """The recommended trial when it is above the script's batch."""
     mine = scaling.user_batch_size or 0
-    larger = [t for t in scaling.trials if t.outcome == FITS and t.batch_size > mine and t.samples_per_s]
-    return max(larger, key=lambda t: t.samples_per_s, default=None)
+    best = recommended_trial(scaling)
+    return best if best is not None and best.fit_batch > mine else None
 
 
 class MemoryHeadroom(Rule):
@@ -87,15 +104,22 @@ class MemoryHeadroom(Rule):
         gain = trial_change(scaling, best) if best is not None else None
         measured = gain is not None and gain.significant and gain.ratio > 1.0
         told_by_td401 = any(f.code == "TD401" for f in facts.earlier)
-        rate = (f" At batch {best.batch_size} the trials measured {gain.describe()} against batch {mine}."
-                if best is not None and gain is not None else "")
+        rate = (f" At batch {best.fit_batch}, the fitting trial with the most samples/s, the trials measured "
+                f"{gain.describe()} against batch {mine}." if best is not None and gain is not None else
+                " No larger batch measured more samples/s than the script's beyond noise.")
+        bound = (f" The data bounds the batch at {scaling.data_bound:,}: {scaling.data_bound_basis}."
+                 if scaling.data_bound and scaling.predicted_max_batch and scaling.predicted_max_batch > scaling.data_bound
+                 else "")
+        pick = best.fit_batch if best is not None and measured else top
         return [self.finding(
             title=f"Batch {top} fits in {format_bytes(scaling.capacity_bytes)}; the script uses {mine}",
             message=(f"A trial at batch {top} ran within {format_bytes(scaling.capacity_bytes)} ({scaling.capacity_source}, "
-                     f"{format_bytes(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch}."
+                     f"{format_bytes(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch} "
+                     f"by memory alone." + bound
                      + rate + (" The gain is TD401's (small batch)." if measured and told_by_td401 else "")),
             location=None,
-            evidence={"user_batch_size": mine, "verified_max_batch": top,
+            evidence={"user_batch_size": mine, "verified_max_batch": top, "recommended_batch": pick,
+                      "data_bound": scaling.data_bound,
                       "predicted_max_batch": scaling.predicted_max_batch, "capacity_bytes": scaling.capacity_bytes,
                       "throughput_ratio": round(gain.ratio, 3) if gain else None},
             speedup=gain.ratio if measured and not told_by_td401 else None,
@@ -104,8 +128,11 @@ class MemoryHeadroom(Rule):
                    "memory measured by trials; throughput gain " + ("counted under TD401" if told_by_td401 else
                                                                      "within the trials' noise")),
             severity=Severity.MEDIUM if measured else Severity.LOW,
-            fix=f"Raise the batch size (scale the learning rate with it):\n```python\nloader = DataLoader(ds, "
-                f"batch_size={top}, ...)\n```",
+            fix=(f"Raise the batch size to {pick}, the fitting batch with the most measured samples/s (scale the "
+                 f"learning rate with it):\n```python\nloader = DataLoader(ds, batch_size={pick}, ...)\n```"
+                 if measured else
+                 f"A larger batch fits, but no trial measured it faster; raise it only for the training recipe's sake "
+                 f"(up to {top}):\n```python\nloader = DataLoader(ds, batch_size={top}, ...)\n```"),
         )]
 
 

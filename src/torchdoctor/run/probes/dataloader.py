@@ -47,6 +47,15 @@ def _dataset_len(loader: DataLoader) -> int | None:
         return None
 
 
+def _sampler_len(loader: DataLoader) -> tuple[int | None, str | None]:
+    """Rows one epoch of this loader can give (a DistributedSampler: this rank's shard)."""
+    sampler = getattr(loader, "sampler", None)
+    try:
+        return int(len(sampler)), type(sampler).__name__  # type: ignore[arg-type]
+    except Exception:  # an iterable dataset's infinite sampler, a sampler without a length
+        return None, type(sampler).__name__ if sampler is not None else None
+
+
 def _sampler_batch_size(loader: DataLoader) -> int | None:
     size = getattr(loader.batch_sampler, "batch_size", None)
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
@@ -68,6 +77,7 @@ def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderSta
         dataset_len=_dataset_len(loader),
         wait_cpu_s=0.0,
         dataset_type=f"{type(loader.dataset).__module__}.{type(loader.dataset).__qualname__}",
+        sampler_len=_sampler_len(loader)[0], sampler_type=_sampler_len(loader)[1],
     )
 
 
