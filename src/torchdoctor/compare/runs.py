@@ -87,6 +87,7 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
     )))
     report.tables.extend(_findings_delta(first, runs[1:]))
     report.notes.extend(_warnings(runs))
+    report.warnings.extend(_busy_warnings(runs))
     report.figures = Figures(comparison=run_bars(runs))
     return report
 
@@ -167,9 +168,11 @@ def _warnings(runs: list[ComparedRun]) -> list[str]:
     for r in runs:
         if r.speed is not None and r.speed.relative_sem is None:
             notes.append(f"{r.name}: too few measured steps to measure noise; only changes over 10 % count.")
-        if r.busy:
-            notes.append(f"{r.name}: {r.report.summary.machine_busy}")
     return notes
+
+
+def _busy_warnings(runs: list[ComparedRun]) -> list[str]:
+    return [f"{r.name}: {r.report.summary.machine_busy}" for r in runs if r.busy]
 
 
 def load_runs(paths: list[Path]) -> list[ComparedRun]:

@@ -83,6 +83,9 @@ def busy_machine(record: RunRecord) -> str | None:
         facts.append(f"load average {load:.1f} on {c.cpus} CPU{'s' if c.cpus != 1 else ''}")
     if c.involuntary_switches:
         facts.append(f"{c.involuntary_switches:,} involuntary context switches")
-    return ("The machine was busy during the measured steps (" + "; ".join(facts) + "): other processes took "
-            "CPU time, so step times and the estimates sized from them are less reliable; re-run on a quieter "
+    inflated = (f" Waiting for a CPU alone made the training thread's time up to {1 / (1 - share):.2f}x what it "
+                f"would be on an idle machine." if share is not None and 0.02 <= share < 0.95 else "")
+    return ("Busy machine: other processes took CPU time during the measured steps (" + "; ".join(facts) + ")."
+            + inflated + " Step times and every estimate sized from them are less reliable: estimates carry the "
+            "steps' spread, and compare and tune widen their noise band to at least 10 %. Re-run on a quieter "
             "machine to confirm.")

@@ -114,4 +114,4 @@ def test_a_busy_machine_widens_the_band_so_no_winner_is_named_inside_it():
     report = compare_runs([ComparedRun.of("before", a), ComparedRun.of("after", b)])
     verdict = report.tables[0].rows[1][-1]
     assert verdict.startswith("no measurable change") and "busy machine" in verdict
-    assert any("The machine was busy" in n for n in report.notes)
+    assert any("Busy machine" in w for w in report.warnings)
