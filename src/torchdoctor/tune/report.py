@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from torchdoctor.version import __version__
 from torchdoctor.diagnosis.run import analyze
 from torchdoctor.rules.noise import throughput
-from torchdoctor.compare.runs import ComparedRun, compare_runs
+from torchdoctor.compare.runs import ComparedRun, compare_runs, projection_table
 from torchdoctor.model.findings import Finding, Report, Table
 from torchdoctor.tune.plan import COMBINED, FIX, LADDER, SCALING, UPPER_BOUND
 from torchdoctor.tune.tuner import TunedTrial, TuneOutcome
 
-ESTIMATE_TOLERANCE = 1.5  # an estimate within this factor of the measured gain "agrees"
+ESTIMATE_TOLERANCE = 1.5  # an estimate within this factor of the measured gain is "close" (the benchmark's yardstick)
 
 
 @dataclass
@@ -24,6 +24,8 @@ class EstimateCheck:
     trial: str
     measured: float | None
     significant: bool
+    noise: float | None = None  # the measured ratio's 95 % band (absolute)
+    estimate_range: list[float] | None = None  # the estimate's own range, when the steps' spread gave one
 
     @property
     def agreement(self) -> float | None:
@@ -47,7 +49,8 @@ def estimate_checks(outcome: TuneOutcome, base_report: Report | None = None) -> 
             if finding.code in trial.result.trial.addresses:
                 where = f"{finding.location.path}:{finding.location.line}" if finding.location else "-"
                 checks.append(EstimateCheck(finding.code, where, _estimate_for(finding, trial), trial.result.trial.name,
-                                            gain.ratio if gain else None, bool(gain and gain.significant)))
+                                            gain.ratio if gain else None, bool(gain and gain.significant),
+                                            gain.noise if gain else None, finding.evidence.get("estimate_range")))
     return checks
 
 
@@ -71,7 +74,9 @@ def recommended(outcome: TuneOutcome) -> TunedTrial | None:
     return best
 
 
-def tune_report(outcome: TuneOutcome) -> Report:
+def tune_report(outcome: TuneOutcome, hours: float | None = None, price: float | None = None) -> Report:
+    """`hours` (and `price` per device-hour): each trial's measured gain projected onto a training
+    run that long, with its band."""
     if not outcome.baseline.ok:
         report = Report(source="tune", tool_version=__version__)
         report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
@@ -85,6 +90,8 @@ def tune_report(outcome: TuneOutcome) -> Report:
         runs[0].name, runs[0].speed = "baseline (both runs pooled)", throughput(*outcome.baseline_records())
     report = compare_runs(runs)
     report.source = "tune"
+    if hours:
+        report.tables.insert(1, projection_table(runs, hours, price))
     base_report = analyze(outcome.baseline.record)  # read by the estimate checks and the upper-bound notes
     checks = estimate_checks(outcome, base_report)
     if checks:
@@ -124,24 +131,57 @@ def _one_rank_from_trial(outcome: TuneOutcome) -> None:
 
 
 def _ladder(outcome: TuneOutcome) -> Table:
-    rows = []
+    """The stages, each with what bounds it. A stage measured above the ceiling a stage before it
+    defines is said as such: either the knobs changed what the ceiling measured (a loader with
+    more workers) or the runs differ by more than their knobs, and the ceiling is no ceiling."""
+    rows: list[list] = []
     by_kind = {t.result.trial.name: t for t in outcome.trials if t.ok}
     loader_only = by_kind.get("data=loader-only")
+    ceilings: list[tuple[str, float]] = []  # (stage, steps/s) a full run cannot pass
     if loader_only is not None and loader_only.record.loader_only is not None:
         lo = loader_only.record.loader_only
-        rows.append(["data loader alone", _r(lo.batches / lo.seconds) if lo.seconds else None,
-                     _r(lo.samples / lo.seconds) if lo.samples is not None and lo.seconds else None])
-    for label, trial in (("compute on cached data", by_kind.get("data=cached")),
-                         ("full run (baseline)", outcome.baseline),
-                         ("full run, recommended knobs", recommended(outcome))):
+        rate = lo.batches / lo.seconds if lo.seconds else None
+        rows.append(["data loader alone", _r(rate), _r(lo.samples / lo.seconds) if lo.samples is not None and
+                     lo.seconds else None, "the input pipeline's ceiling, with the script's own loader settings"])
+        ceilings += [("data loader alone", rate)] if rate else []
+    best = recommended(outcome)
+    stages = (("compute on cached data", by_kind.get("data=cached"), "the ceiling of any data-loading fix"),
+              ("full run (baseline)", outcome.baseline, ""),
+              ("full run, recommended knobs", best, ""))
+    for label, trial, says in stages:
         records = (outcome.baseline_records() if trial is outcome.baseline
                    else [trial.record] if trial is not None and trial.ok else [])
         speed = throughput(*records) if records else None
-        if speed is not None:
-            rows.append([label, _r(speed.steps_per_s), _r(speed.samples_per_s)])
-    return Table(title="Staged ladder", columns=["stage", "steps/s (batches/s)", "samples/s"], rows=rows,
-                 caption=("As in the first reference report: the loader alone is the input pipeline's ceiling; "
-                          "cached data shows what compute alone achieves; the gap to the full run is data loading."))
+        if speed is None:
+            continue
+        note = says
+        ceiling = min(ceilings, key=lambda c: c[1]) if ceilings and label.startswith("full run") else None
+        if ceiling is not None and speed.steps_per_s > ceiling[1] * (1 + _band(outcome, trial)):
+            knobs = trial.result.trial.knobs if trial is not None and trial is not outcome.baseline else {}
+            moved = LOADER_KNOBS if ceiling[0] == "data loader alone" else COMPUTE_KNOBS
+            what = "loader" if moved is LOADER_KNOBS else "compute"
+            note = (f"above the {ceiling[0]} ceiling: its knobs changed the {what}, which that ceiling measured "
+                    "as written" if any(k in moved for k in knobs) else
+                    f"above the {ceiling[0]} ceiling measured with the same loader: the runs differ by more than "
+                    "their knobs (a busy machine?), so that ceiling is not one here")
+        rows.append([label, _r(speed.steps_per_s), _r(speed.samples_per_s), note])
+        if label == "compute on cached data":
+            ceilings.append((label, speed.steps_per_s))
+    return Table(title="Staged ladder", columns=["stage", "steps/s (batches/s)", "samples/s", "bounded by"],
+                 rows=rows,
+                 caption=("The loader alone is the input pipeline's ceiling; cached data shows what compute alone "
+                          "achieves; the gap from there to the full run is data loading. A stage above a ceiling "
+                          "says why."))
+
+
+LOADER_KNOBS = ("workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "threads")
+COMPUTE_KNOBS = ("threads", "batch_size", "compile", "amp", "tf32", "channels_last", "cudnn_benchmark", "foreach",
+                 "fused", "zero_grad", "non_blocking", "no_sync", "comm_hook", "bucket_cap_mb", "nproc")
+
+
+def _band(outcome: TuneOutcome, trial) -> float:
+    gain = outcome.gain(trial) if trial is not None and trial is not outcome.baseline else None
+    return gain.noise if gain is not None and gain.noise is not None else 0.10
 
 
 def _summary_notes(outcome: TuneOutcome, base: Report) -> list[str]:
@@ -201,10 +241,22 @@ def _r(value: float | None) -> float | None:
 
 
 def _agreement(check: EstimateCheck) -> str:
+    """A label that cannot contradict its numbers: "agrees" only when the estimate (or its own
+    range) lies inside the measured gain's noise band; a measured slowdown is called one."""
     if check.agreement is None:
         return "-"
-    verdict = "agrees" if check.agreement <= ESTIMATE_TOLERANCE else "off"
-    return f"{verdict} (factor {check.agreement:.2f})"
+    est, measured = check.estimated, check.measured
+    band = check.noise if check.noise is not None else 0.10
+    low, high = check.estimate_range or (est, est)
+    factor = f"factor {check.agreement:.2f}"
+    if check.significant and measured < 1 <= est:
+        return f"wrong way: a slowdown ({measured:.2f}x) where a {est:.2f}x gain was estimated"
+    if high >= measured - band and low <= measured + band:
+        return f"agrees: inside the measured band ({measured - band:.2f}x to {measured + band:.2f}x)"
+    if not check.significant:
+        return f"not confirmed: no measurable change where {est:.2f}x was estimated ({factor})"
+    side = "over" if est > measured else "under"
+    return f"off: {side}estimated ({factor}; measured {measured - band:.2f}x to {measured + band:.2f}x)"
 
 
 def _last_line(error: str | None) -> str:
