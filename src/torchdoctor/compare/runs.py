@@ -92,6 +92,9 @@ def compare_runs(runs: list[ComparedRun]) -> Report:
         rows=split_rows,
         caption="Host-side time per measured step; GPU columns appear when a run measured them (CUDA + NVML).",
     )))
+    numerics = _numerics(first, runs[1:])
+    if numerics is not None:
+        report.tables.append(numerics)
     report.tables.extend(_findings_delta(first, runs[1:]))
     report.notes.extend(_warnings(runs))
     report.warnings.extend(_busy_warnings(runs))
@@ -145,6 +148,27 @@ def _pct(value: float | None) -> str | None:
 
 def _watts(value: float | None) -> str | None:
     return None if value is None else f"{value:.0f} W"
+
+
+def _numerics(first: ComparedRun, others: list[ComparedRun]) -> Table | None:
+    """Each run's losses against the first's (compare/numerics.py), when the runs kept them."""
+    from torchdoctor.compare.numerics import judge, knobs_of
+
+    if first.record.losses is None or not any(r.record.losses for r in others):
+        return None
+    base_knobs = knobs_of(first.record)
+    rows = []
+    for run in others:
+        changed = {k: v for k, v in knobs_of(run.record).items() if base_knobs.get(k) != v}
+        v = judge(first.record.losses, run.record.losses, changed)
+        rows.append([run.name, ", ".join(f"{k}={x}" for k, x in changed.items()) or "(as written)", v.status,
+                     v.compared, v.tolerance or "—", v.text])
+    return Table(title=f"Numerics vs {first.name}", columns=["run", "knobs changed", "losses", "compared", "must be",
+                                                              "detail"], rows=rows,
+                 caption=("The values each script passed to backward(), step by step. Knobs that only move work must "
+                          "keep them bit-identical; AMP, TF32, compile and threads within a stated tolerance; batch "
+                          "size and ranks are compared by the level of the losses. Runs of an unseeded script differ "
+                          "anyway: `tune` measures that floor with its repeated baseline."))
 
 
 def _findings_delta(first: ComparedRun, others: list[ComparedRun]) -> list[Table]:

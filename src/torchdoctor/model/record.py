@@ -360,6 +360,17 @@ class StaticFinding:
 
 
 @dataclass
+class LossTrace:
+    """The values the script passed to `backward()`, in call order: the numerics guard's evidence
+    (compare, tune). Read once, when the run ended: no sync inside the steps."""
+
+    steps: list[int] = field(default_factory=list)  # the optimizer step each backward belonged to (1-based)
+    values: list[str] = field(default_factory=list)  # float.hex of each value: exact, NaN and inf included
+    dtype: str = ""
+    dropped: int = 0  # backward calls past the first MAX_LOSSES, or not a one-element tensor
+
+
+@dataclass
 class RankView:
     """One rank of a merged multi-rank run, as the cross-rank rules compare it (the rank's
     full record stays in RUN_DIR/rank-K/record.json)."""
@@ -418,6 +429,7 @@ class RunRecord:
     batch_scaling: BatchScaling | None = None  # `torchdoctor memory`: trials at several batch sizes
     distributed: DistributedInfo | None = None  # this rank's, in a multi-rank run (rank 0's when merged)
     ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
+    losses: LossTrace | None = None  # what the script passed to backward(), for the numerics guard
 
     @property
     def measured_steps(self) -> list[StepSample]:

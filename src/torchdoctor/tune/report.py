@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torchdoctor.version import __version__
 from torchdoctor.diagnosis.run import analyze
 from torchdoctor.rules.noise import throughput
+from torchdoctor.compare.numerics import CHANGED, NumericsVerdict, floor_of, judge, knobs_of
 from torchdoctor.compare.runs import ComparedRun, compare_runs, projection_table
 from torchdoctor.model.findings import Finding, Report, Table
 from torchdoctor.tune.plan import COMBINED, FIX, LADDER, SCALING, UPPER_BOUND
@@ -62,11 +63,23 @@ def _estimate_for(finding: Finding, trial: TunedTrial) -> float | None:
     return finding.estimated_speedup
 
 
+def numerics(outcome: TuneOutcome, trial: TunedTrial) -> NumericsVerdict:
+    """The trial's losses against the baseline's (the guard: compare/numerics.py)."""
+    base = outcome.baseline.record
+    repeat = outcome.baseline_repeat.record if outcome.baseline_repeat is not None else None
+    floor = floor_of(base, repeat) if trial is not outcome.baseline_repeat else None
+    return judge(base.losses if base else None, trial.record.losses if trial.ok else None,
+                 knobs_of(trial.record) if trial.ok else {}, floor)
+
+
 def recommended(outcome: TuneOutcome) -> TunedTrial | None:
-    """The fastest fix or combination that beat the baseline beyond noise."""
+    """The fastest fix or combination that beat the baseline beyond noise and kept the
+    script's numerics (within its knob's tolerance)."""
     best, best_ratio = None, 1.0
     for trial in outcome.trials:
         if trial.result.trial.kind not in (FIX, COMBINED):
+            continue
+        if trial.ok and numerics(outcome, trial).status == CHANGED:
             continue
         gain = outcome.gain(trial)
         if gain is not None and gain.significant and gain.ratio > best_ratio:
@@ -104,6 +117,7 @@ def tune_report(outcome: TuneOutcome, hours: float | None = None, price: float |
                      "eval=off, its figure for removing the phase entirely). Measured: the trial's throughput "
                      "over the baseline's, same steps, fresh process."),
         ))
+    report.tables.append(_numerics_table(outcome))
     report.tables.append(_ladder(outcome))
     failed = [t for t in outcome.trials if not t.ok]
     if failed:
@@ -115,6 +129,33 @@ def tune_report(outcome: TuneOutcome, hours: float | None = None, price: float |
         report.notes.append("Every ratio is against both baseline runs pooled (one before the trials, one after), "
                             "so drift during the tune widens the noise band instead of posing as a gain.")
     return report
+
+
+def _numerics_table(outcome: TuneOutcome) -> Table:
+    rows = []
+    repeat = outcome.baseline_repeat
+    if repeat is not None and repeat.ok:
+        v = numerics(outcome, repeat)
+        rows.append(["baseline (repeat)", "(as written)", v.status if v.status != "CHANGED" else "differs",
+                     v.compared, _rel(v.max_rel), "the script's own run-to-run difference: the floor", v.text])
+    for trial in outcome.trials:
+        if not trial.ok:
+            continue
+        v = numerics(outcome, trial)
+        rows.append([trial.result.trial.name, ", ".join(f"{k}={x}" for k, x in knobs_of(trial.record).items()) or "—",
+                     v.status, v.compared, _rel(v.max_rel), v.tolerance or "—", v.text])
+    return Table(title="Numerics guard", columns=["trial", "applied", "losses", "compared", "largest rel. diff",
+                                                  "must be", "detail"], rows=rows,
+                 caption=("Each trial's losses (the values the script passed to backward()) against the baseline's, "
+                          "step by step. Knobs that only move work (workers, pinning, prefetch, foreach/fused, "
+                          "zero_grad, no_sync, DDP buckets) must keep them bit-identical; AMP, TF32, compile, threads "
+                          "and compressed all-reduce within the stated tolerance; batch size and ranks change each "
+                          "step's data, so only the level of the losses is compared. A trial marked CHANGED is never "
+                          "recommended."))
+
+
+def _rel(value: float | None) -> str:
+    return "—" if value is None else "0" if value == 0 else f"{value:.2g}"
 
 
 def _one_rank_from_trial(outcome: TuneOutcome) -> None:
@@ -198,6 +239,9 @@ def _summary_notes(outcome: TuneOutcome, base: Report) -> list[str]:
         gain = outcome.gain(trial)
         if trial.result.trial.kind == UPPER_BOUND and gain is not None:
             notes.append(_upper_bound_note(base, trial, gain))
+        if trial.ok and trial.result.trial.kind in (FIX, COMBINED) and numerics(outcome, trial).status == CHANGED:
+            notes.append(f"Numerics: {trial.result.trial.name} changed the script's losses beyond what it may "
+                         f"({numerics(outcome, trial).text}); not recommended whatever its speed.")
     if outcome.skipped:
         notes.append("Skipped by --budget: " + "; ".join(outcome.skipped))
     if outcome.interrupted:
