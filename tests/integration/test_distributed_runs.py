@@ -230,3 +230,21 @@ def test_a_long_ddp_run_reports_without_error(tmp_path):
     report = json.loads(done.stdout)
     assert report["summary"]["steps_measured"] >= 1000 and "TD606" in {f["code"] for f in report["findings"]}
     assert "Traceback" not in done.stderr
+
+
+def test_a_rank_killed_by_sigkill_is_told_apart_from_an_allocator_out_of_memory(tmp_path):
+    """No Python exception, exit by SIGKILL: what the kernel's OOM killer does. The report says
+    host memory, not the allocator, keeps the other rank's record, and exits 1."""
+    out = tmp_path / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "30", "--warmup", "1", "--out", str(out),
+                  "--format", "json", str(JOB), fault="sigkill")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    [killed] = [f for f in report["findings"] if f["code"] == "TD503"]
+    assert "killed (SIGKILL)" in killed["title"] and "not the allocator" in killed["title"]
+    assert killed["evidence"]["kind"] == "host-oom-kill" and killed["evidence"]["ranks"] == [1]
+    assert "SIGKILL with no Python exception" in killed["message"]
+    merged = json.loads((out / "record.json").read_text())
+    assert (merged.get("memory") or {}).get("failure") is None  # not an allocator failure
+    assert records(out)[0]["steps"]  # rank 0's partial record is kept
+    assert_no_rank_left(out)

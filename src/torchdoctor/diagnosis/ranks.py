@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torchdoctor.model.distributed_record import DistributedInfo, OneRankBaseline, RankIdentity
 from torchdoctor.errors import InputError
+from torchdoctor.machine.oom import killed_words
 from torchdoctor.model.record import RankView, RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.rules.noise import throughput
@@ -165,7 +166,8 @@ def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord
             lost.append(known[rank])
             continue
         code = outcome.exit_codes.get(rank) if outcome is not None else None
-        how = f"its process ended with exit code {code}" + (f" (killed by signal {-code})" if code and code < 0 else "")
+        how = f"its process ended with exit code {code}" + (
+            f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "")
         if code is None:
             how = "its record is not in this directory (another node's ranks: copy their rank-K folders here)"
         lost.append(RankView(rank=rank, status="lost", exit_code=code or 0, error=f"rank {rank} wrote no record: {how}",

@@ -110,6 +110,10 @@ class OomEvent:
     device_free_bytes: int | None = None
     reserved_unused_bytes: int | None = None
     limit: str = ""  # what limit was hit, when torchdoctor knows (RLIMIT_AS, a CUDA fraction)
+    shape: list[int] = field(default_factory=list)  # the failing op's output, when the accounting saw the op
+    dtype: str = ""
+    input_shapes: list[list[int]] = field(default_factory=list)  # the failing op's tensor inputs
+    batch_shape: list[int] | None = None  # the failing step's training batch (its first tensor)
 
 
 @dataclass

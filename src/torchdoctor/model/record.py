@@ -72,6 +72,7 @@ class StepSample:
     checkpoint_s: float = 0.0
     logging_s: float = 0.0
     gpu_s: float | None = None  # CUDA-event time between step boundaries, when on CUDA
+    batch_shape: list[int] | None = None  # the step's (last) training batch's first tensor: growth shows here
 
     @property
     def duration_s(self) -> float:

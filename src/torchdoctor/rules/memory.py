@@ -195,6 +195,43 @@ class MemoryPressure(Rule):
             speedup=None, basis="memory measured by the trial at the script's batch size", severity=Severity.MEDIUM)]
 
 
+SIGKILL = 9
+
+
+def _killed_ranks(record: RunRecord) -> list:
+    return [v for v in record.ranks if v.status == "lost" and v.exit_code == -SIGKILL]
+
+
+def input_growth(record: RunRecord, failure) -> tuple[str, list[int]] | None:
+    """(a sentence, the largest shape that ran) when the training batch's shape at the failure
+    differs from the one the run started with: a batch or a sequence that grew."""
+    now = failure.batch_shape
+    shapes = [(s.index, s.batch_shape) for s in record.steps if s.batch_shape]
+    if not now or not shapes or shapes[0][1] == now:
+        return None
+    first_step, first = shapes[0]
+    ran = max((shape for _, shape in shapes if len(shape) == len(now)), key=lambda s: _numel(s), default=first)
+    if _numel(ran) >= _numel(now):
+        return None  # it ran at this size or larger before: not the growth
+    grown = [k for k in range(min(len(now), len(first))) if now[k] != first[k]]
+    what = "batch" if grown == [0] else "sequence length" if grown and grown[0] == 1 else "input shape"
+    at = next((i for i, shape in shapes if shape == ran), first_step)
+    middle = f", {_dims(ran)} by step {at}" if ran != first else ""
+    return (f"The training input's {what} grew during the run: {_dims(first)} at step {first_step}{middle}, "
+            f"{_dims(now)} at the failure in step {failure.step}"), ran
+
+
+def _numel(shape: list[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def _dims(shape: list[int]) -> str:
+    return "x".join(map(str, shape))
+
+
 class OutOfMemory(Rule):
     code = "TD503"
     slug = "out-of-memory"
@@ -209,15 +246,46 @@ class OutOfMemory(Rule):
     def not_measurable(self, record, facts):
         return None
 
+    def _killed(self, record: RunRecord) -> list[Finding]:
+        """A rank ended by SIGKILL with no Python exception: killed from outside, most often by the
+        kernel's out-of-memory killer. Not an allocator out-of-memory error: said apart."""
+        killed = _killed_ranks(record)
+        if not killed:
+            return []
+        first = killed[0]
+        where = f"; it was last at {first.last_position}" if first.last_position else ""
+        steps = max((len(v.steps) for v in record.ranks if v.steps), default=0)
+        return [self.finding(
+            title=f"Rank {first.rank} was killed (SIGKILL) with no Python exception: host memory, not the allocator",
+            message=(f"{first.error}{where}. No out-of-memory error was raised inside the script, so PyTorch's "
+                     f"allocator did not fail: the process was ended from outside. The other ranks' records (up to "
+                     f"{steps} steps) are kept. Host RAM is used by DataLoader workers (each a copy of the dataset "
+                     "object), pinned buffers and the CPU side of the model; `torchdoctor memory` measures the "
+                     "training step's own tensors."),
+            location=None,
+            evidence={"ranks": [v.rank for v in killed], "signal": "SIGKILL", "kind": "host-oom-kill"},
+            speedup=None, basis="the launcher's exit codes and the memory cgroup's OOM-kill count",
+            severity=Severity.HIGH,
+            fix=("Find what holds host memory: fewer DataLoader workers or a dataset that reads lazily instead of "
+                 "holding everything in each worker's copy, `pin_memory=False` to test, a smaller `prefetch_factor`; "
+                 "raise the container's memory limit if the job needs it. `dmesg | grep -i oom` shows the kill."))]
+
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         memory = record.memory
         failure = memory.failure if memory is not None else None
         if failure is None:
-            return []
-        advice = oom_advice(failure, memory, record.batch_scaling, record.optimizers)
+            return self._killed(record)
+        grew = input_growth(record, failure)
+        advice = oom_advice(failure, memory, record.batch_scaling, record.optimizers, grew[1] if grew else None)
         parts = ", ".join(f"{p.replace('_', ' ')} {format_bytes(failure.parts[p])}" for p in PARTS if failure.parts.get(p))
         live = f" with {format_bytes(failure.live_bytes)} live" if failure.live_bytes is not None else ""
         asked = f"{format_bytes(failure.requested_bytes)} requested" if failure.requested_bytes else "an allocation failed"
+        op = ""
+        if failure.op or failure.shape:
+            shape = "x".join(map(str, failure.shape)) + (f" {failure.dtype}" if failure.dtype else "")
+            inputs = ", ".join("x".join(map(str, s)) for s in failure.input_shapes)
+            op = (f" The allocation was {failure.op or 'an op'}'s" + (f" {shape} output" if failure.shape else " output")
+                  + (f" (inputs {inputs})" if inputs else "") + ".")
         where = f" (batch of {failure.batch_size})" if failure.batch_size else ""
         ranked = "; ".join(f"{i}. {a.change}: saves ~{format_bytes(a.saves_bytes)}" for i, a in enumerate(advice, 1))
         fix = "\n".join(f"{i}. {a.change} — saves ~{format_bytes(a.saves_bytes)} ({a.basis})"
@@ -226,11 +294,14 @@ class OutOfMemory(Rule):
                         for i, a in enumerate(advice, 1)) or self.fix
         return [self.finding(
             title=f"Out of memory in step {failure.step}{where}: {asked}{live}",
-            message=(f"{failure.message}. When it failed ({failure.phase or 'after the accounted steps'}): "
-                     f"{parts or 'no breakdown'}." + (f" What to change, most memory saved first: {ranked}."
-                                                      if ranked else "")),
+            message=(f"{failure.message}.{op}" + (f" {grew[0]}." if grew else "")
+                     + f" When it failed ({failure.phase or 'after the accounted steps'}): {parts or 'no breakdown'}."
+                     + (f" What to change, most memory saved first: {ranked}." if ranked else
+                        " No change torchdoctor can size saves a tenth of the failed allocation; see the breakdown.")),
             location=failure.location,
             evidence={"requested_bytes": failure.requested_bytes, "live_bytes": failure.live_bytes,
+                      "shape": failure.shape or None, "op": failure.op or None,
+                      "input_grew": grew[0] if grew else None,
                       "parts": dict(failure.parts), "step": failure.step, "batch_size": failure.batch_size,
                       "advice": [{"change": a.change, "saves_bytes": a.saves_bytes} for a in advice]},
             speedup=None,

@@ -78,6 +78,7 @@ class StepLedger:
     def reset(self) -> None:
         self.seconds = dict.fromkeys(CATEGORIES, 0.0)
         self.samples: int | None = None
+        self.batch_shape: list[int] | None = None  # the step's last training batch's first tensor
         self.micro_batches = 0
         self.closure_calls = 0
         self.heavy_probe_ran = False
@@ -285,7 +286,7 @@ class RunSession:
         sec = ledger.seconds
         return StepSample(index=index, start=self.interval_start - self.t0, end=now - self.t0,
                           warmup=warmup, sampled=sampled, micro_batches=ledger.micro_batches,
-                          closure_calls=ledger.closure_calls, samples=ledger.samples,
+                          closure_calls=ledger.closure_calls, samples=ledger.samples, batch_shape=ledger.batch_shape,
                           data_wait_s=sec["data_wait"], backward_s=sec["backward"], optimizer_s=sec["optimizer"],
                           zero_grad_s=sec["zero_grad"], eval_s=sec["eval"], checkpoint_s=sec["checkpoint"],
                           logging_s=sec["logging"])
