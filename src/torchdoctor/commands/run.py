@@ -201,9 +201,16 @@ def _outcome_code(record) -> int:
         return EXIT_SCRIPT_FAILED
     if run.status == "interrupted":
         return EXIT_INTERRUPTED
-    if not record.steps and run.status != "loader-only":
+    if not record.steps and run.status != "loader-only" and not _trained_elsewhere(record):
         return EXIT_USAGE
     return EXIT_OK
+
+
+def _trained_elsewhere(record) -> bool:
+    """The script ran to its end and trained in processes it started itself (said in the
+    report): a finished run with what could be measured, not a usage error."""
+    return record.run.status in ("completed", "exited") and record.run.exit_code == 0 \
+        and record.run.backward_calls == 0 and any(n.probe == "spawn" for n in record.probe_notes)
 
 
 def _outcome_message(record, run_dir: Path) -> str:
