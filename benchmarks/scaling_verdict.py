@@ -33,7 +33,9 @@ LIMITS = ["--steps", "20", "--warmup", "2", "--max-seconds", "120"]
 
 
 def doctor(*args: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    # the job's ranks run one thread each (torchrun's default, which `run` applies); the separate
+    # one-rank run must too, or it measures a different thing (two threads contending on a busy core)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     env.pop("TORCHDOCTOR_SIMULATED_LINK_GBPS", None)
     done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", *LIMITS, "--format", "json", *args],
                           capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)

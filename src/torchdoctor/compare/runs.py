@@ -203,7 +203,26 @@ def _warnings(runs: list[ComparedRun]) -> list[str]:
 
 
 def _busy_warnings(runs: list[ComparedRun]) -> list[str]:
-    return [f"{r.name}: {r.report.summary.machine_busy}" for r in runs if r.busy]
+    """One warning for all the runs measured on a busy machine, with each one's numbers."""
+    busy = [r for r in runs if r.busy]
+    if len(busy) == 1:
+        return [f"{busy[0].name}: {busy[0].report.summary.machine_busy}"]
+    if not busy:
+        return []
+    waited = [f"{r.name} {r.record.contention.runqueue_share:.0%}" for r in busy
+              if r.record.contention is not None and r.record.contention.runqueue_share is not None]
+    loads = [max(x for x in (r.record.contention.load_start, r.record.contention.load_end) if x is not None)
+             for r in busy if r.record.contention is not None
+             and (r.record.contention.load_start is not None or r.record.contention.load_end is not None)]
+    cpus = next((r.record.contention.cpus for r in busy if r.record.contention and r.record.contention.cpus), None)
+    facts = []
+    if waited:
+        facts.append("the training thread waited for a CPU: " + ", ".join(waited) + " of the measured time")
+    if loads:
+        facts.append(f"load average up to {max(loads):.1f}" + (f" on {cpus} CPUs" if cpus else ""))
+    return [f"Busy machine in {len(busy)} of {len(runs)} runs (" + "; ".join(facts) + "): step times and every "
+            "ratio below are less reliable; each band is at least 10 % and reaches to what the runs' measured CPU "
+            "waiting alone explains. Re-run on a quieter machine to confirm."]
 
 
 def load_runs(paths: list[Path]) -> list[ComparedRun]:
@@ -291,6 +310,8 @@ def projection_table(runs: list[ComparedRun], hours: float, price: float | None 
         point = hours * (1 - 1 / moved.ratio)
         high = hours * (1 - 1 / (moved.ratio + band))
         low = hours * (1 - 1 / (moved.ratio - band)) if moved.ratio - band > 0 else None
+        if not moved.significant:  # inside the noise (or what CPU waiting explains): the band holds 0
+            high, low = max(high, 0.0), None if low is None else min(low, 0.0)
         saved = (f"{point:.1f} h" + (" (slower: lost)" if point < 0 else "")) if moved.significant else \
             "no measurable change"
         spread = f"{low:.1f} to {high:.1f} h" if low is not None else f"at most {high:.1f} h (the band is that wide)"

@@ -300,7 +300,7 @@ class StorageLedger:
         parts = _sum_parts((self._part(e, None), e.nbytes) for e in at_peak)
         account = StepAccount(
             memory=StepMemory(step=step, peak_bytes=self.peak, phase_peaks=dict(self.phase_peaks), parts=parts,
-                              samples=samples, complete=complete),
+                              samples=samples if samples is not None else self.input_rows, complete=complete),
             largest=[self._allocation(e, None) for e in sorted(at_peak, key=lambda e: -e.nbytes)[:LARGEST_KEPT]],
             modules=self._module_table(),
             timeline=_downsample(self.points),
