@@ -105,8 +105,9 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
 
 
 def data_bound(record: RunRecord) -> tuple[int | None, str]:
-    """The most rows one step can take from the training loader, and why: its sampler's length
-    per epoch (a DistributedSampler: this rank's shard), else the dataset's."""
+    """The most rows one step can take from the training loader, and why: what its sampler yields
+    per epoch (a DistributedSampler: this rank's shard; a sampler drawing with replacement: as
+    many as it is asked for), else the dataset's length."""
     loader = training_loader(record)
     if loader is None:
         return None, ""
@@ -114,7 +115,7 @@ def data_bound(record: RunRecord) -> tuple[int | None, str]:
     if loader.sampler_len and loader.sampler_type == "DistributedSampler":
         return loader.sampler_len, (f"the training loader's DistributedSampler gives each rank {loader.sampler_len:,} "
                                     f"rows per epoch (its shard of the {dataset})")
-    if loader.sampler_len and loader.dataset_len and loader.sampler_len < loader.dataset_len:
+    if loader.sampler_len and loader.dataset_len and loader.sampler_len != loader.dataset_len:
         return loader.sampler_len, (f"the training loader's {loader.sampler_type or 'sampler'} gives "
                                     f"{loader.sampler_len:,} rows per epoch (of the {dataset})")
     if loader.dataset_len:
