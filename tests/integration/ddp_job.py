@@ -1,6 +1,5 @@
-"""A small DDP job for the multi-rank integration tests. FAULT (environment) plants a failure
-on rank 1: crash (ValueError at step 4), hang (sleeps at step 4), sigkill (SIGKILL at step 4),
-slow (every step sleeps)."""
+"""A small DDP job for the multi-rank integration tests. FAULT (environment) plants a failure on rank 1:
+crash (ValueError at step 4), hang (sleeps at step 4), slow (every step sleeps), sigkill (SIGKILL at step 4)."""
 import os
 import time
 
@@ -21,12 +20,12 @@ def train(model, optimizer, rank, steps=300, accum=2):
         optimizer.zero_grad()
         if rank == 1 and step == 4 and FAULT == "crash":
             raise ValueError("bad batch at step 4")
-        if rank == 1 and step == 4 and FAULT == "sigkill":  # as the kernel's out-of-memory killer ends a process
-            os.kill(os.getpid(), 9)
         if rank == 1 and step == 4 and FAULT == "hang":
             time.sleep(300)
         if FAULT == "slow":
             time.sleep(0.05)
+        if rank == 1 and step == 4 and FAULT == "sigkill":  # as the kernel's out-of-memory killer ends a process
+            os.kill(os.getpid(), 9)
 
 
 def main():
