@@ -22,6 +22,9 @@ For each model, every number from real trials (a fresh process per batch size, a
      tensors give their address space back at once; with its defaults it keeps freed chunks (the
      CPU's counterpart of a caching allocator's reserved-but-unused memory).
 
+`--smaller-datasets` adds a row per dataset smaller than the fitted maximum (issue 23): where the
+search stopped, the recommended batch and the fastest trial.
+
 Targets (issue 16): median error at 4x <= 10 %, worst <= 20 %; predicted largest batch within
 one step of the search from the truth; at most 8 trials for the search.
 Writes benchmarks/results/memory_accuracy.json.
@@ -150,7 +153,48 @@ def largest_batch(name: str, capacity: int, params: int, known_fit: int, work: P
     }
 
 
+SMALLER_DATASETS = [600, 3000]  # rows: far below the batch 2 GiB of tensors would hold for the MLP
+
+
+def smaller_datasets() -> int:
+    """`--smaller-datasets`: the memory command on the MLP with datasets smaller than the batch
+    the fit allows; the search must stop at the dataset, no trial report a batch beyond it, and
+    the recommendation be the fitting trial with the most samples/s. Added to the results file."""
+    import subprocess
+
+    load_before, rows = os.getloadavg(), []
+    with tempfile.TemporaryDirectory(prefix="td-memory-rows-") as tmp:
+        for n in SMALLER_DATASETS:
+            out = Path(tmp) / f"rows-{n}"
+            started = time.monotonic()
+            subprocess.run([sys.executable, "-m", "torchdoctor", "memory", "--device-memory", "2GiB", "--headroom", "0",
+                            "--steps", "3", "--warmup", "1", "--out", str(out), "--format", "json",
+                            str(WORKLOADS / "mlp.py"), "--rows", str(n)], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), timeout=1200)
+            scaling = json.loads((out / "record.json").read_text())["batch_scaling"]
+            trials = scaling["trials"]
+            fitting = [t for t in trials if t["outcome"] == FITS and t["samples_per_s"]]
+            fastest = max(fitting, key=lambda t: t["samples_per_s"])
+            row = {"dataset_rows": n, "fitted_max_batch": scaling["predicted_max_batch"],
+                   "data_bound": scaling["data_bound"], "largest_batch_tried": max(t["batch_size"] for t in trials),
+                   "verified_max_batch": scaling["verified_max_batch"], "recommended_batch": scaling["recommended_batch"],
+                   "fastest_trial_batch": fastest["batch_size"], "trials": len(trials),
+                   "any_trial_beyond_data": any(t["batch_size"] > n for t in trials),
+                   "said": [x for x in scaling["notes"] if "stopped" in x or "beyond" in x],
+                   "seconds": round(time.monotonic() - started, 1)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = json.loads(OUT.read_text()) if OUT.exists() else {}
+    result["smaller_datasets"] = {"date": datetime.date.today().isoformat(), "load_average_before": load_before,
+                                  "load_average_after": os.getloadavg(), "cpus": os.cpu_count(),
+                                  "capacity": "--device-memory 2GiB --headroom 0", "rows": rows}
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--smaller-datasets"]:
+        return smaller_datasets()
     chosen = sys.argv[1:] or list(MODELS)
     os.environ.update(MALLOC)  # every trial process inherits it
     load_before = os.getloadavg()

@@ -1,5 +1,5 @@
-"""A small DDP job for the multi-rank integration tests. FAULT (environment) plants a failure
-on rank 1: crash (ValueError at step 4), hang (sleeps at step 4), slow (every step sleeps)."""
+"""A small DDP job for the multi-rank integration tests. FAULT (environment) plants a failure on rank 1:
+crash (ValueError at step 4), hang (sleeps at step 4), slow (every step sleeps), sigkill (SIGKILL at step 4)."""
 import os
 import time
 
@@ -24,12 +24,14 @@ def train(model, optimizer, rank, steps=300, accum=2):
             time.sleep(300)
         if FAULT == "slow":
             time.sleep(0.05)
+        if rank == 1 and step == 4 and FAULT == "sigkill":  # as the kernel's out-of-memory killer ends a process
+            os.kill(os.getpid(), 9)
 
 
 def main():
     dist.init_process_group("gloo")
     model = DDP(nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4)))
-    train(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank())
+    train(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank(), steps=int(os.environ.get("STEPS", 300)))
 
 
 if __name__ == "__main__":

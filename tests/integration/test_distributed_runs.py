@@ -26,9 +26,9 @@ def env(**extra):
     return out
 
 
-def doctor(*args, fault="", **kw):
+def doctor(*args, fault="", extra_env=None, **kw):
     return subprocess.run([sys.executable, "-m", "torchdoctor", *args], capture_output=True, text=True,
-                          timeout=LIMIT_S, env=env(FAULT=fault), **kw)
+                          timeout=LIMIT_S, env=env(FAULT=fault, **(extra_env or {})), **kw)
 
 
 def rank_pids(run_dir: Path) -> list[int]:
@@ -192,3 +192,59 @@ def test_comm_over_nccl_reads_the_transport_and_the_path():
     assert result["backend"] == "nccl" and result["link"]["kind"] in ("nvlink", "pcie")
     assert result["link"]["topology_level"] and result["link"]["expected_gbps"] > 0
     assert all(s["busbw_gbps"] > 0 for s in result["sizes"])
+
+
+def _one_cpu():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def test_ranks_sharing_cores_get_a_scaling_verdict_from_a_measured_one_rank_run(tmp_path):
+    """Two ranks pinned to one CPU core: the model (a rank's step minus its communication)
+    would say ~2x; one rank alone is measured in the same command instead."""
+    out = tmp_path / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "20", "--warmup", "1", "--out", str(out),
+                  "--format", "json", str(JOB), preexec_fn=_one_cpu)
+    assert done.returncode == 0, done.stderr
+    assert "measuring one rank alone" in done.stderr
+    [verdict] = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "TD606"]
+    assert verdict["evidence"]["one_rank"] == "measured" and "(measured)" in verdict["title"]
+    assert "share cores" in verdict["message"] or "waited for a CPU" in verdict["message"]
+    assert verdict["evidence"]["throughput_vs_one_rank"] < 1.5  # two ranks taking turns on one core
+    assert (out / "one-rank" / "rank-0" / "record.json").exists()
+    again = json.loads(doctor("report", str(out), "--format", "json").stdout)  # re-rendered: still measured
+    assert [f for f in again["findings"] if f["code"] == "TD606"][0]["evidence"]["one_rank"] == "measured"
+    never = doctor("run", "--nproc-per-node", "2", "--steps", "6", "--warmup", "1", "--one-rank", "never",
+                   "--out", str(tmp_path / "never"), "--format", "json", str(JOB), preexec_fn=_one_cpu)
+    [model] = [f for f in json.loads(never.stdout)["findings"] if f["code"] == "TD606"]
+    assert model["severity"] == "info" and "by a model" in model["title"] and "likely wrong here" in model["message"]
+    assert_no_rank_left(out)
+
+
+def test_a_long_ddp_run_reports_without_error(tmp_path):
+    """1,500 measured steps: the straggler test's binomial sum overflowed a float past ~1,000."""
+    out = tmp_path / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "1500", "--warmup", "1", "--max-seconds", "90",
+                  "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
+                  extra_env={"STEPS": "1600"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["summary"]["steps_measured"] >= 1000 and "TD606" in {f["code"] for f in report["findings"]}
+    assert "Traceback" not in done.stderr
+
+
+def test_a_rank_killed_by_sigkill_is_told_apart_from_an_allocator_out_of_memory(tmp_path):
+    """No Python exception, exit by SIGKILL: what the kernel's OOM killer does. The report says
+    host memory, not the allocator, keeps the other rank's record, and exits 1."""
+    out = tmp_path / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "30", "--warmup", "1", "--out", str(out),
+                  "--format", "json", str(JOB), fault="sigkill")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    [killed] = [f for f in report["findings"] if f["code"] == "TD503"]
+    assert "killed (SIGKILL)" in killed["title"] and "not the allocator" in killed["title"]
+    assert killed["evidence"]["kind"] == "host-oom-kill" and killed["evidence"]["ranks"] == [1]
+    assert "SIGKILL with no Python exception" in killed["message"]
+    merged = json.loads((out / "record.json").read_text())
+    assert (merged.get("memory") or {}).get("failure") is None  # not an allocator failure
+    assert records(out)[0]["steps"]  # rank 0's partial record is kept
+    assert_no_rank_left(out)

@@ -70,6 +70,9 @@ def test_under_ddp_with_two_cpu_ranks_every_rank_stops_at_the_limit_and_rank_0_w
     # DistributedSampler inside itself (same dataset: the user's line is the one to change)
     assert {code for code, _, _ in causes(report)} == {"TD101", "TD201"}
     assert by_file(causes(report)) == planted(SCRIPT)
+    # what a rank-0 report lacks is said: the cross-rank sections, and samples/s that is not the job's
+    [lacks] = [n for n in report.notes if "rank 0's of 2 ranks" in n]
+    assert "TD601-TD607" in lacks and "torchdoctor run --nproc-per-node 2" in lacks
 
 
 @pytest.mark.slow

@@ -214,3 +214,90 @@ def test_ddp_trials_fail_together_when_one_rank_runs_out_and_agree_when_all_fit(
     parallel = ranks[0]["memory"]["parallel"]
     assert parallel["wrapper"] == "DistributedDataParallel" and parallel["replicas"] == 2
     assert parallel["bucket_bytes"] == (32 * 128 + 128 + 128 * 4 + 4) * 4  # a second copy of the gradients
+
+
+SMALL_DATA = TRAIN.replace("8192", "600").replace("range(5)", "range(40)")
+
+
+def test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset(tmp_path, capsys):
+    """600 rows in 2 GiB of room: the memory fit alone would allow batches of many thousands."""
+    script = tmp_path / "train.py"
+    script.write_text(SMALL_DATA)
+    out = tmp_path / "mem"
+    assert main(["memory", "--device-memory", "2GiB", "--headroom", "0", "--max-trials", "8", "--steps", "3",
+                 "--warmup", "1", "--out", str(out), "--format", "json", str(script)]) == 0
+    scaling = json.loads((out / "record.json").read_text())["batch_scaling"]
+    assert scaling["data_bound"] == 600 and "600 rows" in scaling["data_bound_basis"]
+    assert max(t["batch_size"] for t in scaling["trials"]) == 600 and scaling["verified_max_batch"] == 600
+    assert scaling["predicted_max_batch"] > 600  # the memory fit alone
+    assert any("stopped at batch 600" in n for n in scaling["notes"])
+    fitting = [t for t in scaling["trials"] if t["outcome"] == "fits" and t["samples_per_s"]]
+    best = max(fitting, key=lambda t: t["samples_per_s"])
+    rec = scaling["recommended_batch"]
+    assert rec is not None and rec <= best["batch_size"]  # the fastest, or a smaller one within its noise
+    report = json.loads(capsys.readouterr().out)
+    for f in report["findings"]:
+        for value in (f["evidence"].get("recommended_batch"), f["evidence"].get("larger_batch"),
+                      f["evidence"].get("verified_max_batch")):
+            assert value is None or value <= 600
+
+
+# The sequence grows at the 8th batch, long after the accounted warmup step: the failing
+# allocation is the projection's output inside Model.forward, not the loss line that called it.
+GROWING = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+torch.set_num_threads(1)
+calls = []
+
+def collate(items):
+    calls.append(1)
+    length = 256 if len(calls) < 8 else 2**20
+    return torch.randn(len(items), length), torch.randn(len(items))
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(1, 64)
+
+    def forward(self, x):
+        h = self.proj(x.unsqueeze(-1))
+        return h.mean(dim=(1, 2))
+
+model = Model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(list(range(4096)), batch_size=16, collate_fn=collate)
+for x, y in loader:
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+def test_an_out_of_memory_after_the_window_names_the_allocating_line_and_the_growth(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(GROWING)
+    limit = _address_space_after_import() + 768 * 2**20
+
+    def impose_limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = tmp_path / "run"
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--warmup", "1", "--steps", "20", "--out",
+                           str(out), "--format", "json", str(script)], capture_output=True, text=True,
+                          preexec_fn=impose_limit, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    failure = json.loads((out / "record.json").read_text())["memory"]["failure"]
+    assert not failure["accounted"] and failure["step"] == 8
+    assert failure["location"]["function"] == "Model.forward"  # the innermost line of the user's code
+    assert failure["batch_shape"] == [16, 2**20] and failure["requested_bytes"] >= 16 * 2**20 * 64 * 4
+    oom = next(f for f in json.loads((out / "report.json").read_text())["findings"] if f["code"] == "TD503")
+    assert "sequence length grew" in oom["message"] and "16x256" in oom["message"] and "16x1048576" in oom["message"]
+    changes = [a["change"] for a in oom["evidence"]["advice"]]
+    assert any(c.startswith("cap the sequence length at 256") for c in changes)
+    assert all(a["saves_bytes"] >= 0.1 * failure["requested_bytes"] for a in oom["evidence"]["advice"])

@@ -215,3 +215,45 @@ def test_unknown_knob_is_a_usage_error_listing_the_valid_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "unknown knob 'num_workers'; valid knobs: workers," in err
     assert not out.exists()  # nothing ran
+
+
+HOGWILD = '''
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+
+def train(model, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        loss = model(torch.randn(32, 16)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("worker done", flush=True)
+
+
+if __name__ == "__main__":
+    model = nn.Linear(16, 4)
+    model.share_memory()
+    procs = [mp.Process(target=train, args=(model, 100)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+'''
+
+
+def test_hogwild_workers_run_as_written_and_the_run_says_once_what_it_did_not_measure(tmp_path, capfd):
+    """Forked workers inherit the probes: they must neither count steps nor be stopped by them."""
+    script = tmp_path / "hogwild.py"
+    script.write_text(HOGWILD)
+    assert main(["run", "--steps", "5", "--warmup", "1", "--out", str(tmp_path / "run"), "--format", "json",
+                 str(script)]) == 0
+    out, err = capfd.readouterr()
+    assert out.count("worker done") == 3 or err.count("worker done") == 3
+    assert "StopRun" not in err and "Traceback" not in err
+    report = json.loads(out[out.index("{"):])
+    said = [n for n in report["notes"] if "started 3 processes running train" in n]
+    assert len(said) == 1 and "Hogwild" in said[0]

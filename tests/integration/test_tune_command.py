@@ -59,3 +59,45 @@ def test_a_crashing_baseline_exits_1_with_its_log(tmp_path, capsys):
     script.write_text("raise SystemExit('no data here')\n")
     code = main(["tune", "--steps", "3", "--out", str(tmp_path / "t"), str(script)])
     assert code == 1 and "the baseline run failed" in capsys.readouterr().err
+
+
+# Two heads trained on alternate steps with SGD's weight decay: zero_grad(set_to_none=False) keeps
+# decaying the idle head; set_to_none skips it. The "zero_grad=none" fix changes the training.
+TWO_HEADS = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+torch.set_num_threads(1)
+data = TensorDataset(torch.randn(2048, 32), torch.randn(2048, 1))
+loader = DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
+body = nn.Sequential(nn.Linear(32, 64), nn.ReLU())
+heads = nn.ModuleList([nn.Linear(64, 1), nn.Linear(64, 1)])
+params = list(body.parameters()) + list(heads.parameters())
+opt = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.1)
+step = 0
+for epoch in range(20):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(heads[step % 2](body(x)), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        step += 1
+"""
+
+
+def test_tune_flags_a_knob_that_changes_numerics_and_marks_the_others_identical(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(TWO_HEADS)
+    out = tmp_path / "tune"
+    code = main(["tune", "--steps", "8", "--warmup", "2", "--out", str(out), "--format", "json",
+                 "--trials", "zero_grad=none", "--trials", "foreach=true", "--trials", "workers=1", str(script)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    guard = {r[0]: r for r in next(t for t in report["tables"] if t["title"] == "Numerics guard")["rows"]}
+    assert guard["baseline (repeat)"][2] == "bit-identical"  # the script is reproducible: the floor is 0
+    assert guard["foreach=true"][2] == "bit-identical" and guard["workers=1"][2] == "bit-identical"
+    assert guard["zero_grad=none"][2] == "CHANGED" and "must not change numerics" in guard["zero_grad=none"][6]
+    assert any(n.startswith("Numerics: zero_grad=none changed") for n in report["notes"])
+    assert not any(n.startswith("Recommended: --set zero_grad=none") for n in report["notes"])

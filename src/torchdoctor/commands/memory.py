@@ -78,6 +78,11 @@ def main(argv: Sequence[str]) -> int:
     emit(report, opts.format)
     sys.stderr.write(f"torchdoctor memory: {len(record.batch_scaling.trials)} trials; memory directory: {out}\n")
     if record.run.status == "crashed" and (record.memory is None or record.memory.failure is None):
+        if opts.estimate:  # the fake tensors stopped, not the script: never blamed on it
+            from torchdoctor.memory.estimate import why_the_estimate_stopped
+
+            raise ScriptFailed(f"{why_the_estimate_stopped(record)}; run without --estimate to measure it on this "
+                               f"machine (the trial's output: {out / 'trials'})")
         raise ScriptFailed(f"{opts.target} failed at its own batch size before memory could be measured; "
                            f"see {out / 'trials'}")
     return EXIT_OK

@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     dist.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines in the job (default 1)")
     dist.add_argument("--node-rank", type=int, metavar="R", help="this machine's place among them (0..M-1)")
     dist.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="where the ranks meet (node 0's address, a free port)")
+    dist.add_argument("--one-rank", choices=("auto", "always", "never"), default="auto",
+                      help="after the job, measure one rank alone for the scaling verdict (TD606): auto (default) "
+                           "when the ranks share CPU cores or a GPU, or the job took at most 60 s; always; never")
     dist.add_argument("--stall-timeout", type=non_negative(float), default=60.0, metavar="S",
                       help="stop every rank when none finishes a step for S seconds (default 60)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
@@ -179,7 +182,7 @@ def _script_output_kept_off_stdout(redirect: bool) -> Iterator[TextIO]:
 
 
 _VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set", "--nproc-per-node",
-                  "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout"}
+                  "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout", "--one-rank"}
 
 
 def _module_split(argv: list[str]) -> int | None:
@@ -198,9 +201,16 @@ def _outcome_code(record) -> int:
         return EXIT_SCRIPT_FAILED
     if run.status == "interrupted":
         return EXIT_INTERRUPTED
-    if not record.steps and run.status != "loader-only":
+    if not record.steps and run.status != "loader-only" and not _trained_elsewhere(record):
         return EXIT_USAGE
     return EXIT_OK
+
+
+def _trained_elsewhere(record) -> bool:
+    """The script ran to its end and trained in processes it started itself (said in the
+    report): a finished run with what could be measured, not a usage error."""
+    return record.run.status in ("completed", "exited") and record.run.exit_code == 0 \
+        and record.run.backward_calls == 0 and any(n.probe == "spawn" for n in record.probe_notes)
 
 
 def _outcome_message(record, run_dir: Path) -> str:

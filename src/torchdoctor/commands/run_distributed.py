@@ -55,6 +55,8 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
         raise UsageError(f"the launcher could not start the ranks: {outcome.error}; check --rdzv-endpoint and "
                          "--nnodes/--node-rank (every node must use the same endpoint)")
     record = merge_run_dir(run_dir, outcome)
+    if _wants_one_rank(opts, nproc, record, outcome):
+        _measure_one_rank(opts, raw_knobs, nproc, target, args, module, record, run_dir)
     if any(k.partition("=")[0].strip() == "nproc" for k in raw_knobs):
         from torchdoctor.model.record import KnobOutcome
 
@@ -67,6 +69,53 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
     if outcome.stall is not None or outcome.error:
         return EXIT_SCRIPT_FAILED
     return code
+
+
+# A one-rank run costs about as long as the job's own (the same steps on one rank): measured
+# by default when the job took at most this long, or whenever ranks share cores or a GPU (the
+# model of one rank is wrong then).
+ONE_RANK_AFFORDABLE_S = 60.0
+
+
+def _wants_one_rank(opts, nproc: int, record, outcome) -> bool:
+    from torchdoctor.rules.rank_facts import shared_compute
+
+    mode = getattr(opts, "one_rank", "auto")
+    if mode == "never" or nproc < 2 or opts.nnodes != 1 or outcome.stall is not None or outcome.error \
+            or outcome.interrupted or record.run.status in ("crashed", "interrupted", "stalled") \
+            or not record.measured_steps:
+        return False
+    return mode == "always" or shared_compute(record) is not None or record.run.wall_s <= ONE_RANK_AFFORDABLE_S
+
+
+def _measure_one_rank(opts, raw_knobs: list[str], nproc: int, target: str, args: list[str], module: bool, record,
+                      run_dir: Path) -> None:
+    """One rank alone, the same script, limits, knobs and threads per rank, in RUN_DIR/one-rank:
+    the scaling verdict's baseline, measured instead of modelled."""
+    import time
+
+    from torchdoctor.diagnosis.ranks import ONE_RANK_DIR, measured_one_rank
+    from torchdoctor.run.ranks.launch import LaunchRequest, launch
+
+    sys.stderr.write(f"torchdoctor: measuring one rank alone for the scaling verdict (TD606): the same run with 1 "
+                     f"rank instead of {nproc} (the job took {record.run.wall_s:.0f} s; --one-rank never skips "
+                     "it)\n")
+    one_dir = run_dir / ONE_RANK_DIR
+    one_dir.mkdir(exist_ok=True)
+    started = time.monotonic()
+    request = LaunchRequest(nproc_per_node=1, stall_s=opts.stall_timeout,
+                            child_argv=child_argv(opts, raw_knobs, one_dir, target, args, module))
+    outcome = launch(request, one_dir)
+    seconds = time.monotonic() - started
+    baseline = measured_one_rank(run_dir, seconds) if not outcome.error else None
+    notes = record.distributed.notes
+    if baseline is None:
+        notes.append(f"one rank alone could not be measured (its run is in {one_dir}): the scaling verdict is a "
+                     "model")
+        return
+    record.distributed.one_rank = baseline
+    notes.append(f"one rank alone was measured for the scaling verdict: {baseline.steps} steps in {seconds:.0f} s "
+                 f"(its run: {one_dir})")
 
 
 def launch_message(record, outcome, run_dir: Path) -> str | None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from torchdoctor.commands.parser import CommandParser
+from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.tune.report import estimate_checks, tune_report
 from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, ScriptFailed, UsageError
 from torchdoctor.report import RENDERERS, emit, render
@@ -54,6 +54,10 @@ def parser() -> CommandParser:
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="a DDP script: every trial runs N ranks (and a trial with nproc=1 shows one rank beside N)")
+    p.add_argument("--hours", type=non_negative(float), metavar="H",
+                   help="project each measured gain onto a training run of H hours (hours saved, with the band)")
+    p.add_argument("--price-per-hour", type=non_negative(float), metavar="P",
+                   help="with --hours: the cost saved at P per device-hour")
     p.add_argument("-m", dest="module", action="store_true", help="the target is a module, as with python -m")
     p.add_argument("target", help="the training script (or module with -m)")
     p.add_argument("args", nargs="...", help="arguments for the script")
@@ -64,6 +68,8 @@ def main(argv: Sequence[str]) -> int:
     opts = parser().parse_args(list(argv))
     if opts.steps < 3 or opts.warmup < 0:
         raise UsageError("tune needs --steps ≥ 3 (noise is measured across windows of steps) and --warmup ≥ 0")
+    if opts.price_per_hour is not None and not opts.hours:
+        raise UsageError("--price-per-hour needs --hours H (the length of the training run to price)")
     trials = parse_trials(opts.trials) if opts.trials else None
     for trial in trials or []:
         parse_settings(trial.settings())  # a bad knob fails now, not in the fifth trial
@@ -74,7 +80,7 @@ def main(argv: Sequence[str]) -> int:
     settings = TrialSettings(opts.target, list(opts.args), opts.module, steps=opts.steps, warmup=opts.warmup,
                              max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node)
     outcome = Tuner(settings, tune_dir, opts.budget, trials, on_trial=TuneProgress()).run()
-    report = tune_report(outcome)
+    report = tune_report(outcome, opts.hours, opts.price_per_hour)
     report.save(tune_dir / "tune.json")
     (tune_dir / "tune.md").write_text(render(report, "md"), encoding="utf-8")
     (tune_dir / "tune.html").write_text(render(report, "html"), encoding="utf-8")

@@ -112,16 +112,26 @@ def scaling_tables(scaling: BatchScaling) -> list[Table]:
     for t in scaling.trials:
         per_sample = f"{1000 / t.samples_per_s:.3f}" if t.samples_per_s else ""
         notes = t.detail
-        if t.samples and t.samples < t.batch_size:
-            notes = (notes + "; " if notes else "") + f"only {t.samples} rows per step (the dataset is smaller)"
+        batch = f"{t.batch_size}"
+        if t.samples and t.batch_size and t.samples < t.batch_size:  # measured as the rows it got, not as asked
+            notes = (notes + "; " if notes else "") + (f"asked for {t.batch_size}, the data gave {t.samples} rows per "
+                                                       f"step: measured as batch {t.samples}")
+            batch = f"{t.samples}"
         mine = " (the script's)" if t.batch_size == scaling.user_batch_size else ""
-        rows.append([f"{t.batch_size}{mine}", t.outcome, format_bytes(t.peak_bytes) if t.peak_bytes else "",
+        best = " (recommended)" if scaling.recommended_batch and t.outcome == FITS and \
+            t.fit_batch == scaling.recommended_batch and t.samples_per_s else ""
+        rows.append([f"{batch}{mine}{best}", t.outcome, format_bytes(t.peak_bytes) if t.peak_bytes else "",
                      format_bytes(t.device_peak_bytes) if t.device_peak_bytes else "",
                      round(t.samples_per_s, 1) if t.samples_per_s else None, per_sample, notes])
     caption = (f"One fresh process per batch size (batch_size knob{': ' + scaling.loader if scaling.loader else ''}); "
                f"peak: tensor memory of the accounted steps; samples/s over the timed steps.")
     if scaling.nproc_per_node > 1:
         caption += f" Each trial ran {scaling.nproc_per_node} DDP ranks; a size fits when every rank fits."
+    if scaling.recommended_batch:
+        caption += (f" Recommended: batch {scaling.recommended_batch}, the fitting trial with the most samples/s (the "
+                    "smallest within its noise).")
+    if scaling.data_bound:
+        caption += f" The data bounds the batch at {scaling.data_bound:,}: {scaling.data_bound_basis}."
     if scaling.unreachable:
         caption += (f" The batch size could not be changed: {scaling.unreachable}; only the script's own batch "
                     "was measured.")

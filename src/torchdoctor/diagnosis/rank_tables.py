@@ -7,7 +7,7 @@ from torchdoctor.diagnosis.comm import comm_table
 from torchdoctor.model.findings import Table
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import ms
-from torchdoctor.rules.rank_facts import JobFacts, predict_fixes
+from torchdoctor.rules.rank_facts import JobFacts, predict_fixes, scaling_base
 
 
 def rank_tables(record: RunRecord, jf: JobFacts | None) -> list[Table]:
@@ -39,11 +39,19 @@ def _ranks_table(record: RunRecord, jf) -> Table:
 
 
 def _scaling_table(record: RunRecord, jf) -> Table:
-    rows = [[p.fix, p.knob or "—", ms(p.step_s), round(p.ratio, 2), p.basis] for p in predict_fixes(record, jf)]
+    base = scaling_base(record, jf)
+    rows = [[p.fix, p.knob or "—", ms(p.step_s), round(p.ratio, 2), p.basis] for p in predict_fixes(record, jf, base)]
+    if base.measured is not None:
+        one = base.measured
+        how = (f"'now' is measured: the job's throughput over one rank alone ({one.source}, {one.steps} steps, "
+               f"{one.seconds:.0f} s; its record: {one.run_dir})")
+    else:
+        how = ("'now' is modelled, not measured: one rank alone is taken as a rank's step without the job's "
+               "communication, which assumes the ranks share no compute (--one-rank always measures it)")
     return Table(title=f"Scaling: {jf.world_size} ranks against one", rows=rows,
                  columns=["configuration", "prove with --set", "step ms", "throughput vs one rank", "how"],
-                 caption=("Throughput of the whole job relative to one rank alone with the same per-rank batch. 'now' "
-                          "is measured; the others are predicted from the communication each fix removes."))
+                 caption=(f"Throughput of the whole job relative to one rank alone. {how}; the fixes are predicted "
+                          "from the communication each removes."))
 
 
 def rank_notes(record: RunRecord) -> list[str]:

@@ -12,14 +12,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from torchdoctor.model.distributed_record import DistributedInfo, RankIdentity
+from torchdoctor.model.distributed_record import DistributedInfo, OneRankBaseline, RankIdentity
 from torchdoctor.errors import InputError
+from torchdoctor.machine.oom import killed_words
 from torchdoctor.model.record import RankView, RunRecord
 from torchdoctor.rules.facts import training_loader
+from torchdoctor.rules.noise import throughput
 from torchdoctor.run.ranks.heartbeat import read_heartbeats
 from torchdoctor.model.serialize import SchemaError
 
 RANK_RECORD = "record.json"
+ONE_RANK_DIR = "one-rank"  # RUN_DIR/one-rank/rank-0/: one rank alone, measured for the scaling verdict
 TOP_LINES = 12
 FAILED = ("crashed",)
 
@@ -72,7 +75,35 @@ def merge_run_dir(run_dir: Path, outcome=None, launcher_record: RunRecord | None
             return previous
         raise InputError(f"{run_dir} has no rank-K/record.json; pass the folder `torchdoctor run` printed")
     check_one_job(records, run_dir)
-    return merge(records, outcome, previous, launcher_record, heartbeats=read_heartbeats(run_dir))
+    merged = merge(records, outcome, previous, launcher_record, heartbeats=read_heartbeats(run_dir))
+    kept = previous.distributed.one_rank if previous is not None and previous.distributed else None
+    merged.distributed.one_rank = kept or measured_one_rank(run_dir)
+    return merged
+
+
+def measured_one_rank(run_dir: Path, seconds: float | None = None,
+                      source: str = "measured in this command") -> OneRankBaseline | None:
+    """The one-rank run in RUN_DIR/one-rank, when there is one that measured steps."""
+    path = run_dir / ONE_RANK_DIR / "rank-0" / RANK_RECORD
+    try:
+        record = RunRecord.load(path)
+    except SchemaError:
+        return None
+    return one_rank_baseline(record, source, seconds if seconds is not None else record.run.wall_s,
+                             str(path.parent.relative_to(run_dir)))
+
+
+def one_rank_baseline(record: RunRecord, source: str, seconds: float, run_dir: str) -> OneRankBaseline | None:
+    """A one-rank record as the baseline of the scaling verdict; None without measured steps."""
+    speed = throughput(record)
+    if speed is None or record.run.status in FAILED:
+        return None
+    counted = [s.samples for s in record.measured_steps if s.samples is not None]
+    return OneRankBaseline(source=source, steps=len(record.measured_steps), step_s=speed.step_s,
+                           steps_per_s=speed.steps_per_s, samples_per_s=speed.samples_per_s,
+                           relative_sem=speed.relative_sem,
+                           samples_per_step=sum(counted) / len(counted) if counted else None,
+                           seconds=round(seconds, 1), run_dir=run_dir)
 
 
 def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = None,
@@ -118,6 +149,8 @@ def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
         ddp_steps=list(info.ddp_steps) if info else [], collectives=list(info.collectives) if info else [],
         phases=list(record.phases), loader_location=loader.iterated_at if loader else None, top_lines=lines,
         last_position=(heartbeat or {}).get("position"), contention=record.contention,
+        threads=record.environment.num_threads, cpus=record.environment.cpu_count,
+        device_index=record.nvml.device_index if record.nvml is not None and record.environment.cuda_used else None,
     )
 
 
@@ -133,7 +166,8 @@ def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord
             lost.append(known[rank])
             continue
         code = outcome.exit_codes.get(rank) if outcome is not None else None
-        how = f"its process ended with exit code {code}" + (f" (killed by signal {-code})" if code and code < 0 else "")
+        how = f"its process ended with exit code {code}" + (
+            f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "")
         if code is None:
             how = "its record is not in this directory (another node's ranks: copy their rank-K folders here)"
         lost.append(RankView(rank=rank, status="lost", exit_code=code or 0, error=f"rank {rank} wrote no record: {how}",

@@ -60,7 +60,10 @@ def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
                                 f"with more --steps); sized on the mean step it was: {f.estimate_basis}")
             continue
         if ratio > WIDEN_SPREAD:
-            low, high = _speedup(p90, saved), _speedup(p50, saved)
+            # the point is sized on the mean step, the range on p50 and p90: a skewed run can put the
+            # mean outside them, and a printed range always holds its own point
+            low = min(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
+            high = max(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
             f.evidence["estimate_range"] = [round(low, 3), round(high, 3)]
             f.estimate_basis += f"; {words}: between {low:.2f}x and {high:.2f}x"
         else:
@@ -89,6 +92,9 @@ def busy_machine(record: RunRecord) -> str | None:
         facts.append(f"load average {load:.1f} on {c.cpus} CPU{'s' if c.cpus != 1 else ''}")
     if c.involuntary_switches:
         facts.append(f"{c.involuntary_switches:,} involuntary context switches")
-    return ("The machine was busy during the measured steps (" + "; ".join(facts) + "): other processes took "
-            "CPU time, so step times and the estimates sized from them are less reliable; re-run on a quieter "
+    inflated = (f" Waiting for a CPU alone made the training thread's time up to {1 / (1 - share):.2f}x what it "
+                f"would be on an idle machine." if share is not None and 0.02 <= share < 0.95 else "")
+    return ("Busy machine: other processes took CPU time during the measured steps (" + "; ".join(facts) + ")."
+            + inflated + " Step times and every estimate sized from them are less reliable: estimates carry the "
+            "steps' spread, and compare and tune widen their noise band to at least 10 %. Re-run on a quieter "
             "machine to confirm.")

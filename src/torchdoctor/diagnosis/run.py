@@ -110,9 +110,12 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     merge_trace_findings(report, record)
     link_static_findings(report, record)
     report.summary.machine_busy = busy_machine(record)
+    if report.summary.machine_busy:
+        report.warnings.append(report.summary.machine_busy)
     report.notes.extend(_run_notes(record, facts))
     report.notes.extend(rank_notes(record))
-    report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes)
+    said = " ".join(report.notes)
+    report.notes.extend(f"{n.probe}: {n.message}" for n in record.probe_notes if n.message not in said)
     report.ranked()
     report.figures = run_figures(record, report.summary.gpu_metrics_missing)
     report.sources = source_excerpts(report.findings, record, recorded_sources)

@@ -29,6 +29,7 @@ class FrameworkRun:
         self.framework = framework
         self.run = InProcessRun(spec, label, script_path, stop="flag", writes=rank == 0)
         self.vote = StopVote() if world_size > 1 else None
+        self.world_size = world_size
         self.micro_steps = 0  # batches the framework ran (forward + backward each) while measuring
 
     @property
@@ -48,8 +49,18 @@ class FrameworkRun:
             return self.run.report
         outcome = Outcome.of(exc) if exc is not None else Outcome(status)
         self.run.stop_probes()
-        notes = self._micro_step_note()
+        notes = self._micro_step_note() + self._one_rank_of_many_note()
         return finish_in_process(self.run, *outcome.astuple(), notes=notes)
+
+    def _one_rank_of_many_note(self) -> list[ProbeNote]:
+        """Under DDP the callback's report is rank 0's alone: say what that leaves out."""
+        if self.world_size < 2:
+            return []
+        return [ProbeNote("ranks", f"this report is rank 0's of {self.world_size} ranks: every rank measured and "
+                                   f"stopped together, but the callback does not gather their records, so the Ranks, "
+                                   f"DDP and all-reduce sections and the cross-rank rules (TD601-TD607) are missing, "
+                                   f"and samples/s is rank 0's alone, not the job's. For all of it, run the unchanged "
+                                   f"script as `torchdoctor run --nproc-per-node {self.world_size} train.py`")]
 
     def _micro_step_note(self) -> list[ProbeNote]:
         """The framework's count of micro-steps against the probes' `backward()` calls: they

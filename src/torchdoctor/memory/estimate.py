@@ -39,6 +39,11 @@ def on_fake_tensors(run: Callable[[], RunRecord]) -> RunRecord:
     patches.wrap(DataLoader, "__iter__", _real_tensors)
     patches.wrap(_BaseDataLoaderIter, "__next__", _real_tensors)
     reads = _ValueReads()
+    # f"{loss:.4f}" formats a 0-d tensor through its value, which Tensor.__format__ reads only for
+    # a plain Tensor (a fake one raises TypeError); a logger's deepcopy of a fake tensor (Lightning's
+    # self.log) copies memory it does not have: both answered like any other read
+    patches.wrap(torch.Tensor, "__format__", lambda original: _fake_aware_format(original, reads))
+    patches.wrap(torch.Tensor, "__deepcopy__", _fake_aware_deepcopy)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), reads, warnings.catch_warnings():
             # the op sampler learns parameters by their storage's address, which a fake tensor has not
@@ -50,6 +55,32 @@ def on_fake_tensors(run: Callable[[], RunRecord]) -> RunRecord:
         if note:
             record.probe_notes.append(ProbeNote("estimate", note))
     return record
+
+
+def _fake_aware_format(original, reads: "_ValueReads"):
+    def __format__(tensor, spec):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(tensor, FakeTensor) and tensor.dim() == 0:
+            reads.note(sys._getframe(1))
+            return format(reads.answer(tensor), spec)
+        return original(tensor, spec)
+
+    return __format__
+
+
+def _fake_aware_deepcopy(original):
+    def __deepcopy__(tensor, memo):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(tensor, FakeTensor):
+            copy = tensor.detach().clone()  # a fake of the same shape, dtype and device: no memory to copy
+            copy.requires_grad_(tensor.requires_grad)
+            memo[id(tensor)] = copy
+            return copy
+        return original(tensor, memo)
+
+    return __deepcopy__
 
 
 def _real_tensors(original):
@@ -82,8 +113,7 @@ class _ValueReads:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
                     reads.note(sys._getframe(1))
-                    tensor = args[0]
-                    return False if tensor.dtype == torch.bool else 1.0 if tensor.is_floating_point() else 1
+                    return reads.answer(args[0])
                 return func(*args, **(kwargs or {}))
 
         self._mode = Mode()
@@ -92,6 +122,12 @@ class _ValueReads:
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
+
+    @staticmethod
+    def answer(tensor):
+        import torch
+
+        return False if tensor.dtype == torch.bool else 1.0 if tensor.is_floating_point() else 1
 
     def note(self, frame) -> None:
         from torchdoctor.run.probes.frames import display_path, user_frame
@@ -123,6 +159,16 @@ def stop_reason(record: RunRecord) -> str | None:
     return (f"cannot go on: the step needs the data itself ({kind}{' at ' + where if where else ''}: an op whose "
             f"output size depends on the values, as nonzero or boolean-mask indexing); fake tensors have no values, so "
             f"the estimate stops there with {done} complete step{'s' if done != 1 else ''}")
+
+
+def why_the_estimate_stopped(record: RunRecord) -> str:
+    """The fake run raised: where and why, as a limit of fake tensors (the script runs fine on real
+    ones as far as torchdoctor knows)."""
+    error = (record.run.error or "").strip().splitlines()
+    last = error[-1] if error else "an error"
+    where = _innermost_user_line(record.run.error or "")
+    return (f"the estimate on fake tensors could not go on{' at ' + where if where else ''} ({last[:200]}): fake "
+            "tensors have shapes but no values or memory, and this step needs one of them")
 
 
 def _innermost_user_line(traceback_text: str) -> str:

@@ -7,6 +7,9 @@
    a trial, then the grid step above it; bisection between the largest batch that fitted and
    the smallest that did not until they are one step apart.
 
+No batch beyond the data is tried: one step cannot take more rows than the loader has (the
+dataset's length, or a rank's DistributedSampler shard), so the search stops there and says so.
+
 Every trial that measured a peak joins the fit, so a prediction that missed is corrected by
 the trial that showed it. Pure: trials come from a `TrialRunner`; the DDP search is the same
 plan with a runner whose trial is every rank at the same size, judged together.
@@ -61,6 +64,9 @@ class BatchSearch:
     notes: list[str] = field(default_factory=list)
     first_prediction: int | None = None  # the fit's largest batch before any trial checked it
     step: int = 1  # the grid near that prediction
+    data_bound: int | None = None  # the most rows one step can take from the loader
+    data_bound_basis: str = ""
+    stopped_at_data: bool = False
 
     def run(self) -> BatchScaling:
         first, unreachable = self.runner.baseline()
@@ -76,10 +82,17 @@ class BatchSearch:
                 self._search(first.batch_size)
             except Unreachable as exc:
                 scaling.unreachable = str(exc)
+        scaling.data_bound, scaling.data_bound_basis = self.data_bound, self.data_bound_basis
+        if self.stopped_at_data:
+            at_bound = self.trial(self.data_bound)
+            self.notes.append(
+                f"the search stopped at batch {self.data_bound}: {self.data_bound_basis}, so no step can take more rows"
+                if at_bound is not None and at_bound.outcome == FITS else
+                f"no batch beyond {self.data_bound} was tried: {self.data_bound_basis}")
         scaling.trials = sorted(self.trials, key=lambda t: t.batch_size)
         points = self._points()
         scaling.fits = fit_points(points)
-        fitting = [t.batch_size for t in self.trials if t.outcome == FITS]
+        fitting = [t.fit_batch for t in self.trials if t.outcome == FITS]
         scaling.verified_max_batch = max(fitting) if fitting and self.capacity else None
         scaling.predicted_max_batch = self.first_prediction
         scaling.search_step = self.step
@@ -101,7 +114,7 @@ class BatchSearch:
         if self._left():
             self._try(low // 2 if low >= 2 else 2)
         for factor in (2, 4):
-            target = low * factor
+            target = self._bounded(low * factor)
             if self._left() and self.trial(target) is None and self._fits_by_fit(target) \
                     and not self._bounded_below(target):
                 self._try(target)
@@ -122,6 +135,9 @@ class BatchSearch:
             low, high = self._bounds()
             if high is not None and high - low <= self.step:
                 return
+            if self.data_bound is not None and low >= self.data_bound:
+                self.stopped_at_data = True
+                return
             if candidate is not None and low < candidate and (high is None or candidate < high) \
                     and self.trial(candidate) is None:
                 target = candidate
@@ -129,6 +145,7 @@ class BatchSearch:
                 target = low + self.step
             else:
                 target = low + max(1, (high - low) // (2 * self.step)) * self.step
+            target = self._bounded(target)
             if self.trial(target) is not None:
                 return
             self._try(target)
@@ -136,6 +153,13 @@ class BatchSearch:
             candidate = None if refit is None else max(1, refit - refit % self.step)
 
     # ---- trials ------------------------------------------------------------------------
+    def _bounded(self, batch: int) -> int:
+        """`batch`, or the data's bound when it is beyond it (noted: the search stops there)."""
+        if self.data_bound is not None and batch > self.data_bound:
+            self.stopped_at_data = True
+            return self.data_bound
+        return batch
+
     def _left(self) -> bool:
         return len(self.trials) < self.max_trials
 

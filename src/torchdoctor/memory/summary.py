@@ -14,6 +14,8 @@ from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings
 from torchdoctor.model.memory_record import FITS, BatchTrial
 from torchdoctor.model.record import RunRecord
+from torchdoctor.rules.facts import training_loader
+from torchdoctor.rules.memory import recommended_batch
 
 # A CUDA context and the libraries it loads take 0.3-0.6 GiB depending on the GPU, driver and
 # CUDA version, and the caching allocator rounds blocks up and keeps a cache: without a GPU in
@@ -83,11 +85,15 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
     memory = record.memory
     if capacity is not None and memory is not None and memory.device_total_bytes and capacity.total_bytes < memory.device_total_bytes:
         settings.limit_bytes, settings.limit_mode = capacity.total_bytes, "cuda"  # a real limit from the next trial
+    bound, basis = data_bound(record)
     if opts.estimate:  # nothing to verify on fake tensors: the points of the fit, then its prediction
-        scaling = BatchSearch(search_runner, None, max_trials=opts.max_trials).run()
+        scaling = BatchSearch(search_runner, None, max_trials=opts.max_trials, data_bound=bound,
+                              data_bound_basis=basis).run()
         _predict_only(scaling, capacity)
     else:
-        scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials).run()
+        scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials, data_bound=bound,
+                              data_bound_basis=basis).run()
+    scaling.recommended_batch = recommended_batch(scaling)
     scaling.nproc_per_node = opts.nproc_per_node
     scaling.loader = _knob_detail(runner)
     if scaling.trials and capacity is not None and not any(t.outcome == FITS for t in scaling.trials):
@@ -96,6 +102,25 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
     report = analyze(record)
     write_run(out, record, report)
     return record, report
+
+
+def data_bound(record: RunRecord) -> tuple[int | None, str]:
+    """The most rows one step can take from the training loader, and why: what its sampler yields
+    per epoch (a DistributedSampler: this rank's shard; a sampler drawing with replacement: as
+    many as it is asked for), else the dataset's length."""
+    loader = training_loader(record)
+    if loader is None:
+        return None, ""
+    dataset = f"{loader.dataset_len:,}-row dataset" if loader.dataset_len else "dataset"
+    if loader.sampler_len and loader.sampler_type == "DistributedSampler":
+        return loader.sampler_len, (f"the training loader's DistributedSampler gives each rank {loader.sampler_len:,} "
+                                    f"rows per epoch (its shard of the {dataset})")
+    if loader.sampler_len and loader.dataset_len and loader.sampler_len != loader.dataset_len:
+        return loader.sampler_len, (f"the training loader's {loader.sampler_type or 'sampler'} gives "
+                                    f"{loader.sampler_len:,} rows per epoch (of the {dataset})")
+    if loader.dataset_len:
+        return loader.dataset_len, f"the training loader's dataset has {loader.dataset_len:,} rows"
+    return None, ""
 
 
 def _knob_detail(runner: ProcessTrials) -> str:

@@ -31,8 +31,10 @@ from torchdoctor.model.serialize import SchemaError
 
 BACKSTOP_S = 30.0  # after --max-seconds a trial stops itself; past this more, it is stopped
 ERROR_TAIL_CHARS = 400
-NO_LOADER = ("no DataLoader fed the training steps (batches made by the script itself): the batch_size knob "
-             "changes DataLoader(batch_size=...)")
+NO_LOADER = ("no DataLoader fed the training steps (batches made by the script itself, e.g. a get_batch() "
+             "function): the batch_size knob changes DataLoader(batch_size=...); the batch measured here is the model "
+             "input's first dimension. To try other sizes, run `torchdoctor memory` once per value of the script's own "
+             "batch-size argument")
 
 
 @dataclass
@@ -127,8 +129,10 @@ class ProcessTrials:
 
 def to_trial(record: RunRecord, requested: int | None, seconds: float, run_dir: str) -> BatchTrial:
     loader = training_loader(record)
-    batch = requested or (loader.batch_size if loader and loader.batch_size else 0)
     memory = record.memory
+    # no loader (a get_batch() of the script's own): the model input's first dimension, as TD503 reads it
+    batch = requested or (loader.batch_size if loader and loader.batch_size else 0) or (
+        memory.batch_size if memory is not None and memory.batch_size else 0)
     trial = BatchTrial(batch_size=batch, outcome=FITS, seconds=round(seconds, 2), run_dir=run_dir)
     if memory is not None:
         trial.samples = memory.batch_size

@@ -178,6 +178,23 @@ class CommResult:
 
 
 @dataclass
+class OneRankBaseline:
+    """One rank alone, measured: the same script, arguments, limits and threads per rank,
+    launched with one rank, so the scaling verdict (TD606) compares two measurements instead
+    of a measurement and a model."""
+
+    source: str  # how it was measured, as the report says it
+    steps: int  # its measured steps
+    step_s: float
+    steps_per_s: float
+    samples_per_s: float | None
+    relative_sem: float | None  # its window-to-window noise (rules/noise.py)
+    samples_per_step: float | None = None  # its batch (the job's per-rank batch should match)
+    seconds: float = 0.0  # what measuring it cost, wall time
+    run_dir: str = ""  # its record, relative to the job's run directory
+
+
+@dataclass
 class DistributedInfo:
     """One rank's distributed measurements."""
 
@@ -188,3 +205,4 @@ class DistributedInfo:
     collectives: list[CollectiveSite] = field(default_factory=list)
     comm: CommResult | None = None
     notes: list[str] = field(default_factory=list)
+    one_rank: OneRankBaseline | None = None  # merged runs: one rank alone, when it was measured

@@ -103,6 +103,9 @@ class Report:
     not_measured: list[NotMeasured] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # said first in every format, above the summary: what makes the numbers below less reliable
+    # (a busy machine), so nobody reads an estimate without it
+    warnings: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)  # shown after the summary, before the causes
     figures: Figures | None = None  # series to draw: steps, GPU samples, before/after bars
     sources: list[SourceExcerpt] = field(default_factory=list)  # lines around findings' locations

@@ -110,6 +110,10 @@ class OomEvent:
     device_free_bytes: int | None = None
     reserved_unused_bytes: int | None = None
     limit: str = ""  # what limit was hit, when torchdoctor knows (RLIMIT_AS, a CUDA fraction)
+    shape: list[int] = field(default_factory=list)  # the failing op's output, when the accounting saw the op
+    dtype: str = ""
+    input_shapes: list[list[int]] = field(default_factory=list)  # the failing op's tensor inputs
+    batch_shape: list[int] | None = None  # the failing step's training batch (its first tensor)
 
 
 @dataclass
@@ -200,6 +204,9 @@ class BatchScaling:
     unreachable: str | None = None  # why the knob could not change the batch size
     nproc_per_node: int = 1
     notes: list[str] = field(default_factory=list)
+    data_bound: int | None = None  # the most rows one step can take from the loader (dataset, or a rank's shard)
+    data_bound_basis: str = ""  # where that bound comes from, as the report says it
+    recommended_batch: int | None = None  # the fitting trial with the best samples/s (smallest within its noise)
 
     def trial(self, batch_size: int) -> BatchTrial | None:
         return next((t for t in self.trials if t.batch_size == batch_size), None)

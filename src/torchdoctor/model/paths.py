@@ -5,6 +5,9 @@ opened or two paths compared, it is made absolute against the run's working dire
 from __future__ import annotations
 
 import os
+from functools import lru_cache
+
+INSTALLED_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 
 def typed_path(path: str, cwd: str | None = None) -> str:
@@ -21,3 +24,30 @@ def typed_path(path: str, cwd: str | None = None) -> str:
 def recorded_path(path: str, cwd: str) -> str:
     """The absolute path of a path a record holds (a relative one is relative to the run's cwd)."""
     return os.path.normpath(os.path.join(cwd, path))
+
+
+@lru_cache(maxsize=4096)
+def library_of(filename: str) -> str | None:
+    """The installed package a file belongs to (`lightning`, `transformers`), or None for the
+    user's own files. Installed means under a site-packages or dist-packages folder, or in a
+    folder where pip installed packages (`pip install --target DIR`: DIR holds *.dist-info)."""
+    for marker in INSTALLED_MARKERS:
+        at = filename.rfind(marker)
+        if at >= 0:
+            rest = filename[at + len(marker):]
+            top = rest.split(os.sep, 1)[0]
+            return top[:-3] if top.endswith(".py") else top
+    parent, child = os.path.dirname(filename), os.path.basename(filename)
+    while parent and parent != os.path.dirname(parent):
+        if _holds_installed_packages(parent):
+            return child[:-3] if child.endswith(".py") else child
+        parent, child = os.path.dirname(parent), os.path.basename(parent)
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _holds_installed_packages(folder: str) -> bool:
+    try:
+        return any(name.endswith(".dist-info") for name in os.listdir(folder))
+    except OSError:
+        return False

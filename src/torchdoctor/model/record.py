@@ -73,6 +73,7 @@ class StepSample:
     checkpoint_s: float = 0.0
     logging_s: float = 0.0
     gpu_s: float | None = None  # CUDA-event time between step boundaries, when on CUDA
+    batch_shape: list[int] | None = None  # the step's (last) training batch's first tensor: growth shows here
 
     @property
     def duration_s(self) -> float:
@@ -107,6 +108,8 @@ class LoaderStats:
     sampled_wait_s: float = 0.0
     sampled_runqueue_s: float | None = None
     dataset_type: str | None = None  # module.qualname of loader.dataset (None: records before schema 5)
+    sampler_len: int | None = None  # rows its sampler yields per epoch (a DistributedSampler: this rank's shard)
+    sampler_type: str | None = None  # the sampler's class name
 
     @property
     def runqueue_share(self) -> float | None:
@@ -388,6 +391,17 @@ class StaticFinding:
 
 
 @dataclass
+class LossTrace:
+    """The values the script passed to `backward()`, in call order: the numerics guard's evidence
+    (compare, tune). Read once, when the run ended: no sync inside the steps."""
+
+    steps: list[int] = field(default_factory=list)  # the optimizer step each backward belonged to (1-based)
+    values: list[str] = field(default_factory=list)  # float.hex of each value: exact, NaN and inf included
+    dtype: str = ""
+    dropped: int = 0  # backward calls past the first MAX_LOSSES, or not a one-element tensor
+
+
+@dataclass
 class RankView:
     """One rank of a merged multi-rank run, as the cross-rank rules compare it (the rank's
     full record stays in RUN_DIR/rank-K/record.json)."""
@@ -408,6 +422,9 @@ class RankView:
     top_lines: list[LineHits] = field(default_factory=list)  # its most sampled lines
     last_position: str | None = None  # the line its heartbeat last saw (a rank that hung)
     contention: Contention | None = None  # how much it waited for a CPU (ranks sharing too few cores)
+    threads: int | None = None  # torch's intra-op threads in the rank
+    cpus: int | None = None  # CPUs the rank may run on (affinity, cgroup quota)
+    device_index: int | None = None  # the GPU it used (NVML's index), when it used one
 
     @property
     def measured_steps(self) -> list[StepSample]:
@@ -443,6 +460,7 @@ class RunRecord:
     batch_scaling: BatchScaling | None = None  # `torchdoctor memory`: trials at several batch sizes
     distributed: DistributedInfo | None = None  # this rank's, in a multi-rank run (rank 0's when merged)
     ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
+    losses: LossTrace | None = None  # what the script passed to backward(), for the numerics guard
 
     @property
     def measured_steps(self) -> list[StepSample]:

@@ -16,6 +16,7 @@ def render_markdown(report: Report) -> str:
     findings = ranked_findings(report)
     out: list[str] = []
     out += _title(report)
+    out += [f"> **Warning:** {heading(w)}" for w in report.warnings] + ([""] if report.warnings else [])
     if report.summary:
         out += _run_summary(report.summary)
         out += _time_split(report.summary)

@@ -31,6 +31,8 @@ BOLD = "bold"
 def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     buffer = io.StringIO()
     console = _console(buffer, color, width)
+    for warning in report.warnings:  # before anything it makes less reliable
+        _print_indented(console, Text.assemble(("warning: ", "bold yellow"), plain(warning)), 0)
     if report.summary:
         _print_summary(console, report.summary)
     for table in report.tables:

@@ -76,21 +76,21 @@ class SmallBatch(Rule):
         mine = scaling.trial(scaling.user_batch_size)
         loader = training_loader(record)
         return [self.finding(
-            title=f"A sample costs {gain.ratio:.1f}x as much at batch {mine.batch_size} as at batch {best.batch_size}",
+            title=f"A sample costs {gain.ratio:.1f}x as much at batch {mine.batch_size} as at batch {best.fit_batch}",
             message=(f"Measured {1000 / mine.samples_per_s:.3f} ms per sample at the script's batch {mine.batch_size} "
-                     f"and {1000 / best.samples_per_s:.3f} ms at {best.batch_size} ({gain.describe()})."),
+                     f"and {1000 / best.samples_per_s:.3f} ms at {best.fit_batch} ({gain.describe()})."),
             location=loader.created_at if loader else None,
-            evidence={"batch_size": mine.batch_size, "larger_batch": best.batch_size,
+            evidence={"batch_size": mine.batch_size, "larger_batch": best.fit_batch,
                       "samples_per_s": round(mine.samples_per_s, 2), "larger_samples_per_s": round(best.samples_per_s, 2),
                       "noise": gain.noise},
             speedup=gain.ratio,
-            basis=(f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.batch_size} "
+            basis=(f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.fit_batch} "
                    f"against one at {mine.batch_size}; each step's memory stayed within the capacity"
                    if scaling.capacity_bytes else
-                   f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.batch_size} "
+                   f"measured: samples/s over the timed steps of a fresh-process trial at batch {best.fit_batch} "
                    f"against one at {mine.batch_size} (no capacity given: check it fits your device)"),
             fix=(f"Raise the batch size (scale the learning rate with it):\n```python\n"
-                 f"loader = DataLoader(ds, batch_size={best.batch_size}, ...)\n```"),
+                 f"loader = DataLoader(ds, batch_size={best.fit_batch}, ...)\n```"),
         )]
 
 

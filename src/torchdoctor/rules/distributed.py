@@ -216,8 +216,8 @@ class NcclTransportDisabled(DistributedRule):
         "`NCCL_P2P_DISABLE=1`, `NCCL_SHM_DISABLE=1`, `NCCL_IB_DISABLE=1`, `NCCL_P2P_LEVEL=LOC` or "
         "`NCCL_NET=Socket` take NCCL's fast paths away: GPUs in one machine then exchange gradients "
         "through host memory or even TCP sockets over loopback, often ten times slower. They are "
-        "workarounds for broken drivers that outlive the problem (the first reference report: "
-        "`NCCL_SHM_DISABLE=1` under WSL2, 1 GB/s instead of 20+)."
+        "workarounds for broken drivers that outlive the problem (e.g. "
+        "`NCCL_SHM_DISABLE=1` under WSL2: 1 GB/s between two GPUs where PCIe gives 20+)."
     )
     fix = (
         "Remove the setting, then check the transport NCCL picks (`torchdoctor comm`, or "

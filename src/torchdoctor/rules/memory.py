@@ -41,11 +41,28 @@ def _throughput(trial: BatchTrial) -> Throughput:
     return Throughput(trial.step_s, 1.0 / trial.step_s, trial.samples_per_s, trial.relative_sem)
 
 
+def recommended_trial(scaling: BatchScaling) -> BatchTrial | None:
+    """The fitting trial (within the capacity and its headroom, never beyond the data) with the
+    most samples/s; of the trials within that one's noise, the smallest batch: as fast, less
+    memory, less change to the training recipe. The largest batch that fits is often not it."""
+    fitting = [t for t in scaling.trials if t.outcome == FITS and t.samples_per_s and t.step_s]
+    if not fitting:
+        return None
+    best = max(fitting, key=lambda t: t.samples_per_s)
+    alike = [t for t in fitting if not change(_throughput(t), _throughput(best)).significant]
+    return min([best, *alike], key=lambda t: t.fit_batch)
+
+
+def recommended_batch(scaling: BatchScaling) -> int | None:
+    trial = recommended_trial(scaling)
+    return trial.fit_batch if trial is not None else None
+
+
 def best_larger_trial(scaling: BatchScaling) -> BatchTrial | None:
-    """The fitting trial above the script's batch with the most samples/s."""
+    """The recommended trial when it is above the script's batch."""
     mine = scaling.user_batch_size or 0
-    larger = [t for t in scaling.trials if t.outcome == FITS and t.batch_size > mine and t.samples_per_s]
-    return max(larger, key=lambda t: t.samples_per_s, default=None)
+    best = recommended_trial(scaling)
+    return best if best is not None and best.fit_batch > mine else None
 
 
 class MemoryHeadroom(Rule):
@@ -87,15 +104,22 @@ class MemoryHeadroom(Rule):
         gain = trial_change(scaling, best) if best is not None else None
         measured = gain is not None and gain.significant and gain.ratio > 1.0
         told_by_td401 = any(f.code == "TD401" for f in facts.earlier)
-        rate = (f" At batch {best.batch_size} the trials measured {gain.describe()} against batch {mine}."
-                if best is not None and gain is not None else "")
+        rate = (f" At batch {best.fit_batch}, the fitting trial with the most samples/s, the trials measured "
+                f"{gain.describe()} against batch {mine}." if best is not None and gain is not None else
+                " No larger batch measured more samples/s than the script's beyond noise.")
+        bound = (f" The data bounds the batch at {scaling.data_bound:,}: {scaling.data_bound_basis}."
+                 if scaling.data_bound and scaling.predicted_max_batch and scaling.predicted_max_batch > scaling.data_bound
+                 else "")
+        pick = best.fit_batch if best is not None and measured else top
         return [self.finding(
             title=f"Batch {top} fits in {format_bytes(scaling.capacity_bytes)}; the script uses {mine}",
             message=(f"A trial at batch {top} ran within {format_bytes(scaling.capacity_bytes)} ({scaling.capacity_source}, "
-                     f"{format_bytes(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch}."
+                     f"{format_bytes(scaling.headroom_bytes)} kept free); the fit predicted {scaling.predicted_max_batch} "
+                     f"by memory alone." + bound
                      + rate + (" The gain is TD401's (small batch)." if measured and told_by_td401 else "")),
             location=None,
-            evidence={"user_batch_size": mine, "verified_max_batch": top,
+            evidence={"user_batch_size": mine, "verified_max_batch": top, "recommended_batch": pick,
+                      "data_bound": scaling.data_bound,
                       "predicted_max_batch": scaling.predicted_max_batch, "capacity_bytes": scaling.capacity_bytes,
                       "throughput_ratio": round(gain.ratio, 3) if gain else None},
             speedup=gain.ratio if measured and not told_by_td401 else None,
@@ -104,8 +128,11 @@ class MemoryHeadroom(Rule):
                    "memory measured by trials; throughput gain " + ("counted under TD401" if told_by_td401 else
                                                                      "within the trials' noise")),
             severity=Severity.MEDIUM if measured else Severity.LOW,
-            fix=f"Raise the batch size (scale the learning rate with it):\n```python\nloader = DataLoader(ds, "
-                f"batch_size={top}, ...)\n```",
+            fix=(f"Raise the batch size to {pick}, the fitting batch with the most measured samples/s (scale the "
+                 f"learning rate with it):\n```python\nloader = DataLoader(ds, batch_size={pick}, ...)\n```"
+                 if measured else
+                 f"A larger batch fits, but no trial measured it faster; raise it only for the training recipe's sake "
+                 f"(up to {top}):\n```python\nloader = DataLoader(ds, batch_size={top}, ...)\n```"),
         )]
 
 
@@ -168,6 +195,43 @@ class MemoryPressure(Rule):
             speedup=None, basis="memory measured by the trial at the script's batch size", severity=Severity.MEDIUM)]
 
 
+SIGKILL = 9
+
+
+def _killed_ranks(record: RunRecord) -> list:
+    return [v for v in record.ranks if v.status == "lost" and v.exit_code == -SIGKILL]
+
+
+def input_growth(record: RunRecord, failure) -> tuple[str, list[int]] | None:
+    """(a sentence, the largest shape that ran) when the training batch's shape at the failure
+    differs from the one the run started with: a batch or a sequence that grew."""
+    now = failure.batch_shape
+    shapes = [(s.index, s.batch_shape) for s in record.steps if s.batch_shape]
+    if not now or not shapes or shapes[0][1] == now:
+        return None
+    first_step, first = shapes[0]
+    ran = max((shape for _, shape in shapes if len(shape) == len(now)), key=lambda s: _numel(s), default=first)
+    if _numel(ran) >= _numel(now):
+        return None  # it ran at this size or larger before: not the growth
+    grown = [k for k in range(min(len(now), len(first))) if now[k] != first[k]]
+    what = "batch" if grown == [0] else "sequence length" if grown and grown[0] == 1 else "input shape"
+    at = next((i for i, shape in shapes if shape == ran), first_step)
+    middle = f", {_dims(ran)} by step {at}" if ran != first else ""
+    return (f"The training input's {what} grew during the run: {_dims(first)} at step {first_step}{middle}, "
+            f"{_dims(now)} at the failure in step {failure.step}"), ran
+
+
+def _numel(shape: list[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def _dims(shape: list[int]) -> str:
+    return "x".join(map(str, shape))
+
+
 class OutOfMemory(Rule):
     code = "TD503"
     slug = "out-of-memory"
@@ -182,15 +246,46 @@ class OutOfMemory(Rule):
     def not_measurable(self, record, facts):
         return None
 
+    def _killed(self, record: RunRecord) -> list[Finding]:
+        """A rank ended by SIGKILL with no Python exception: killed from outside, most often by the
+        kernel's out-of-memory killer. Not an allocator out-of-memory error: said apart."""
+        killed = _killed_ranks(record)
+        if not killed:
+            return []
+        first = killed[0]
+        where = f"; it was last at {first.last_position}" if first.last_position else ""
+        steps = max((len(v.steps) for v in record.ranks if v.steps), default=0)
+        return [self.finding(
+            title=f"Rank {first.rank} was killed (SIGKILL) with no Python exception: host memory, not the allocator",
+            message=(f"{first.error}{where}. No out-of-memory error was raised inside the script, so PyTorch's "
+                     f"allocator did not fail: the process was ended from outside. The other ranks' records (up to "
+                     f"{steps} steps) are kept. Host RAM is used by DataLoader workers (each a copy of the dataset "
+                     "object), pinned buffers and the CPU side of the model; `torchdoctor memory` measures the "
+                     "training step's own tensors."),
+            location=None,
+            evidence={"ranks": [v.rank for v in killed], "signal": "SIGKILL", "kind": "host-oom-kill"},
+            speedup=None, basis="the launcher's exit codes and the memory cgroup's OOM-kill count",
+            severity=Severity.HIGH,
+            fix=("Find what holds host memory: fewer DataLoader workers or a dataset that reads lazily instead of "
+                 "holding everything in each worker's copy, `pin_memory=False` to test, a smaller `prefetch_factor`; "
+                 "raise the container's memory limit if the job needs it. `dmesg | grep -i oom` shows the kill."))]
+
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         memory = record.memory
         failure = memory.failure if memory is not None else None
         if failure is None:
-            return []
-        advice = oom_advice(failure, memory, record.batch_scaling, record.optimizers)
+            return self._killed(record)
+        grew = input_growth(record, failure)
+        advice = oom_advice(failure, memory, record.batch_scaling, record.optimizers, grew[1] if grew else None)
         parts = ", ".join(f"{p.replace('_', ' ')} {format_bytes(failure.parts[p])}" for p in PARTS if failure.parts.get(p))
         live = f" with {format_bytes(failure.live_bytes)} live" if failure.live_bytes is not None else ""
         asked = f"{format_bytes(failure.requested_bytes)} requested" if failure.requested_bytes else "an allocation failed"
+        op = ""
+        if failure.op or failure.shape:
+            shape = "x".join(map(str, failure.shape)) + (f" {failure.dtype}" if failure.dtype else "")
+            inputs = ", ".join("x".join(map(str, s)) for s in failure.input_shapes)
+            op = (f" The allocation was {failure.op or 'an op'}'s" + (f" {shape} output" if failure.shape else " output")
+                  + (f" (inputs {inputs})" if inputs else "") + ".")
         where = f" (batch of {failure.batch_size})" if failure.batch_size else ""
         ranked = "; ".join(f"{i}. {a.change}: saves ~{format_bytes(a.saves_bytes)}" for i, a in enumerate(advice, 1))
         fix = "\n".join(f"{i}. {a.change} — saves ~{format_bytes(a.saves_bytes)} ({a.basis})"
@@ -199,11 +294,14 @@ class OutOfMemory(Rule):
                         for i, a in enumerate(advice, 1)) or self.fix
         return [self.finding(
             title=f"Out of memory in step {failure.step}{where}: {asked}{live}",
-            message=(f"{failure.message}. When it failed ({failure.phase or 'after the accounted steps'}): "
-                     f"{parts or 'no breakdown'}." + (f" What to change, most memory saved first: {ranked}."
-                                                      if ranked else "")),
+            message=(f"{failure.message}.{op}" + (f" {grew[0]}." if grew else "")
+                     + f" When it failed ({failure.phase or 'after the accounted steps'}): {parts or 'no breakdown'}."
+                     + (f" What to change, most memory saved first: {ranked}." if ranked else
+                        " No change torchdoctor can size saves a tenth of the failed allocation; see the breakdown.")),
             location=failure.location,
             evidence={"requested_bytes": failure.requested_bytes, "live_bytes": failure.live_bytes,
+                      "shape": failure.shape or None, "op": failure.op or None,
+                      "input_grew": grew[0] if grew else None,
                       "parts": dict(failure.parts), "step": failure.step, "batch_size": failure.batch_size,
                       "advice": [{"change": a.change, "saves_bytes": a.saves_bytes} for a in advice]},
             speedup=None,

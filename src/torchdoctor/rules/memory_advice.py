@@ -146,9 +146,53 @@ def expandable_segments(reserved_unused: int | None, total: int | None) -> Advic
                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py")
 
 
+# Advice saving less than this share of the allocation that failed cannot make it fit: left out.
+MIN_SHARE_OF_REQUEST = 0.10
+MIN_SHARE_OF_LIVE = 0.01  # when the request's size is unknown
+
+
+def failing_op_batch(failure: OomEvent) -> Advice | None:
+    """After the accounted steps only the failing allocation is known: it grows with the batch
+    (its first dimension is the batch's), so a smaller batch shrinks it in proportion."""
+    batch, request = failure.batch_size, failure.requested_bytes
+    if failure.accounted or not batch or batch < 2 or not request:
+        return None
+    if failure.shape and failure.shape[0] != batch:
+        return None  # the failing tensor is not batch-sized: the batch does not size it
+    half = batch // 2
+    what = f"the {_shape(failure)} output of {failure.op}" if failure.shape else "the failing allocation"
+    return Advice(f"batch {half} with 2 accumulation steps (effective batch {half * 2})", request - request * half // batch,
+                  f"{what} ({format_bytes(request)}) grows with the batch of {batch}: half the batch, half of it; "
+                  "the step's other batch-sized tensors shrink with it (not measured after the accounted steps)",
+                  _accumulation_code(half, 2))
+
+
+def cap_growth(failure: OomEvent, ran: list[int] | None) -> Advice | None:
+    """The batch or sequence grew and the larger one failed: cap it at the size that ran."""
+    now, request = failure.batch_shape, failure.requested_bytes
+    if not now or not ran or not request or len(ran) != len(now):
+        return None
+    ratio = math.prod(ran) / max(1, math.prod(now))
+    if ratio >= 1:
+        return None
+    grown = [k for k in range(len(now)) if now[k] != ran[k]]
+    what = "batch" if grown == [0] else "sequence length" if grown and grown[0] == 1 else "input size"
+    cap = ran[grown[0]] if grown else None
+    return Advice(f"cap the {what} at {cap} (it ran at {_dims(ran)}, failed at {_dims(now)})", int(request * (1 - ratio)),
+                  f"the failing allocation ({format_bytes(request)}) is taken to grow in proportion to the input; an "
+                  f"op that grows faster (attention: with the square of the sequence) saves more",
+                  "x = x[:, :max_len]  # or bucket/truncate sequences in the collate_fn" if what == "sequence length"
+                  else "")
+
+
+def _shape(failure: OomEvent) -> str:
+    return "x".join(map(str, failure.shape)) + (f" {failure.dtype}" if failure.dtype else "")
+
+
 def oom_advice(failure: OomEvent, memory: MemoryBreakdown | None, scaling: BatchScaling | None,
-               optimizers: list[OptimizerInfo]) -> list[Advice]:
-    """Every change that applies, most bytes saved first."""
+               optimizers: list[OptimizerInfo], ran: list[int] | None = None) -> list[Advice]:
+    """Every change that applies and saves enough to matter, most bytes saved first. `ran`:
+    the largest training batch shape that ran before the failure, when the input grew."""
     parts = failure.parts or (memory.parts if memory is not None else {})
     capacity = None
     if failure.live_bytes is not None:
@@ -162,10 +206,21 @@ def oom_advice(failure: OomEvent, memory: MemoryBreakdown | None, scaling: Batch
         fewer_states(parts, optimizers),
         bucket_view(memory),
         expandable_segments(failure.reserved_unused_bytes, failure.device_total_bytes),
+        failing_op_batch(failure),
+        cap_growth(failure, ran),
     ]
-    return sorted((a for a in candidates if a is not None and a.saves_bytes > 0), key=lambda a: -a.saves_bytes)
+    if failure.requested_bytes:
+        enough = MIN_SHARE_OF_REQUEST * failure.requested_bytes
+    else:
+        enough = MIN_SHARE_OF_LIVE * (failure.live_bytes or 0)
+    return sorted((a for a in candidates if a is not None and a.saves_bytes > 0 and a.saves_bytes >= enough),
+                  key=lambda a: -a.saves_bytes)
 
 
 def fixed_bytes(parts: dict[str, int]) -> int:
     """What does not shrink with the batch: every part but activations and temporaries."""
     return sum(v for k, v in parts.items() if k not in (ACTIVATIONS, TEMPORARIES))
+
+
+def _dims(shape: list[int]) -> str:
+    return "x".join(map(str, shape))

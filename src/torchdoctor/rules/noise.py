@@ -47,11 +47,12 @@ def throughput(*records: RunRecord) -> Throughput | None:
         step_s=total / len(durations),
         steps_per_s=len(durations) / total,
         samples_per_s=sum(samples) / total if all(n is not None for n in samples) else None,
-        relative_sem=_relative_sem(durations),
+        relative_sem=relative_sem(durations),
     )
 
 
-def _relative_sem(durations: list[float]) -> float | None:
+def relative_sem(durations: list[float]) -> float | None:
+    """The standard error of the mean duration over consecutive windows, relative to the mean."""
     windows = min(WINDOWS, len(durations) // MIN_STEPS_PER_WINDOW)
     if windows < 3:
         return None
@@ -68,28 +69,51 @@ class Change:
     ratio: float  # B's throughput / A's (>1: B is faster)
     noise: float | None  # the 95 % band on the ratio from the two runs' own noise
     measure: str  # "samples/s" or "steps/s"
+    # the ratio the runs' measured CPU waiting alone would give (contention_gap): a run that
+    # waited more for a CPU is not slower code, so the band reaches from 1 to it
+    waiting: float | None = None
 
     @property
     def significant(self) -> bool:
         band = self.noise if self.noise is not None else UNKNOWN_NOISE_THRESHOLD
-        return abs(self.ratio - 1.0) > band
+        low, high = min(1.0, self.waiting or 1.0), max(1.0, self.waiting or 1.0)
+        return not low - band <= self.ratio <= high + band
 
     def describe(self) -> str:
         band = f"±{self.noise:.1%}" if self.noise is not None else "noise unknown: too few steps"
+        if self.waiting is not None and abs(self.waiting - 1) >= 0.01:
+            band += f"; CPU waiting alone explains {self.waiting:.2f}x"
         if not self.significant:
             return f"no measurable change ({self.ratio:.2f}x, {band})"
         return f"{self.ratio:.2f}x {self.measure} ({band})"
 
 
-def change(a: Throughput, b: Throughput, busy: bool = False) -> Change:
+def change(a: Throughput, b: Throughput, busy: bool = False, waiting: float | None = None) -> Change:
     """Prefer samples/s (a batch_size change makes steps incomparable) when both runs have it.
-    `busy`: a run was measured on a busy machine, and the band is at least BUSY_NOISE_FLOOR."""
+    `busy`: a run was measured on a busy machine, and the band is at least BUSY_NOISE_FLOOR.
+    `waiting`: the ratio the runs' measured CPU waiting alone would give (`contention_gap`)."""
     if a.samples_per_s and b.samples_per_s:
         ratio, measure = b.samples_per_s / a.samples_per_s, "samples/s"
     else:
         ratio, measure = b.steps_per_s / a.steps_per_s, "steps/s"
     floor = BUSY_NOISE_FLOOR if busy else NOISE_FLOOR
     if a.relative_sem is None or b.relative_sem is None:
-        return Change(ratio, floor if busy else None, measure)
+        return Change(ratio, floor if busy else None, measure, waiting)
     band = Z_95 * math.hypot(a.relative_sem, b.relative_sem) * ratio
-    return Change(ratio, max(band, floor), measure)
+    return Change(ratio, max(band, floor), measure, waiting)
+
+
+def waiting_share(*records: RunRecord) -> float | None:
+    """The training thread's share of time spent waiting for a CPU, over `records` (pooled)."""
+    shares = [r.contention.runqueue_share for r in records if r.contention is not None
+              and r.contention.runqueue_share is not None]
+    return sum(shares) / len(shares) if shares else None
+
+
+def contention_gap(a: list[RunRecord], b: list[RunRecord]) -> float | None:
+    """B's throughput over A's that their measured CPU waiting alone would give: a training
+    thread that waited a share s of its time for a CPU ran 1 - s of it. None when not measured."""
+    sa, sb = waiting_share(*a), waiting_share(*b)
+    if sa is None or sb is None or max(sa, sb) >= 0.95:
+        return None
+    return (1 - sb) / (1 - sa)

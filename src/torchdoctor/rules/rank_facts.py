@@ -15,8 +15,13 @@ import statistics
 from dataclasses import dataclass, field
 
 from torchdoctor.comm.verdict import judge
-from torchdoctor.model.distributed_record import DdpModel, DdpStep
+from torchdoctor.model.distributed_record import DdpModel, DdpStep, OneRankBaseline
 from torchdoctor.model.record import RankView, RunRecord, StepSample
+from torchdoctor.rules.noise import Change, Throughput, change, throughput
+
+# Ranks whose training threads waited this share of their time for a CPU were sharing cores
+# (the same threshold as a busy machine, diagnosis/reliability.py).
+SHARED_RUNQUEUE_SHARE = 0.10
 
 EXTRA = ("eval_s", "checkpoint_s", "logging_s")
 
@@ -146,6 +151,73 @@ def synced_per_step(record: RunRecord) -> tuple[float, float] | None:
     return statistics.fmean(r[0] for r in rows), statistics.fmean(r[1] for r in rows)
 
 
+def shared_compute(record: RunRecord) -> str | None:
+    """A sentence naming the ranks that share CPU cores or a GPU, or None: the modelled
+    one-rank baseline (a rank's step minus its communication) assumes they share nothing."""
+    views = [v for v in record.ranks if v.steps]
+    by_host: dict[str, list[RankView]] = {}
+    for view in views:
+        by_host.setdefault(view.host, []).append(view)
+    for host, ranks in by_host.items():
+        gpus: dict[int, list[int]] = {}
+        for view in ranks:
+            if view.device_index is not None:
+                gpus.setdefault(view.device_index, []).append(view.rank)
+        for gpu, sharing in gpus.items():
+            if len(sharing) > 1:
+                return f"ranks {_ranks(sharing)} share GPU {gpu}"
+        threads = [v.threads for v in ranks]
+        cpus = min((v.cpus for v in ranks if v.cpus), default=None)
+        if cpus and all(threads) and sum(threads) > cpus:
+            return (f"ranks {_ranks([v.rank for v in ranks])} run {sum(threads)} compute threads in all "
+                    f"({'/'.join(map(str, threads))} per rank) on {cpus} usable CPU core{'s' if cpus != 1 else ''}: "
+                    "they share cores")
+    waited = {v.rank: v.contention.runqueue_share for v in views if v.contention is not None
+              and v.contention.runqueue_share is not None}
+    if len(waited) >= 2 and statistics.fmean(waited.values()) >= SHARED_RUNQUEUE_SHARE:
+        shares = ", ".join(f"rank {r} {w:.0%}" for r, w in sorted(waited.items()))
+        return f"the ranks waited for a CPU ({shares} of their time): they share cores with each other or other processes"
+    return None
+
+
+def _ranks(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+@dataclass
+class ScalingBase:
+    """The job against one rank alone: measured (a one-rank run) or modelled (a rank's step
+    without the communication the job adds, which assumes the ranks share no compute)."""
+
+    ratio: float  # the job's throughput / one rank's
+    one_step_s: float  # one rank's step
+    measured: OneRankBaseline | None = None
+    change: Change | None = None  # with its noise band, when measured
+    per_rank_batch_note: str = ""  # when the one-rank run's batch differs from a rank's in the job
+
+
+def scaling_base(record: RunRecord, jf: JobFacts) -> ScalingBase:
+    one = record.distributed.one_rank if record.distributed else None
+    job = throughput(record)
+    if one is None or job is None:
+        return ScalingBase(jf.world_size * jf.one_rank_step_s() / jf.step_s, jf.one_rank_step_s())
+    mine = Throughput(one.step_s, one.steps_per_s, one.samples_per_s, one.relative_sem)
+    moved = change(mine, job)
+    note = ""
+    if moved.measure == "steps/s":  # no sample counts: the job's steps carry n batches of a rank's size
+        moved = Change(moved.ratio * jf.world_size, None if moved.noise is None else moved.noise * jf.world_size,
+                       "steps/s x ranks")
+        note = "samples were not counted: the job's steps are taken as one batch per rank, of one rank's size"
+    else:
+        per_rank = [s.samples / jf.world_size for s in record.measured_steps if s.samples is not None]
+        mean = statistics.fmean(per_rank) if per_rank else None
+        if mean and one.samples_per_step and abs(mean - one.samples_per_step) > 0.05 * one.samples_per_step:
+            note = (f"one rank alone took {one.samples_per_step:.0f} samples per step, a rank in the job "
+                    f"{mean:.0f}: compared by samples/s")
+    return ScalingBase(moved.ratio, one.step_s, one, moved, note)
+
+
 @dataclass
 class Prediction:
     """A fix for the N-rank job: its step time and throughput against one rank alone."""
@@ -164,17 +236,21 @@ def grads_per_step(record: RunRecord) -> tuple[int, float]:
     return (model.grad_bytes if model else 0), (synced[0] if synced else 0.0)
 
 
-def predict_fixes(record: RunRecord, jf: JobFacts) -> list[Prediction]:
-    """Each fix's effect on the job's step: only the communication it changes is removed."""
-    n, t_n, t_1, transfer = jf.world_size, jf.step_s, jf.one_rank_step_s(), jf.transfer_s
+def predict_fixes(record: RunRecord, jf: JobFacts, base: ScalingBase | None = None) -> list[Prediction]:
+    """Each fix's effect on the job's step: only the communication it changes is removed. The
+    throughput against one rank is the measured ratio scaled by the step each fix predicts."""
+    t_n, t_1, transfer = jf.step_s, jf.one_rank_step_s(), jf.transfer_s
+    base = base or scaling_base(record, jf)
     model = ddp_model(record)
     _, synced = grads_per_step(record)
 
     def predicted(fix: str, knob: str | None, saved: float, basis: str) -> Prediction:
         step = max(t_1, t_n - max(0.0, saved))
-        return Prediction(fix, knob, step, n * t_1 / step, basis)
+        return Prediction(fix, knob, step, base.ratio * t_n / step, basis)
 
-    out = [Prediction("now", None, t_n, n * t_1 / t_n, "measured")]
+    now = ("measured: the job's samples/s over one rank's, both measured" if base.measured is not None else
+           "modelled: one rank alone taken as a rank's step without the job's communication")
+    out = [Prediction("now", None, t_n, base.ratio, now)]
     if synced > 1.5:
         out.append(predicted(f"no_sync() on {synced - 1:.0f} of {synced:.0f} micro-batches", "no_sync=true",
                              transfer * (synced - 1) / synced, "one all-reduce per step instead of one per micro-batch"))
@@ -192,6 +268,7 @@ def predict_fixes(record: RunRecord, jf: JobFacts) -> list[Prediction]:
     if verdict is not None and verdict.slow:  # only a link below what it should carry can be repaired
         out.append(predicted(f"the link at its expected {verdict.expected_gbps:.1f} GB/s", None,
                              transfer * (1 - verdict.share), "transfer scaled by measured / expected bandwidth"))
-    out.append(Prediction("train on one rank", "nproc=1", t_1, 1.0, "one rank alone: its step without the job's "
-                                                                  "communication"))
+    alone = ("one rank alone, measured" if base.measured is not None else
+             "one rank alone: its step without the job's communication")
+    out.append(Prediction("train on one rank", "nproc=1", base.one_step_s, 1.0, alone))
     return out

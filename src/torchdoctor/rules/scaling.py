@@ -13,7 +13,10 @@ from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, amdahl, ms
 from torchdoctor.rules.distributed import DistributedRule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.rank_facts import JobFacts, ddp_model, grads_per_step, predict_fixes
+from torchdoctor.model.paths import library_of
+from torchdoctor.rules.noise import Z_95, relative_sem
+from torchdoctor.rules.rank_facts import (JobFacts, ddp_model, grads_per_step, predict_fixes, scaling_base,
+                                         shared_compute)
 
 # Which rank is ready last at a step is partly chance (scheduling, a busy core). A rank is the
 # one the others wait for when what it does more explains at least half of their wait
@@ -106,7 +109,7 @@ class StragglerRank(DistributedRule):
         if chance_of_leading(me.last_ready, total, jf.world_size) < CHANCE_P and total >= MIN_STEPS_FOR_CHANCE:
             wait = max(wait, sum(w for i, w in jf.wait_at.items() if jf.last_at[i] == rank) / total)
         speedup = amdahl(jf.step_s, wait)
-        if speedup < MIN_REPORTED_SPEEDUP:
+        if speedup < MIN_REPORTED_SPEEDUP or beyond_spread(jf, rank, wait) is not None:
             return []
         kind, excess = own_excess(jf, rank)
         why, location = straggler_reason(record, rank, kind, excess)
@@ -186,13 +189,56 @@ def own_excess(jf: JobFacts, rank: int) -> tuple[str, float]:
 
 
 def chance_of_leading(led: int, steps: int, ranks: int) -> float:
-    """P(a rank is last at `led` or more of `steps` steps) when each of `ranks` is equally likely."""
+    """P(a rank is last at `led` or more of `steps` steps) when each of `ranks` is equally likely.
+    Summed in logs: p**k of a long run (thousands of steps) is below the smallest float."""
+    if led <= 0:
+        return 1.0
     p = 1 / max(2, ranks)
-    return sum(math.comb(steps, k) * p ** k * (1 - p) ** (steps - k) for k in range(led, steps + 1))
+    lp, lq, lsteps = math.log(p), math.log1p(-p), math.lgamma(steps + 1)
+    terms = [lsteps - math.lgamma(k + 1) - math.lgamma(steps - k + 1) + k * lp + (steps - k) * lq
+             for k in range(led, steps + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def lateness(jf: JobFacts, rank: int) -> list[float]:
+    """Per measured step, how much later `rank` was ready than the other ranks' mean (signed:
+    negative when it was early), by DDP's timestamps or, without them, by its own work."""
+    out = []
+    for row in jf.by_step.values():
+        me = next(s for s in row if s.rank == rank)
+        others = [s for s in row if s.rank != rank]
+        if not others:
+            continue
+        if me.ready_at is not None and all(o.ready_at is not None for o in others):
+            out.append(me.ready_at - statistics.fmean(o.ready_at for o in others))
+        else:
+            out.append((me.step.duration_s - me.exposed_s)
+                       - statistics.fmean(o.step.duration_s - o.exposed_s for o in others))
+    return out
+
+
+def beyond_spread(jf: JobFacts, rank: int, wait_s: float) -> str | None:
+    """None when the others' wait for `rank` is more than the ranks' measured spread explains;
+    else why it is not: a rank late by less than its step-to-step scatter is noise."""
+    late = lateness(jf, rank)
+    if len(late) < 2:
+        return "too few steps to tell a straggler from noise"
+    mean, sem = statistics.fmean(late), statistics.stdev(late) / math.sqrt(len(late))
+    if mean <= Z_95 * sem:
+        return (f"rank {rank} is {ms(mean):.2f} ms later on average, within its step-to-step scatter "
+                f"(±{ms(Z_95 * sem):.2f} ms at 95 %)")
+    durations = [row[0].step.duration_s for row in jf.by_step.values()]
+    band = relative_sem(durations)
+    if band is not None and wait_s <= Z_95 * band * jf.step_s:
+        return (f"the others' wait, {ms(wait_s):.2f} ms per step, is within the job's step-time noise "
+                f"(±{ms(Z_95 * band * jf.step_s):.2f} ms)")
+    return None
 
 
 def straggler_reason(record: RunRecord, rank: int, kind: str, excess: float):
-    """What the straggler does more than the others (`own_excess`), and the line where it does it."""
+    """What the straggler does more than the others (`own_excess`), and the line in the user's
+    code where it does it (None when that line is a library's: the library is named instead)."""
     views = {v.rank: v for v in record.ranks}
     view = views[rank]
     more = ms(max(0.0, excess))
@@ -200,16 +246,29 @@ def straggler_reason(record: RunRecord, rank: int, kind: str, excess: float):
         site = _extra_site(view, [views[r] for r in views if r != rank])
         if site is not None:
             where = site.location or site.inner_location
-            return (f"it spends {more:.1f} ms per step more than the others in {site.kind} at {where}, which only it "
-                    f"runs"), where
+            return (f"it spends {more:.1f} ms per step more than the others in {site.kind} at {_said(where)}, which "
+                    f"only it runs"), _own(where)
         return f"it spends {more:.1f} ms per step more than the others in evaluation, checkpoints or logging", None
     if kind == "data":
+        where = view.loader_location
         return (f"it waits {more:.1f} ms per step more than the others for its next batch (its loader at "
-                f"{view.loader_location})"), view.loader_location
+                f"{_said(where)})"), _own(where)
     line = _extra_line(view, [views[r] for r in views if r != rank])
     if line is not None:
-        return f"it computes {more:.1f} ms per step more than the others, most at {line}", line
+        return f"it computes {more:.1f} ms per step more than the others, most at {_said(line)}", _own(line)
     return f"it computes {more:.1f} ms per step more than the others", None
+
+
+def _own(location):
+    """The location when it is in the user's own code, else None."""
+    return location if location is not None and library_of(location.path) is None else None
+
+
+def _said(location) -> str:
+    if location is None:
+        return "an unknown line"
+    library = library_of(location.path)
+    return f"{location.path}:{location.line}" if library is None else f"{library}'s own code (not yours)"
 
 
 def _extra_site(view, others):
@@ -222,6 +281,8 @@ def _extra_site(view, others):
 
 
 def _extra_line(view, others):
+    """The line where the straggler spent the most more than the others (a library's is named
+    as the library's by the caller, never put on the user's code)."""
     def elsewhere(hits) -> float:
         same = [h.seconds for o in others for h in o.top_lines if (h.location.path, h.location.line) ==
                 (hits.location.path, hits.location.line)]
@@ -255,32 +316,63 @@ class ScalingVerdict(DistributedRule):
         jf = facts.job
         if jf is None:
             return []
-        n, t_n, t_1 = jf.world_size, jf.step_s, jf.one_rank_step_s()
-        predictions = predict_fixes(record, jf)
-        ratio = next(p.ratio for p in predictions if p.fix == "now")  # measured: n * t_1 / t_n
+        n, t_n = jf.world_size, jf.step_s
+        base = scaling_base(record, jf)
+        predictions = predict_fixes(record, jf, base)
+        ratio = base.ratio
         fixes = [p for p in predictions if p.fix != "now"]
         best = max(fixes, key=lambda p: p.ratio)
         efficiency = ratio / n
-        severity = Severity.HIGH if ratio < 1 else Severity.MEDIUM if efficiency < LOW_EFFICIENCY else Severity.INFO
-        speedup = best.ratio / ratio if best.ratio > ratio else None
         grad_bytes, synced = grads_per_step(record)
         link = self._link_text(record, grad_bytes)
         moved = f"; {_mb(grad_bytes * synced)} MB of gradients per step{link}" if grad_bytes else link
         listed = "; ".join(f"{p.fix}: {p.ratio:.2f}x" for p in fixes)
+        sharing = shared_compute(record)
+        evidence = {"ranks": n, "throughput_vs_one_rank": round(ratio, 3), "efficiency": round(efficiency, 3),
+                    "step_ms": ms(t_n), "one_rank_step_ms": ms(base.one_step_s),
+                    "exposed_transfer_ms": ms(jf.transfer_s),
+                    "modelled_ratio": round(n * jf.one_rank_step_s() / t_n, 3),
+                    "one_rank": "measured" if base.measured is not None else "modelled",
+                    "shared_compute": sharing,
+                    "predictions": {p.fix: round(p.ratio, 3) for p in predictions}, "best": best.fix}
+        comm_text = f"exposed communication is {ms(jf.transfer_s):.1f} ms of a {ms(t_n):.1f} ms step{moved}"
+        if base.measured is None:
+            return [self._modelled(record, n, ratio, efficiency, comm_text, listed, sharing, evidence)]
+        one, band = base.measured, base.change
+        evidence["band"] = None if band.noise is None else round(band.noise, 3)
+        slower = band.significant and ratio < 1
+        severity = Severity.HIGH if slower else Severity.MEDIUM if efficiency < LOW_EFFICIENCY else Severity.INFO
+        speedup = best.ratio / ratio if best.ratio > ratio else None
+        noise = f"±{band.noise:.1%}" if band.noise is not None else "noise unknown: too few steps"
+        said = (f"{n} ranks give {ratio:.2f}x of one rank's throughput ({noise}; {efficiency:.0%} per rank), measured: "
+                f"the job's {band.measure} against one rank alone ({one.source}: {one.steps} steps of "
+                f"{ms(one.step_s):.1f} ms, {one.seconds:.0f} s)")
+        if slower:
+            said += f"; {n} ranks are slower than one"
+        extra = "".join(f" {x[0].upper()}{x[1:]}." for x in (sharing, base.per_rank_batch_note) if x)
         return [self.finding(
-            title=f"{n} ranks give {ratio:.2f}x of one rank's throughput",
-            message=(f"{n} ranks give {ratio:.2f}x of one rank's throughput ({efficiency:.0%} per rank): exposed "
-                     f"communication is {ms(jf.transfer_s):.1f} ms of a {ms(t_n):.1f} ms step{moved}. Predicted, "
-                     f"against one rank: {listed}."),
-            location=_location(record),
-            evidence={"ranks": n, "throughput_vs_one_rank": round(ratio, 3), "efficiency": round(efficiency, 3),
-                      "step_ms": ms(t_n), "one_rank_step_ms": ms(t_1), "exposed_transfer_ms": ms(jf.transfer_s),
-                      "predictions": {p.fix: round(p.ratio, 3) for p in predictions},
-                      "best": best.fix},
+            title=f"{n} ranks give {ratio:.2f}x of one rank's throughput (measured)",
+            message=f"{said}; {comm_text}.{extra} Predicted from the measured ratio: {listed}.",
+            location=_location(record), evidence=evidence,
             speedup=self.reported(speedup, below=severity)[0], severity=severity,  # ranked by the verdict itself
-            basis=("one rank alone is estimated as a rank's step without the communication the job adds (the "
-                   "exposed all-reduce of the rank nobody waited for), same per-rank batch and threads; each fix "
-                   "removes only the communication it changes. Measure one rank: --set nproc=1"))]
+            basis=(f"measured: the job's throughput over one rank's ({one.source}, same script, limits and threads "
+                   "per rank); each fix is predicted from that ratio and the communication it removes"))]
+
+    def _modelled(self, record: RunRecord, n: int, ratio: float, efficiency: float, comm_text: str, listed: str,
+                  sharing: str | None, evidence: dict) -> Finding:
+        """No one-rank run: the model's figure, said as a model, info-level, never ranked as a fact."""
+        caveat = (f" It is likely wrong here: {sharing}, so one rank alone would run faster than a rank of the job."
+                  if sharing else "")
+        return self.finding(
+            title=f"{n} ranks would give ~{ratio:.2f}x of one rank's throughput, by a model (one rank not measured)",
+            message=(f"Modelled, not measured: one rank alone is taken as a rank's step without the communication the "
+                     f"job adds, which assumes the ranks share no compute (each its own cores or GPU). By that model "
+                     f"{n} ranks give {ratio:.2f}x ({efficiency:.0%} per rank); {comm_text}.{caveat} Predicted the "
+                     f"same way: {listed}. Measure one rank: torchdoctor run --nproc-per-node {n} --one-rank always "
+                     f"(or tune --nproc-per-node {n}, which runs nproc=1 beside {n} ranks)."),
+            location=_location(record), evidence=evidence, speedup=None, severity=Severity.INFO,
+            basis="a model, not a measurement: one rank's step = a rank's step minus the exposed all-reduce of the "
+                  "rank nobody waited for")
 
     @staticmethod
     def _link_text(record: RunRecord, grad_bytes: int) -> str:

@@ -10,6 +10,7 @@ ends) steps once per `backward()` instead: the backward-to-backward interval.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -78,6 +79,7 @@ class StepLedger:
     def reset(self) -> None:
         self.seconds = dict.fromkeys(CATEGORIES, 0.0)
         self.samples: int | None = None
+        self.batch_shape: list[int] | None = None  # the step's last training batch's first tensor
         self.micro_batches = 0
         self.closure_calls = 0
         self.heavy_probe_ran = False
@@ -104,6 +106,9 @@ class RunSession:
         # count as work while the training thread sleeps on storage.
         self.cpu_clock = cpu_clock
         self.t0 = clock()
+        # a process forked from the script's (multiprocessing.Process with fork) inherits the probes:
+        # there they must neither count steps nor stop anything, so the user's workers run as written
+        self.pid = os.getpid()
         self.ledger = StepLedger()
         self.steps: list[StepSample] = []
         self.interval_start = self.t0
@@ -192,7 +197,12 @@ class RunSession:
                 self.interval_start = self.training_started
                 self.notify("on_training_start", kind)
 
+    def forked(self) -> bool:
+        return os.getpid() != self.pid
+
     def on_optimizer_step(self) -> None:
+        if self.forked():
+            return
         """The primary optimizer finished a step."""
         if self.step_source is None:
             self.step_source = OPTIMIZER
@@ -201,6 +211,8 @@ class RunSession:
 
     def on_backward_done(self) -> None:
         """A `backward()` returned: a step when no optimizer exists to define one."""
+        if self.forked():
+            return
         self.backward_calls += 1
         self.ledger.micro_batches += 1
         if self.step_source is None and self.optimizers_created == 0:
@@ -257,6 +269,8 @@ class RunSession:
         return self.clock() - self.t0
 
     def check_time(self) -> None:
+        if self.forked():
+            return
         if self.elapsed() > self.config.max_seconds:
             self.stop("time-limit")
 
@@ -287,13 +301,13 @@ class RunSession:
         sec = ledger.seconds
         return StepSample(index=index, start=self.interval_start - self.t0, end=now - self.t0,
                           warmup=warmup, sampled=sampled, micro_batches=ledger.micro_batches,
-                          closure_calls=ledger.closure_calls, samples=ledger.samples,
+                          closure_calls=ledger.closure_calls, samples=ledger.samples, batch_shape=ledger.batch_shape,
                           data_wait_s=sec["data_wait"], backward_s=sec["backward"], optimizer_s=sec["optimizer"],
                           zero_grad_s=sec["zero_grad"], eval_s=sec["eval"], checkpoint_s=sec["checkpoint"],
                           logging_s=sec["logging"])
 
     def raise_if_stopping(self) -> None:
         """Probes call this at safe points so a script that swallowed StopRun still ends."""
-        if self.stop_reason is not None and self.raise_on_stop:
+        if self.stop_reason is not None and self.raise_on_stop and not self.forked():
             self.stop_raises += 1
             raise StopRun(self.stop_reason)

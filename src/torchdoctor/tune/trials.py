@@ -42,8 +42,8 @@ class TrialResult:
 
 def command_for(trial: Trial, settings: TrialSettings, run_dir: Path) -> list[str]:
     cmd = [*doctor_command("run", settings.limits()), "--format", "json", "--out", str(run_dir)]
-    if settings.nproc_per_node is not None:
-        cmd += ["--nproc-per-node", str(settings.nproc_per_node)]
+    if settings.nproc_per_node is not None:  # tune's own nproc=1 trial is the one-rank baseline
+        cmd += ["--nproc-per-node", str(settings.nproc_per_node), "--one-rank", "never"]
     for setting in trial.settings():
         cmd += ["--set", setting]
     target = ["-m", settings.target] if settings.module else [settings.target]

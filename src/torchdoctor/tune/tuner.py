@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from torchdoctor.rules.noise import change, throughput
+from torchdoctor.rules.noise import change, contention_gap, throughput
 from torchdoctor.diagnosis.reliability import busy_machine
 from torchdoctor.model.findings import Report
 from torchdoctor.model.record import RunRecord
@@ -54,7 +54,8 @@ class TuneOutcome:
         if not (base and mine):
             return None
         busy = any(busy_machine(r) for r in [*self.baseline_records(), trial.record])
-        return change(base, mine, busy=busy)
+        waiting = contention_gap(self.baseline_records(), [trial.record]) if busy else None
+        return change(base, mine, busy=busy, waiting=waiting)
 
 
 class Tuner:

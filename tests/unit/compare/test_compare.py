@@ -114,4 +114,40 @@ def test_a_busy_machine_widens_the_band_so_no_winner_is_named_inside_it():
     report = compare_runs([ComparedRun.of("before", a), ComparedRun.of("after", b)])
     verdict = report.tables[0].rows[1][-1]
     assert verdict.startswith("no measurable change") and "busy machine" in verdict
-    assert any("The machine was busy" in n for n in report.notes)
+    assert any("Busy machine" in w for w in report.warnings)
+
+
+def _saved(tmp_path, name, rec):
+    (tmp_path / name).mkdir()
+    rec.save(tmp_path / name / "record.json")
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("after_s, jitter, flag, code, says", [
+    (0.130, 0.02, "--fail-if-slower", 1, "FAIL, 23.1 % slower"),  # 0.77x, well beyond the band
+    (0.100, 0.02, "--fail-if-slower", 0, "pass"),  # the same speed
+    (0.103, 0.02, "--fail-if-slower", 0, "pass"),  # 3 % slower: within the 5 % allowed
+    (0.108, 0.60, "--fail-if-slower", 0, "pass (inconclusive)"),  # 7 % slower, inside a wide noise band
+    (0.080, 0.02, "--fail-if-not-faster", 0, "pass"),  # 25 % faster
+    (0.098, 0.02, "--fail-if-not-faster", 1, "FAIL"),  # 2 %: not faster by more than 5 %
+])
+def test_the_ci_gate_respects_the_noise_band(tmp_path, capsys, after_s, jitter, flag, code, says):
+    a = _saved(tmp_path, "a", noisy(0.100, jitter, steps=40))
+    b = _saved(tmp_path, "b", noisy(after_s, jitter, steps=40))  # the same jitter pattern, scaled
+    assert main(["compare", a, b, flag, "5"]) == code
+    err = capsys.readouterr().err
+    assert says in err.splitlines()[-1]
+
+
+def test_hours_turn_a_gain_into_hours_and_cost_saved_with_the_band(tmp_path, capsys):
+    a = _saved(tmp_path, "a", noisy(0.100, 0.02, steps=40))
+    b = _saved(tmp_path, "b", noisy(0.050, 0.02, steps=40, seed=2))
+    assert main(["compare", a, b, "--hours", "100", "--price-per-hour", "2", "--format", "json"]) == 0
+    table = next(t for t in json.loads(capsys.readouterr().out)["tables"] if t["title"].startswith("Projection"))
+    [row] = table["rows"]
+    takes, saved = (float(x.removesuffix(" h")) for x in row[1:3])
+    assert 49.0 < takes < 51.0 and takes + saved == pytest.approx(100, abs=0.11)  # ~2x: a 100 h run takes ~50 h
+    low, high = (float(x) for x in row[3].removesuffix(" h").split(" to "))
+    assert low < float(row[2].removesuffix(" h")) < high
+    assert 98 < float(row[4].split()[0]) < 102  # ~50 device-hours at 2 per hour
+    assert main(["compare", a, b, "--price-per-hour", "2"]) == 2  # a price needs the run's length

@@ -71,4 +71,4 @@ def test_a_re_render_keeps_what_the_launcher_knew(tmp_path):
     first.save(tmp_path / "record.json")
     again = load_record(tmp_path)
     [lost] = [v for v in again.ranks if v.status == "lost"]
-    assert "killed by signal 9" in lost.error and "launch note" in again.distributed.notes
+    assert "killed by SIGKILL" in lost.error and "launch note" in again.distributed.notes

@@ -148,3 +148,45 @@ def test_sizes_and_gpu_names():
 def test_the_trial_budget_holds_whatever_the_first_trials_show():
     for trials in (LineTrials(b0=512), LineTrials(b0=1), LineTrials(fail_at=40)):
         assert len(BatchSearch(trials, Capacity(700 * MIB, 0, "test"), max_trials=3).run().trials) <= 3
+
+
+class SaturatingTrials(LineTrials):
+    """Samples/s rises with the batch until `knee`, then stays flat (plus a small dip past it);
+    a batch beyond `rows` gets only `rows` rows, as a loader over a small dataset gives."""
+
+    def __init__(self, knee=128, rows=None, **kw):
+        super().__init__(**kw)
+        self.knee, self.rows = knee, rows
+
+    def at(self, batch, first=False):
+        trial = super().at(batch, first)
+        got = min(batch, self.rows) if self.rows else batch
+        if trial.outcome == FITS:
+            trial.samples = got
+            trial.samples_per_s = 1000.0 * min(got, self.knee) / self.knee * (0.97 if got > 2 * self.knee else 1.0)
+            trial.relative_sem = 0.005
+        return trial
+
+
+def test_the_search_stops_at_the_dataset_and_says_so():
+    """6,000 rows, room in memory for ~500,000: no batch beyond 6,000 is tried or recommended."""
+    trials = SaturatingTrials(rows=6000, b0=64, fixed=10 * MIB, per_sample=4096, optimizer=20 * MIB)
+    scaling = BatchSearch(trials, Capacity(2048 * MIB, 0, "test"), data_bound=6000,
+                          data_bound_basis="the training loader's dataset has 6,000 rows").run()
+    assert max(trials.asked) == 6000 and scaling.verified_max_batch <= 6000
+    assert any("stopped at batch 6000" in n and "6,000 rows" in n for n in scaling.notes)
+    assert scaling.data_bound == 6000
+    assert scaling.predicted_max_batch > 6000  # memory alone would allow more: the data is the bound
+
+
+def test_the_recommended_batch_is_the_fastest_that_fits_not_the_largest():
+    from torchdoctor.rules.memory import recommended_batch
+
+    trials = SaturatingTrials(knee=128, b0=32, fixed=10 * MIB, per_sample=MIB, optimizer=20 * MIB)
+    scaling = BatchSearch(trials, Capacity(2048 * MIB, 0, "test")).run()
+    assert scaling.verified_max_batch > 512
+    best = recommended_batch(scaling)
+    assert best == 128  # the knee: larger batches measured no more samples/s (and past 256 a little less)
+    # a trial that asked for more rows than the data has is measured as the rows it got
+    capped = SaturatingTrials(rows=100, b0=32).at(400)
+    assert capped.fit_batch == 100

@@ -66,3 +66,26 @@ def test_a_shape_that_depends_on_the_data_ends_the_estimate_and_says_where(tmp_p
     note = next(n.message for n in fake.probe_notes if n.probe == "estimate")
     assert note.startswith("cannot go on") and "train.py:7" in note and "0 complete steps" in note
     assert fake.memory.parts[PARAMETERS] == (16 * 16 + 16) * 4  # what was accounted before it still stands
+
+
+LOGGED = """
+import copy
+import torch
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for step in range(10):
+    loss = model(torch.randn(32, 16)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(f"step {step} loss {loss:.4f}")  # a fake tensor formatted in an f-string
+    history.append(copy.deepcopy(loss.detach()))  # a logger keeping a copy (Lightning's self.log)
+"""
+
+
+def test_formatting_or_copying_a_fake_tensor_is_answered_not_blamed_on_the_script(tmp_path):
+    fake = run(tmp_path, LOGGED, fake=True)
+    assert fake.run.status == "step-limit", fake.run.error
+    note = next(n.message for n in fake.probe_notes if n.probe == "estimate")
+    assert "train.py:12" in note and "answered 1" in note

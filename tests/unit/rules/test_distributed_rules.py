@@ -1,6 +1,9 @@
 """The distributed rules on merged records built by hand: each test states the per-rank
 timings it needs (DDP's backward timestamps, step categories, the communication check)."""
 
+from dataclasses import replace
+
+import pytest
 from helpers.records import record
 
 from torchdoctor.diagnosis.run import analyze
@@ -40,7 +43,7 @@ def job(step_s=0.1, exposed=(0.03, 0.03), late=(0.0, 0.0), synced=1, micro=1, ex
     defaults = dict(created_at=DDP_LINE, module="Net", world_size=len(exposed), grad_bytes=grad_mb * 2**20,
                     backward_location=BACKWARD_LINE, bucket_sizes=[25 * 2**20])
     defaults.update(model)
-    base.steps = [s for s in views[0].steps]
+    base.steps = [replace(s, samples=32 * len(exposed)) for s in views[0].steps]  # merged: the job's samples
     base.distributed = DistributedInfo(identity=identity, ddp=[DdpModel(**defaults)], ddp_steps=views[0].ddp_steps,
                                        comm=comm)
     base.ranks = views
@@ -85,20 +88,54 @@ def test_single_rank_records_get_no_distributed_findings_and_no_not_measured_lin
     assert not [n for n in report.not_measured if n.code in codes]
 
 
-def test_scaling_verdict_and_its_predictions():
+def _one_rank(step_s, samples=32, sem=0.005):
+    from torchdoctor.model.distributed_record import OneRankBaseline
+
+    return OneRankBaseline(source="measured in this command", steps=10, step_s=step_s, steps_per_s=1 / step_s,
+                           samples_per_s=samples / step_s, relative_sem=sem, samples_per_step=samples, seconds=3.0,
+                           run_dir="one-rank/rank-0")
+
+
+def test_scaling_verdict_from_a_measured_one_rank_run_and_its_predictions():
     rec = job(step_s=0.1, exposed=(0.06, 0.06), synced=4, micro=4, comm=loopback(0.2))
+    rec.distributed.one_rank = _one_rank(0.04)  # one rank alone measured 0.04 s a step
     [verdict] = found(rec, "TD606")
-    assert verdict.severity == Severity.HIGH  # 2 ranks at 0.04 s of own work in a 0.1 s step: 0.8x of one
-    assert verdict.evidence["throughput_vs_one_rank"] == 0.8
+    assert verdict.severity == Severity.HIGH and "(measured)" in verdict.title  # 2 x 32 per 0.1 s vs 32 per 0.04 s
+    assert verdict.evidence["throughput_vs_one_rank"] == 0.8 and verdict.evidence["one_rank"] == "measured"
+    assert "slower than one" in verdict.message and "±" in verdict.message
     predictions = verdict.evidence["predictions"]
-    assert predictions["no_sync() on 3 of 4 micro-batches"] == round(2 * 0.04 / 0.055, 3)
+    assert predictions["no_sync() on 3 of 4 micro-batches"] == round(0.8 * 0.1 / 0.055, 3)
     assert predictions["train on one rank"] == 1.0
     assert "the link at its expected 2.0 GB/s" in predictions
     assert verdict.estimated_speedup > 1
 
 
+def test_without_a_one_rank_run_the_verdict_is_a_model_said_as_such_and_never_ranked():
+    rec = job(step_s=0.1, exposed=(0.06, 0.06), synced=4, micro=4, comm=loopback(0.2))
+    [verdict] = found(rec, "TD606")
+    assert verdict.severity == Severity.INFO and verdict.estimated_speedup is None
+    assert "by a model" in verdict.title and "assumes the ranks share no compute" in verdict.message
+    assert verdict.evidence["one_rank"] == "modelled" and verdict.evidence["modelled_ratio"] == 0.8
+
+
+def test_ranks_sharing_cores_are_named_and_the_model_is_said_to_be_unreliable():
+    rec = job(step_s=0.1, exposed=(0.004, 0.004))
+    for view in rec.ranks:
+        view.threads, view.cpus = 2, 2
+    [verdict] = found(rec, "TD606")
+    assert "ranks 0 and 1 run 4 compute threads in all (2/2 per rank) on 2 usable CPU cores" in verdict.message
+    assert "likely wrong here" in verdict.message and verdict.severity == Severity.INFO
+    # measured: the same ranks, one rank alone as fast as a rank of the job -> ~1x, not the model's 1.92x
+    rec.distributed.one_rank = _one_rank(0.05)  # one rank alone twice as fast: the ranks only took turns
+    [verdict] = found(rec, "TD606")
+    assert verdict.evidence["throughput_vs_one_rank"] == 1.0 and verdict.evidence["modelled_ratio"] == 1.92
+    assert "share cores" in verdict.message
+
+
 def test_a_well_scaling_job_gets_an_info_verdict():
-    [verdict] = found(job(step_s=0.1, exposed=(0.004, 0.004)), "TD606")
+    rec = job(step_s=0.1, exposed=(0.004, 0.004))
+    rec.distributed.one_rank = _one_rank(0.096)
+    [verdict] = found(rec, "TD606")
     assert verdict.severity == Severity.INFO and verdict.evidence["throughput_vs_one_rank"] == 1.92
 
 
@@ -210,3 +247,49 @@ def test_an_estimate_within_noise_is_not_shown_and_ranks_as_each_rule_says():
     assert reported(1.5, below=Severity.LOW, unestimated=Severity.MEDIUM) == (1.5, None)
     assert reported(1.01, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.LOW)
     assert reported(None, below=Severity.LOW, unestimated=Severity.MEDIUM) == (None, Severity.MEDIUM)
+
+
+def _jitter(rec, ms_scale, seed=1):
+    """Scatter every rank's ready time by up to ±ms_scale ms per step, independently."""
+    import random
+
+    rng = random.Random(seed)
+    for view in rec.ranks:
+        for d in view.ddp_steps:
+            for b in d.backwards:
+                shift = rng.uniform(-ms_scale, ms_scale) / 1000
+                b.compute_end += shift
+                b.comm_start += shift
+    return rec
+
+
+def test_a_long_run_reports_without_overflow():
+    """TD605's chance test summed p**k in floats: past ~1,000 steps it raised OverflowError."""
+    from torchdoctor.rules.scaling import chance_of_leading
+
+    assert chance_of_leading(1500, 1500, 2) == pytest.approx(0.5 ** 1500, rel=1e-6) or chance_of_leading(
+        1500, 1500, 2) < 1e-300
+    assert chance_of_leading(700, 1500, 2) > 0.9 and chance_of_leading(0, 1500, 2) == 1.0
+    rec = job(step_s=0.01, exposed=(0.001, 0.0015), late=(0.0005, 0.0), steps=1500)
+    report = analyze(rec)  # no exception, and the verdicts are there
+    assert {"TD605", "TD606"} <= {f.code for f in report.findings}
+
+
+def test_a_lateness_within_the_ranks_scatter_is_no_straggler():
+    # rank 0 is 0.3 ms later on average, but each step's ready times scatter by ±3 ms
+    rec = _jitter(job(step_s=0.01, exposed=(0.001, 0.0013), late=(0.0003, 0.0), steps=40), ms_scale=3)
+    assert not found(rec, "TD605")
+    # the same scatter with a 3 ms lateness stands out
+    rec = _jitter(job(step_s=0.01, exposed=(0.001, 0.004), late=(0.003, 0.0), steps=40), ms_scale=1)
+    assert found(rec, "TD605")
+
+
+def test_a_straggler_inside_a_library_names_the_library_not_a_path():
+    from torchdoctor.model.record import LineHits
+
+    lib = Location("/venv/lib/python3.11/site-packages/lightning/pytorch/loops/fit_loop.py", 300, "run")
+    rec = job(step_s=0.1, exposed=(0.01, 0.015), late=(0.005, 0.0), steps=12)
+    rec.ranks[0].top_lines = [LineHits(lib, 50, library="lightning", seconds=0.5)]
+    [finding] = found(rec, "TD605")
+    assert finding.location is None and "lightning's own code (not yours)" in finding.message
+    assert "site-packages" not in finding.message

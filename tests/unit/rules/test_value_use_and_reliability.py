@@ -80,3 +80,20 @@ def test_too_few_timed_steps_withhold_every_estimate():
     apply_spread([f], facts)
     assert f.estimated_speedup is None and f.evidence["estimate_if_steady"] == 1.5
     assert "fewer than the 5 the spread check needs" in f.estimate_basis
+
+def test_a_printed_range_holds_its_point_estimate():
+    """A few very slow steps put the mean step (the point's basis) above p90: the range the
+    p50/p90 sizing gives would lie wholly above the point."""
+    rec = record(steps=20)
+    rec.steps = [StepSample(index=s.index, start=s.start, end=s.start + (0.1 if i % 10 else 1.5), warmup=s.warmup,
+                            sampled=False) for i, s in enumerate(rec.steps)]
+    facts = RunFacts.of(rec)
+    f = _finding(1.3)
+    apply_spread([f], facts)
+    if "estimate_range" in f.evidence:
+        low, high = f.evidence["estimate_range"]
+        assert low <= 1.3 <= high
+    for g in (_finding(1.05), _finding(2.5)):
+        apply_spread([g], _spread(record(steps=20), slow_every=3, factor=1.6))
+        low, high = g.evidence["estimate_range"]
+        assert low <= g.estimated_speedup <= high

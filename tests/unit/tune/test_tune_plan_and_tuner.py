@@ -184,3 +184,44 @@ def test_the_tune_report_diagnoses_the_baseline_once(tmp_path, monkeypatch):
     notes = " ".join(tune_report(outcome).notes)
     assert "allow at most 1.15x" in notes
     assert diagnosed == [outcome.baseline.record]
+
+
+def test_labels_cannot_contradict_their_numbers():
+    from torchdoctor.tune.report import EstimateCheck, _agreement
+
+    def label(est, measured, significant=True, noise=0.05, rng=None):
+        return _agreement(EstimateCheck("TD101", "t.py:1", est, "workers=4", measured, significant, noise, rng))
+
+    assert label(1.11, 0.81).startswith("wrong way: a slowdown (0.81x)")  # the case, once "agrees"
+    assert label(1.40, 1.43).startswith("agrees: inside the measured band")
+    assert label(1.30, 1.60).startswith("off: underestimated") and label(2.0, 1.3).startswith("off: overestimated")
+    assert label(1.30, 1.60, rng=[1.2, 1.62]).startswith("agrees")  # the estimate's own range reaches it
+    assert label(1.3, 1.01, significant=False).startswith("not confirmed")
+
+
+def test_the_ladder_never_puts_a_stage_above_its_ceiling_without_saying_why(tmp_path, monkeypatch):
+    from torchdoctor.model.record import LoaderOnlyStats
+
+    class Ladder(FakeTrials):
+        def __call__(self, trial, settings, run_dir):
+            result = super().__call__(trial, settings, run_dir)
+            if trial.name == "data=loader-only":
+                from torchdoctor.model.record import RunRecord
+
+                rec = RunRecord.load(run_dir / "record.json")
+                rec.loader_only = LoaderOnlyStats(batches=100, seconds=10.0, samples=3200)  # 10 batches/s
+                rec.save(run_dir / "record.json")
+            return result
+
+    chosen = [Trial("workers=4", {"workers": "4"}, FIX), Trial("data=loader-only", {"data": "loader-only"}, "ladder")]
+    fake = Ladder({"baseline": 0.2, "baseline (repeat)": 0.2, "workers=4": 0.05})  # 20 steps/s with 4 workers
+    monkeypatch.setattr(tuner_module, "run_trial", fake)
+    monkeypatch.setattr("torchdoctor.tune.report.analyze", fake_analyze)
+    settings = TrialSettings("train.py", [], False, steps=30, warmup=2, max_seconds=60)
+    outcome = Tuner(settings, tmp_path, analyze=fake_analyze, trials=chosen).run()
+    report = tune_report(outcome)
+    ladder = next(t for t in report.tables if t.title == "Staged ladder")
+    rows = {r[0]: r for r in ladder.rows}
+    assert rows["full run, recommended knobs"][1] > rows["data loader alone"][1]
+    assert "its knobs changed the loader" in rows["full run, recommended knobs"][3]
+    assert "reference report" not in ladder.caption

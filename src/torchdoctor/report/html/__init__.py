@@ -11,7 +11,7 @@ from torchdoctor.model.findings import Report
 from torchdoctor.report.common import one_line
 from torchdoctor.report.html.sections import SECTIONS, Section
 from torchdoctor.report.html.style import CSS
-from torchdoctor.report.html.text import esc_line, note
+from torchdoctor.report.html.text import esc_line, note, prose
 
 # No script, no fetch of any kind; only the inline styles this page carries.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -47,7 +47,10 @@ def _content(report: Report) -> str:
     nav = "".join(f'<li><a href="#{s.id}">{esc_line(s.title)}</a></li>' for s in sections)
     body = "".join(f'<section id="{s.id}"><h2>{esc_line(s.title)}</h2>{s.body}</section>' for s in sections)
     byline = f"torchdoctor {esc_line(report.tool_version)} · {esc_line(report.source)} report"
-    return (f'<div class="tdr"><header><h1>{esc_line(_title(report))}</h1><p class="byline">{byline}</p></header>'
+    warnings = "".join(f'<p class="warning" role="alert"><strong>Warning:</strong> {prose(w)}</p>'
+                       for w in report.warnings)
+    return (f'<div class="tdr"><header><h1>{esc_line(_title(report))}</h1><p class="byline">{byline}</p>'
+            f"{warnings}</header>"
             f"<nav><ol>{nav}</ol></nav>{body}<footer>Made by torchdoctor from measurements of this run; the page "
             "runs no script and loads nothing.</footer></div>")
 

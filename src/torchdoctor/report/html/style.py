@@ -38,6 +38,7 @@ CSS = """
   overflow-x:auto; margin:8px 0; }
 .tdr pre code { background:none; border:0; padding:0; }
 .tdr .byline, .tdr .note, .tdr .basis, .tdr figcaption { color:var(--muted); }
+.tdr p.warning { border-left:4px solid var(--changed); background:var(--mark); padding:6px 10px; margin:8px 0; }
 .tdr .note, .tdr figcaption { font-size:.88em; }
 .tdr .prose { white-space:pre-wrap; overflow-wrap:anywhere; margin:6px 0; }
 .tdr .not-measured { color:var(--muted); font-style:italic; padding:10px 12px; border:1px dashed var(--border);

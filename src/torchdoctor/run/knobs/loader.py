@@ -28,6 +28,8 @@ _INIT_ARGUMENTS = {"workers": "num_workers", "pin_memory": "pin_memory",
                    "batch_size": "batch_size"}
 LOADER_ONLY_MIN_BATCHES = 20
 EVAL_CUT = "evaluation loaders cut to one sample of their first batch, replayed from memory"
+REPLAYED = ("training batches replayed from memory (each loader's first batches): from the next epoch on the loader "
+            "itself is not driven (no sampler, workers or dataset reads)")
 
 
 class _IterState:
@@ -75,6 +77,33 @@ class _FirstEvalBatch:
             raise StopIteration
         self._served = True
         return self._batch
+
+
+class _ReplayIter(_BaseDataLoaderIter):
+    """A training loader's iterator under data=cached once its first batches are in memory: the
+    epoch's batches come from that cache, and the loader itself is never driven again (no
+    sampler, no worker started or respawned, no dataset read). A subclass of DataLoader's own
+    iterator so the DataLoader probe measures it like any other; its __init__ is deliberately
+    not the base's, which would start the real pipeline."""
+
+    def __init__(self, batches: list, length: int) -> None:  # super().__init__ is not called, on purpose
+        self._replayed, self._length, self._served = batches, length, 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> "_ReplayIter":
+        return self
+
+    def replay(self) -> Any:
+        if self._served >= self._length:
+            raise StopIteration
+        batch = self._replayed[self._served % len(self._replayed)]
+        self._served += 1
+        return batch
+
+    def __del__(self) -> None:  # the base's would shut down workers this iterator never had
+        pass
 
 
 def _draw_like_an_iterator(loader: DataLoader) -> None:
@@ -168,6 +197,16 @@ class LoaderKnobs(KnobGroup):
                 group.applied("eval", EVAL_CUT)
                 _draw_like_an_iterator(loader)
                 return _FirstEvalBatch(group._eval_batch[loader])
+            cache = group._cache.get(loader)
+            if group.settings.get("data") == "cached" and not in_eval and cache is not None \
+                    and len(cache) >= group.replay_batches:
+                try:
+                    length = len(loader)
+                except TypeError:
+                    length = None
+                if length is not None:
+                    group.applied("data", REPLAYED)
+                    return _ReplayIter(cache, length)
             it = original(loader)
             group._iters[it] = _IterState(loader, in_eval)
             return it
@@ -179,6 +218,8 @@ class LoaderKnobs(KnobGroup):
 
         @functools.wraps(original)
         def __next__(it):
+            if isinstance(it, _ReplayIter):
+                return it.replay()
             state = group._iters.get(it)
             if state is None:
                 return original(it)
@@ -212,7 +253,7 @@ class LoaderKnobs(KnobGroup):
             batch = original(it)
             cache.append(batch)
             return batch
-        self.applied("data", f"batches replayed from memory (first {len(cache)} of each loader)")
+        self.applied("data", REPLAYED)
         return cache[state.served % len(cache)]
 
     def _time_loader_alone(self, it, original, state: _IterState) -> None:

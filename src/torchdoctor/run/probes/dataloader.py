@@ -21,10 +21,10 @@ from torchdoctor.run.session import RunSession
 _BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor
 
 
-def batch_rows(batch: Any, depth: int = 0) -> int | None:
-    """Rows in a batch: the first dimension of its first tensor."""
+def first_tensor(batch: Any, depth: int = 0) -> torch.Tensor | None:
+    """The batch's first tensor with a dimension (its inputs, usually)."""
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
+        return batch if batch.dim() > 0 else None
     if depth >= _BATCH_SEARCH_DEPTH:
         return None
     if isinstance(batch, dict):
@@ -34,10 +34,16 @@ def batch_rows(batch: Any, depth: int = 0) -> int | None:
     else:
         return None
     for item in items:
-        rows = batch_rows(item, depth + 1)
-        if rows is not None:
-            return rows
+        found = first_tensor(item, depth + 1)
+        if found is not None:
+            return found
     return None
+
+
+def batch_rows(batch: Any) -> int | None:
+    """Rows in a batch: the first dimension of its first tensor."""
+    tensor = first_tensor(batch)
+    return int(tensor.shape[0]) if tensor is not None else None
 
 
 def _dataset_len(loader: DataLoader) -> int | None:
@@ -45,6 +51,15 @@ def _dataset_len(loader: DataLoader) -> int | None:
         return len(loader.dataset)  # type: ignore[arg-type]
     except Exception:  # IterableDataset and friends: length unknown
         return None
+
+
+def _sampler_len(loader: DataLoader) -> tuple[int | None, str | None]:
+    """Rows one epoch of this loader can give (a DistributedSampler: this rank's shard)."""
+    sampler = getattr(loader, "sampler", None)
+    try:
+        return int(len(sampler)), type(sampler).__name__  # type: ignore[arg-type]
+    except Exception:  # an iterable dataset's infinite sampler, a sampler without a length
+        return None, type(sampler).__name__ if sampler is not None else None
 
 
 def _sampler_batch_size(loader: DataLoader) -> int | None:
@@ -68,6 +83,7 @@ def describe_loader(loader: DataLoader, loader_id: int, created_at) -> LoaderSta
         dataset_len=_dataset_len(loader),
         wait_cpu_s=0.0,
         dataset_type=f"{type(loader.dataset).__module__}.{type(loader.dataset).__qualname__}",
+        sampler_len=_sampler_len(loader)[0], sampler_type=_sampler_len(loader)[1],
     )
 
 
@@ -197,9 +213,10 @@ class DataLoaderProbe:
                 stats.batches += 1
                 if session.in_eval:
                     stats.batches_in_eval += 1
-            rows = batch_rows(batch)
-            if rows is not None and not session.in_eval:
-                session.ledger.add_samples(rows)
+            tensor = first_tensor(batch)
+            if tensor is not None and not session.in_eval:
+                session.ledger.add_samples(int(tensor.shape[0]))
+                session.ledger.batch_shape = [int(d) for d in tensor.shape]  # a batch or sequence that grows
             session.notify("on_batch", session.in_eval)
             session.check_time()
             return batch

@@ -18,7 +18,7 @@ from types import FrameType
 
 import torch
 
-from torchdoctor.model.paths import typed_path
+from torchdoctor.model.paths import INSTALLED_MARKERS, library_of, typed_path  # noqa: F401 (library_of: the probes import it from here)
 from torchdoctor.version import PACKAGE_DIR
 from torchdoctor.model.location import Location
 
@@ -27,7 +27,6 @@ _DOCTOR_DIR = PACKAGE_DIR + os.sep
 _STDLIB_DIRS = tuple(
     {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
 )
-_INSTALLED_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 MAX_SOURCE_TEXT = 160  # characters of a source line kept in the record
 
 # torch files that only forward a call (operator overloads, __torch_function__ plumbing,
@@ -66,39 +65,12 @@ def classify_file(filename: str) -> int:
         return TRAMPOLINE if rel.endswith(_TORCH_TRAMPOLINES) else TORCH
     if filename.startswith("<"):  # <frozen importlib>, <string>: not editable by the user
         return STDLIB
-    if filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _INSTALLED_MARKERS):
+    if filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in INSTALLED_MARKERS):
         # (a virtual environment's platstdlib is the folder that holds its site-packages)
         return STDLIB
-    if filename.endswith(_LIBRARY_TRAMPOLINES) and any(m in filename for m in _INSTALLED_MARKERS):
+    if filename.endswith(_LIBRARY_TRAMPOLINES) and any(m in filename for m in INSTALLED_MARKERS):
         return TRAMPOLINE
     return USER
-
-
-@lru_cache(maxsize=4096)
-def library_of(filename: str) -> str | None:
-    """The installed package a file belongs to (`lightning`, `transformers`), or None for the
-    user's own files. Installed means under a site-packages or dist-packages folder, or in a
-    folder where pip installed packages (`pip install --target DIR`: DIR holds *.dist-info)."""
-    for marker in _INSTALLED_MARKERS:
-        at = filename.rfind(marker)
-        if at >= 0:
-            rest = filename[at + len(marker):]
-            top = rest.split(os.sep, 1)[0]
-            return top[:-3] if top.endswith(".py") else top
-    parent, child = os.path.dirname(filename), os.path.basename(filename)
-    while parent and parent != os.path.dirname(parent):
-        if _holds_installed_packages(parent):
-            return child[:-3] if child.endswith(".py") else child
-        parent, child = os.path.dirname(parent), os.path.basename(parent)
-    return None
-
-
-@lru_cache(maxsize=1024)
-def _holds_installed_packages(folder: str) -> bool:
-    try:
-        return any(name.endswith(".dist-info") for name in os.listdir(folder))
-    except OSError:
-        return False
 
 
 def is_library_frame(frame: FrameType) -> bool:

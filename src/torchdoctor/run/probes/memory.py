@@ -25,9 +25,10 @@ from torchdoctor.model.memory_record import (GRADIENTS, OPTIMIZER_STATES, OTHER,
                                        MemoryBreakdown, OomEvent, ParallelMemory)
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes import cuda_memory
-from torchdoctor.run.probes.frames import USER, classify_file, display_path, location_of, user_frame
+from torchdoctor.run.probes.frames import USER, classify_file, display_path
 from torchdoctor.run.probes.memory_ledger import (LARGEST_KEPT, StepAccount, StorageLedger, _op_name, first_line,
-                                                  frame_of, is_out_of_memory, requested_bytes)
+                                                  innermost_user_location, is_out_of_memory, out_of_memory_in_chain,
+                                                  requested_bytes)
 from torchdoctor.run.session import RunSession
 
 try:
@@ -54,6 +55,7 @@ class _LedgerMode(TorchDispatchMode):
         except BaseException as exc:
             if os.getpid() == probe.pid and is_out_of_memory(exc):
                 probe.ledger.capture_failure(_op_name(func), sys._getframe(1), probe.parts_now)
+                probe.failed_op = _shapes(func, args, kwargs)
             raise
         if os.getpid() == probe.pid:  # not in a DataLoader worker forked while the window was open
             ledger = probe.ledger
@@ -65,6 +67,26 @@ class _LedgerMode(TorchDispatchMode):
                 raise RuntimeError(f"torchdoctor's emulated device of {limit} bytes: can't allocate memory: you "
                                    f"tried to allocate {ledger.total - before} bytes")
         return out
+
+
+def _shapes(func, args, kwargs) -> tuple[list[int], str, list[list[int]]] | None:
+    """(output shape, dtype, input shapes) of an op that failed to allocate: the op run again on
+    meta tensors, which have shapes and no storage (nothing is allocated, nothing computed)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    def meta(x):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) \
+            else x
+
+    inputs = [list(t.shape) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)][:3]
+    try:
+        with _disable_current_modes():
+            out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+        first = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        return [int(d) for d in first.shape], str(first.dtype).removeprefix("torch."), inputs
+    except Exception:  # an op without a meta kernel: the inputs are still known
+        return [], "", inputs
 
 
 def _unique_storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
@@ -91,6 +113,7 @@ class MemoryProbe:
         self.ledger = StorageLedger()
         self.accounts: list[StepAccount] = []
         self.failure: OomEvent | None = None
+        self.failed_op: tuple[list[int], str, list[list[int]]] | None = None  # the failing op's shapes
         self.parallel: ParallelMemory | None = None
         self.history = False
         self._active = False
@@ -249,13 +272,20 @@ class MemoryProbe:
 
     # ---- a failure ---------------------------------------------------------------------------
     def on_failure(self, exc: BaseException) -> None:
-        """The code raised `exc` (its traceback still holds the step's tensors)."""
-        if self.failure is not None or not is_out_of_memory(exc):
+        """The code raised `exc` (its traceback still holds the step's tensors). A wrapper that
+        re-raised the allocator's error as its own (`raise X from e`) is seen through."""
+        if self.failure is not None:
+            return
+        exc = out_of_memory_in_chain(exc)
+        if exc is None:
             return
         message = first_line(exc)
         event = OomEvent(device="cuda" if "CUDA" in str(exc) or type(exc).__name__ == "OutOfMemoryError" else "cpu",
                          message=message, requested_bytes=requested_bytes(str(exc)),
                          step=len(self.session.steps) + 1, batch_size=self.session.ledger.samples)
+        event.batch_shape = self.session.ledger.batch_shape
+        if self.failed_op is not None:
+            event.shape, event.dtype, event.input_shapes = self.failed_op
         if event.batch_size:
             event.batch_basis = "rows the DataLoader delivered"
         elif self.ledger.input_rows:
@@ -281,10 +311,10 @@ class MemoryProbe:
         self.failure = event
 
     def _describe_late_failure(self, event: OomEvent, exc: BaseException) -> None:
-        """Outside the window: only what is held across steps can be told apart."""
-        frame = frame_of(exc)
-        user, _ = user_frame(frame) if frame is not None else (None, False)
-        event.location = location_of(user) if user is not None else None
+        """Outside the window: only what is held across steps can be told apart; the location
+        is the innermost frame of the user's code in the traceback (the line that allocated, not
+        the `loss = loss_fn(model(x), y)` that called down to it)."""
+        event.location = innermost_user_location(exc)
         seen: set[int] = set()
         for part, tensors in self._held().items():
             for key, nbytes in _unique_storages(tensors).items():

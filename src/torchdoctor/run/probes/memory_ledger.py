@@ -28,7 +28,7 @@ from torchdoctor.model.units import parse_bytes
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
-from torchdoctor.run.probes.frames import display_path, frame_line, location_of, user_frame
+from torchdoctor.run.probes.frames import USER, classify_file, display_path, frame_line, library_of, location_of, user_frame
 
 MAX_TIMELINE_POINTS = 240  # a chart ~900 px wide; each point keeps its bucket's largest value
 LARGEST_KEPT = 10
@@ -300,7 +300,7 @@ class StorageLedger:
         parts = _sum_parts((self._part(e, None), e.nbytes) for e in at_peak)
         account = StepAccount(
             memory=StepMemory(step=step, peak_bytes=self.peak, phase_peaks=dict(self.phase_peaks), parts=parts,
-                              samples=samples, complete=complete),
+                              samples=samples if samples is not None else self.input_rows, complete=complete),
             largest=[self._allocation(e, None) for e in sorted(at_peak, key=lambda e: -e.nbytes)[:LARGEST_KEPT]],
             modules=self._module_table(),
             timeline=_downsample(self.points),
@@ -421,6 +421,36 @@ def requested_bytes(message: str) -> int | None:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def out_of_memory_in_chain(exc: BaseException) -> BaseException | None:
+    """`exc`, or the exception it was raised from or during, that ran out of memory."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if is_out_of_memory(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def innermost_user_location(exc: BaseException) -> Location | None:
+    """The innermost traceback entry in the user's own code (its own files first, an installed
+    library's when the failure is wholly inside one), with the line the traceback recorded."""
+    own, library = None, None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if classify_file(filename) == USER:
+            code = tb.tb_frame.f_code
+            here = Location(path=display_path(filename), line=tb.tb_lineno,
+                            function=getattr(code, "co_qualname", code.co_name))
+            if library_of(filename) is None:
+                own = here
+            else:
+                library = here
+        tb = tb.tb_next
+    return own or library
 
 
 def frame_of(exc: BaseException):

@@ -24,8 +24,11 @@ from torchdoctor.model.location import Location
 from torchdoctor.run.probes.frames import caller_location, display_path, location_of, user_frame
 from torchdoctor.run.probes.loops import loops_around
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.model.record import OptimizerInfo, RunRecord
+from torchdoctor.model.record import LossTrace, OptimizerInfo, RunRecord
 from torchdoctor.run.session import RunSession
+
+
+MAX_LOSSES = 2000  # backward calls whose value the numerics guard keeps
 
 
 class StepProbe:
@@ -45,6 +48,8 @@ class StepProbe:
         self._in_tensor_backward = 0  # inside Tensor.backward: it closes the step when it returns
         self._last_optimizer: Optimizer | None = None  # a strong reference for the run only: uninstall drops it
         self._last_info: OptimizerInfo | None = None
+        self._losses: list[tuple[int, torch.Tensor]] = []  # (step, the value passed to backward)
+        self._losses_dropped = 0
 
     # ---- install / uninstall ------------------------------------------------------
     def install(self) -> None:
@@ -65,6 +70,30 @@ class StepProbe:
 
     def contribute(self, record: RunRecord) -> None:
         record.optimizers = list(self.all_infos)
+        record.losses = self._loss_trace()
+
+    def _keep_loss(self, tensors) -> None:
+        """Keep (a detached view of) the one-element tensor passed to backward(): its value is
+        read when the run ends, so the steps carry no sync and no new op."""
+        tensor = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+        if len(self._losses) >= MAX_LOSSES or not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
+            self._losses_dropped += 1
+            return
+        self._losses.append((len(self.session.steps) + 1, tensor.detach()))
+
+    def _loss_trace(self) -> LossTrace | None:
+        if not self._losses:
+            return None
+        trace = LossTrace(dtype=str(self._losses[0][1].dtype).removeprefix("torch."), dropped=self._losses_dropped)
+        try:
+            for step, value in self._losses:
+                trace.steps.append(step)
+                trace.values.append(float(value.float().item()).hex())
+        except Exception:  # fake tensors (memory --estimate), a freed device: no values to compare
+            return None
+        finally:
+            self._losses.clear()
+        return trace
 
     # ---- optimizer bookkeeping ----------------------------------------------------
     def _info(self, optimizer: Optimizer) -> OptimizerInfo:
@@ -189,6 +218,7 @@ class StepProbe:
             if not session.backward_loops_seen:  # a micro-batch loop around backward() is the step's own
                 session.backward_loops_seen = True
                 session.training_loops += [t for t in loops_around(sys._getframe()) if t not in session.training_loops]
+            probe._keep_loss(args[0] if args else kwargs.get("tensors"))
             sampler = session.sampler
             if sampler is not None and getattr(sampler, "wants_parameters", False):
                 sampler.note_backward(args[0] if args else kwargs.get("tensors"))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from torchdoctor.errors import UsageError
 from torchdoctor.machine.cpus import usable_cpus
+from torchdoctor.machine.oom import oom_kills
 from torchdoctor.run.children import torchrun_options
 from torchdoctor.run.ranks.heartbeat import Stall, StallWatch
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, RANKS_DIR_ENV
@@ -49,6 +50,7 @@ class LaunchOutcome:
     stall: Stall | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # the launcher itself failed (rendezvous, a port)
+    oom_kills: int | None = None  # the memory cgroup's OOM kills during the launch (None: not readable)
 
 
 def device_note(nproc: int) -> str | None:
@@ -134,11 +136,15 @@ def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
         os.kill(os.getpid(), signal.SIGTERM)
 
     watch = StallWatch(run_dir, ranks, request.stall_s, on_stall=stop_job)
+    kills_before = oom_kills()
     try:
         with watch:
             run_elastic(launcher_argv(request), outcome)
     finally:
         os.environ.pop(RANKS_DIR_ENV, None)
+    kills_after = oom_kills()
+    if kills_before is not None and kills_after is not None:
+        outcome.oom_kills = kills_after - kills_before
     outcome.stall = watch.stall
     if outcome.stall is not None:
         outcome.interrupted = False

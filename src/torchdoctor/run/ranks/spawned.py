@@ -31,6 +31,16 @@ LAUNCH_INSTEAD = ("launch the ranks with `torchdoctor run --nproc-per-node N tra
                   "LOCAL_RANK and WORLD_SIZE from the environment in the script, as torchrun sets them")
 
 
+def _processes_note(where: str, name: str, count: int) -> str:
+    """Processes the script started itself: not measured, said once, without assuming they are
+    data-parallel ranks (Hogwild workers share one model lock-free, and DDP is no fix for them)."""
+    what = f"{count} processes" if count > 1 else "a process"
+    return (f"{where}: the script started {what} running {name} with multiprocessing; torchdoctor measures only "
+            f"this process, so their training was not measured. If they are data-parallel ranks, "
+            + LAUNCH_INSTEAD + " (torch.multiprocessing.spawn is measured too); if they train one shared model "
+            f"(Hogwild, `model.share_memory()`), measure one worker by calling {name} in the main process")
+
+
 @dataclass
 class SpawnedRank(Limits):
     """`fn` as the child runs it: under the probes. Pickled by the parent, called by torch."""
@@ -96,6 +106,7 @@ class SpawnProbe:
         self.patches = PatchSet()
         self.spawned = 0
         self.notes: list[str] = []
+        self.processes: dict[tuple[str, str], int] = {}  # (where, target) -> multiprocessing.Process starts
 
     def install(self) -> None:
         if self.options is None or os.environ.get("RANK") is not None:
@@ -113,6 +124,8 @@ class SpawnProbe:
 
     def contribute(self, record: RunRecord) -> None:
         record.probe_notes += [ProbeNote(self.name, note) for note in self.notes]
+        record.probe_notes += [ProbeNote(self.name, _processes_note(where, name, count))
+                               for (where, name), count in self.processes.items()]
 
     def _wrap_start(self, original):
         probe = self
@@ -151,10 +164,8 @@ class SpawnProbe:
             if classify_file(caller.f_code.co_filename) == USER:  # torch's own (spawn, DataLoader) are not
                 target = getattr(process, "_target", None)
                 name = getattr(target, "__name__", "a function")
-                probe.notes.append(
-                    f"{caller_location()}: the script started a process running {name} with multiprocessing; "
-                    f"torchdoctor measures only this process, not that one's training. To measure every rank, "
-                    + LAUNCH_INSTEAD + " (torch.multiprocessing.spawn is measured too)")
+                key = (str(caller_location()), name)
+                probe.processes[key] = probe.processes.get(key, 0) + 1  # one note per call site, counted
             return original(process, *args, **kwargs)
 
         return start

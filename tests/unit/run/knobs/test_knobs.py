@@ -226,3 +226,48 @@ def test_a_loader_with_a_batch_sampler_of_its_own_refuses_the_batch_size(tmp_pat
     knob = outcome(record, "batch_size")
     assert not knob.applied and "batches with its own sampler" in knob.detail
     assert record.loaders[-1].batch_size == 4
+
+
+CACHED_EPOCHS = """
+import sys, json
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+reads = []
+
+class Counting(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        reads.append(i)
+        return torch.full((4,), float(i))
+
+loader = DataLoader(Counting(), batch_size=8)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+epochs = 0
+for epoch in range(6):
+    epochs += 1
+    for x in loader:
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+json.dump({"reads": len(reads), "epochs": epochs}, open(sys.argv[1], "w"))
+"""
+
+
+def test_cached_data_never_drives_the_loader_again_once_its_batches_are_in_memory(tmp_path):
+    """An epoch is 4 batches; 2 are cached in warmup. Every later epoch replays them without
+    the sampler or the dataset: the dataset is read for the first epoch only."""
+    script = tmp_path / "epochs.py"
+    script.write_text(CACHED_EPOCHS)
+    out = tmp_path / "seen.json"
+    record = execute(RunRequest(target=str(script), args=[str(out)], warmup=2, steps=30,
+                                knobs=parse_settings(["data=cached"])), tmp_path / "run")
+    seen = json.loads(out.read_text())
+    assert seen["epochs"] == 6 and len(record.steps) == 24  # every epoch kept its 4 batches
+    assert seen["reads"] <= 32  # the first epoch's reads only (a real loader would read 192)
+    assert all(s.samples == 8 for s in record.measured_steps)  # the probe still counts replayed batches
+    assert "not driven" in outcome(record, "data").detail
