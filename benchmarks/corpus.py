@@ -32,14 +32,16 @@ RULES (also written into the results file)
   without a location are listed apart and count in no precision.
 * match: a finding matches a habit when the code family agrees (first 3 characters: TD201 ~ TD204;
   `other:` habits match nothing), the file agrees, and the line is within +-1 of the habit's line
-  or one of its alt_lines (for `absence: true` habits any line of the file). A finding that
+  or one of its alt_lines (for `absence: true` habits any line of the file); of several, the one with
+  the same code, then one at a line (not an absence), then a firm one. A finding that
   matches no habit is a `trap` when it lies on a trap's line (any code) or within +-1 of it
   (or an alt_line) with the family of the trap's looks_like; else `unlisted`.
-  Habit beats debatable habit beats trap when several apply.
+  A habit beats a trap when both apply.
 * ranked findings (the precision denominators): every run finding in the report, since the
   terminal's "Causes, ranked" table lists all of them (high, medium, low and info), that lies in
   the entry's repo; for lint every finding printed at its default severity (low and above).
-  A high+medium-only precision is given beside it.
+  Beside it: the precision over causes (low and above: an info finding says something is not a
+  habit, a read the host needs, a scaling verdict) and over high and medium only.
 * strict precision = findings matching a non-debatable habit / ranked findings; lenient
   precision = findings matching any habit / ranked findings (duplicates of one habit all count).
 * run recall (runnable entries): matched CPU-observable habits / all CPU-observable habits, and
@@ -57,6 +59,7 @@ import os
 import platform
 import re
 import shutil
+from pathlib import Path
 import subprocess
 import sys
 import tempfile
@@ -118,11 +121,9 @@ def judge(code, rel, line, gt):
             abs(line - n) <= 1 for n in [item["line"], *item.get("alt_lines", [])]))
     habits = [h for h in gt["habits"] if not h["category"].startswith("other:")
               and h["category"][:3] == code[:3] and near(h, h.get("absence", False))]
-    firm = [h for h in habits if not h.get("debatable")]
-    if firm:
-        return "habit", firm[0]
-    if habits:
-        return "debatable-habit", habits[0]
+    if habits:  # the closest: the same code before the same family, a line before "anywhere in the file"
+        best = min(habits, key=lambda h: (h["category"] != code, bool(h.get("absence")), bool(h.get("debatable"))))
+        return ("debatable-habit" if best.get("debatable") else "habit"), best
     traps = [t for t in gt["traps"] if near(t) and (t["looks_like"][:3] == code[:3] or t["line"] == line)]
     return ("trap", traps[0]) if traps else ("unlisted", None)
 
@@ -267,11 +268,14 @@ def totals(tool, entries, gt, vrows, rows, lint_codes):
     ids = {e["id"] for e in entries}
     ranked = [v for v in vrows if v["tool"] == tool and v["entry"] in ids and v["verdict"] not in ("elsewhere", "no-location")]
     strong = [v for v in ranked if v["severity"] in ("high", "medium")]
+    causes = [v for v in ranked if v["severity"] != "info"]  # info is information (a read the host needs), not a cause
     good = lambda vs, ok: sum(v["verdict"] in ok for v in vs)
     t = {"ranked_findings": len(ranked), "outside_repo_or_no_location": sum(
             v["tool"] == tool and v["entry"] in ids for v in vrows) - len(ranked),
          "strict_precision": ratio(good(ranked, ("habit",)), len(ranked)),
          "lenient_precision": ratio(good(ranked, ("habit", "debatable-habit")), len(ranked)),
+         "strict_precision_causes": ratio(good(causes, ("habit",)), len(causes)),
+         "lenient_precision_causes": ratio(good(causes, ("habit", "debatable-habit")), len(causes)),
          "strict_precision_high_medium": ratio(good(strong, ("habit",)), len(strong)),
          "lenient_precision_high_medium": ratio(good(strong, ("habit", "debatable-habit")), len(strong))}
     habits = [(e["id"], h) for e in entries for h in gt[e["id"]]["habits"]]
@@ -306,7 +310,11 @@ def main():
     ap.add_argument("--src", help="put this folder first on PYTHONPATH (another checkout's src/)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per doctor command")
     ap.add_argument("--rundirs", help="where run directories go (default: a new folder under /tmp)")
+    ap.add_argument("--rescore", metavar="RESULTS", help="re-judge a results file's findings by today's rules "
+                                                         "(no doctor run); writes --out")
     args = ap.parse_args()
+    if args.rescore:
+        return rescore(args.rescore, args.out)
     args.src = os.path.abspath(args.src) if args.src else None
     args.rundirs = args.rundirs or tempfile.mkdtemp(prefix="torchdoctor-corpus-")
     manifest, gt = load("manifest.json"), load("ground_truth.json")["entries"]
@@ -352,6 +360,29 @@ def main():
         f.write("\n")
     print_summary(result)
     print(f"\nwritten: {args.out}")
+
+
+def rescore(path, out):
+    """The same findings judged by the current rules, so results written before a rule change
+    compare with those after (the baseline keeps its own file; this writes another)."""
+    result = json.loads(Path(path).read_text())
+    manifest, gt = load("manifest.json"), load("ground_truth.json")["entries"]
+    by_id = {e["id"]: e for e in manifest["entries"]}
+    for v in result["verdicts"]:
+        if v["verdict"] in ("elsewhere", "no-location"):
+            continue
+        v["verdict"], v["item"] = judge(v["code"], v["file"], v["line"], gt[v["entry"]])
+    ids = {r["id"] for r in result["entries"]}
+    for tool in list(result["totals"]):
+        chosen = [by_id[i] for i in ids if tool == "lint" or by_id[i]["kind"] == "runnable"]
+        result["totals"][tool] = totals(tool, chosen, gt, result["verdicts"],
+                                        [r for r in result["entries"] if r["tool"] == tool],
+                                        result["torchdoctor"]["lint_codes"])
+    result["rescored"] = {"from": os.path.relpath(path, ROOT), "rules": __doc__.split(
+        "RULES (also written into the results file)")[1].strip()}
+    Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    print_summary(result)
+    print(f"\nwritten: {out}")
 
 
 def print_summary(result):
