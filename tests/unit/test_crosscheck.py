@@ -51,3 +51,22 @@ def test_a_global_setting_takes_the_one_line_lint_found_for_it():
     twice.location = None
     link_static_findings(Report(source="run", tool_version="0", findings=[twice]), rec)
     assert twice.location is None  # two candidate lines: none is guessed
+
+
+def test_a_read_lint_follows_to_a_host_use_is_information_in_the_run_too():
+    """`actions = actions.detach().cpu().numpy()` then `envs.step(actions)` on a later line: the
+    run reads one line and calls it a habit; lint follows the name to the environment's step and
+    says the host needs it. The run's finding takes lint's judgement."""
+    from torchdoctor.rules.value_use import HOST_NEEDS_VALUE
+
+    rec = record()
+    rec.static_findings = [StaticFinding("TD201", "host-sync", "info", "/w/train.py", 230,
+                                         f"`.cpu()` reads a value the program acts on right away: {HOST_NEEDS_VALUE}")]
+    read = _finding("TD201", 230)
+    report = Report(source="run", tool_version="0", findings=[read])
+    link_static_findings(report, rec)
+    assert read.severity == Severity.INFO and read.evidence["value_needed_on_host"]
+    rec.static_findings[0] = StaticFinding("TD201", "host-sync", "medium", "/w/train.py", 230, "`.item()` every step")
+    kept = _finding("TD201", 230)
+    link_static_findings(Report(source="run", tool_version="0", findings=[kept]), rec)
+    assert kept.severity == Severity.MEDIUM

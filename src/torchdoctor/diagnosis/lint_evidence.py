@@ -10,6 +10,7 @@ from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord, StaticFinding
 from torchdoctor.rules.base import make_finding
 from torchdoctor.rules.registry import rule_by_code
+from torchdoctor.rules.value_use import HOST_NEEDS_VALUE
 
 # A static code that names the same cause as a different runtime code.
 STATIC_TO_RUNTIME = {"TD105": "TD101"}
@@ -67,6 +68,13 @@ def link_static_findings(report: Report, record: RunRecord) -> None:
         confirmed.add(id(sf))
         finding.evidence["confirmed_by_lint"] = f"{sf.code} {sf.slug} at {typed_path(sf.path, cwd)}:{sf.line}"
         finding.message += f" `torchdoctor lint` flags the same line ({sf.code} {sf.slug})."
+        if HOST_NEEDS_VALUE in sf.message and finding.severity != Severity.INFO:
+            # lint follows the value to its use (an action handed to `envs.step` on a later line),
+            # which the run's one-line reading cannot: the read is required, information
+            finding.severity = Severity.INFO
+            finding.evidence["value_needed_on_host"] = True
+            finding.title += f" ({HOST_NEEDS_VALUE})"
+            finding.message += f" Lint follows the value to where it is used: {sf.message}"
     seen = _lines_seen(record)
     for sf in record.static_findings:
         if not sf.reached and sf.severity in AHEAD_SEVERITIES and id(sf) not in confirmed:

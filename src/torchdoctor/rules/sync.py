@@ -8,7 +8,7 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import ApiCall, RunRecord
 from torchdoctor.rules.base import HAZARD_BASIS_CPU, Rule
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.value_use import EXTERNAL, OTHER, value_use
+from torchdoctor.rules.value_use import EXTERNAL, HOST_NEEDS_VALUE, OTHER, value_use
 
 SYNC_BASIS_GPU = (
     "the stall length is on the GPU timeline, not the host clock: `torchdoctor trace` on this "
@@ -133,7 +133,7 @@ class _PerLineSyncRule(Rule):
             findings.append(
                 self.finding(
                     title=f"{', '.join(apis)} {noun} {per:.0f}x per {self.unit}"
-                    + (" (the host needs the value)" if required else ""),
+                    + (f" ({HOST_NEEDS_VALUE})" if required else ""),
                     message=f"{', '.join(apis)} at this line ran {total} times in {windows} sampled {self.units} "
                             f"on {tensors}.{why}",
                     location=group[0].location,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from torchdoctor.rules.value_use import HOST_NEEDS_VALUE
 from torchdoctor.model.findings import Severity
 from torchdoctor.lint.checks.base import Check, Hit
 from torchdoctor.lint.facts import Facts
@@ -274,9 +275,10 @@ class HostSync(Check):
         yield from _per_line("TD201", train, "{what} in every training step",
                              "{what} inside {via} copies a value to the host every step: on a GPU the host waits "
                              "for all queued kernels before Python can go on")
-        yield from _per_line("TD201", required, "{what} in every training step (the host needs the value)",
+        yield from _per_line("TD201", required, "{what} in every training step (" + HOST_NEEDS_VALUE + ")",
                              "{what} inside {via} reads a value the program acts on right away (it goes into "
-                             "{needed}): the sync is the price of acting on it, not a habit to drop. Acting on a "
+                             "{needed}): " + HOST_NEEDS_VALUE + ", and the sync is the price of acting on it, not a "
+                             "habit to drop. Acting on a "
                              "batch at a time (vectorized environments, one `.tolist()` for many values) makes it "
                              "rarer", Severity.INFO)
         yield from _per_line("TD203", evaluation, "{what} for every evaluation batch",
