@@ -137,8 +137,9 @@ class DataLoaderStall(Rule):
                 basis=basis,
                 fix=fix,
                 # the size of the stall, which a cheaper `__getitem__` can win back even where
-                # workers cannot
-                severity=severity_for(amdahl(step, wait)),
+                # workers cannot; the part of it other processes' CPU use explains is the
+                # machine's, not the loader's: ranked by what is left
+                severity=_stall_severity(loader, step, wait),
             )
         ]
 
@@ -180,6 +181,13 @@ def _parallel_loading_estimate(record: RunRecord, facts: RunFacts, loader, wait:
              + f", loading {ms(load):.1f} ms / {workers}) = {ms(new_step):.1f} ms; {workers} worker{plural}: {why}; "
              "worker overheads (IPC, collation into shared memory) not counted")
     return amdahl(step, step - new_step), basis
+
+
+def _stall_severity(loader, step: float, wait: float) -> Severity:
+    own = wait * (1 - loader.runqueue_share) if starved_of_cpu(loader) else wait
+    if own / step < DATA_WAIT_MIN_SHARE:
+        return Severity.LOW  # without the busy machine's share, under the stall worth a finding
+    return severity_for(amdahl(step, own))
 
 
 def _epoch_start_excess(facts: RunFacts, loader) -> float | None:

@@ -27,6 +27,17 @@ def test_data_wait_triggers_with_amdahl_estimate():
     assert f.location.line == 5 and abs(f.estimated_speedup - 0.1 / 0.06) < 1e-3
 
 
+def test_a_data_wait_mostly_the_busy_machines_ranks_low():
+    """15 % of the step waiting for data, but the loading thread had no CPU 70 % of that time:
+    what is left (4.5 %) is under the stall worth ranking; said, low."""
+    rec = _on_cores(record(step_s=0.1, data_wait_s=0.015), cores=2, threads=1)
+    rec.loaders = [loader(num_workers=4, sampled_wait_s=0.01, sampled_runqueue_s=0.007)]
+    (f,) = run(DataLoaderStall, rec)
+    assert f.severity.value == "low" and "busy machine" in f.message
+    rec.loaders[0].sampled_runqueue_s = 0.0
+    assert run(DataLoaderStall, rec)[0].severity.value != "low"
+
+
 def test_small_data_wait_does_not_trigger():
     rec = record(step_s=0.1, data_wait_s=0.002)
     rec.loaders = [loader()]

@@ -328,7 +328,9 @@ class DispatchSampler:
         key, internal, user = self._where(frame)
         if internal and kind in ("host-sync", "transfer-d2h") and not tensor.is_cuda:
             return  # torch's own scalar reads on CPU tensors (optimizer step counters)
-        placement = "device" if kind.startswith("transfer-h2d") or on_device(tensor) else "host"
+        # `.numpy()` raises on a CUDA tensor: code that calls it on a tensor as it is runs on the
+        # CPU in a GPU run too (the tensor is the host's), so it is never a sync
+        placement = "device" if kind.startswith("transfer-h2d") or (on_device(tensor) and name != "numpy") else "host"
         call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
                            placement)
         if call.loop_line is None and user is not None:

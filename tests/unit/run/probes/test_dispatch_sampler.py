@@ -54,3 +54,21 @@ def test_work_outside_the_step_is_not_counted():
     finally:
         sampler.deactivate()
     assert sampler.sites == {}
+
+
+def test_a_numpy_call_on_a_tensor_as_it_is_reads_a_host_tensor():
+    """`.numpy()` raises on a CUDA tensor: `pred.detach().numpy()` in a script means the tensor
+    is the host's in any run; `pred.detach().cpu().numpy()` copies a device tensor first."""
+    sampler = DispatchSampler(time.perf_counter)
+    sampler.install()
+    model = torch.nn.Linear(4, 2)  # its output is a device tensor in a GPU run
+    try:
+        sampler.activate("train")
+        pred = model(torch.randn(3, 4)).detach()
+        pred.numpy()  # the numpy line
+        pred.cpu().numpy()  # the copy line
+        sampler.deactivate()
+    finally:
+        sampler.uninstall()
+    placement = {c.api: c.placement for c in sampler.api.values()}
+    assert placement[".numpy()"] == "host" and placement[".cpu()"] == "device"
