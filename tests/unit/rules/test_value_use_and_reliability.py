@@ -16,6 +16,7 @@ from torchdoctor.rules.value_use import ACCUMULATE, CONTROL, EXTERNAL, LOG, OTHE
     ("losses_m.update(loss.item(), images.size(0))", ACCUMULATE),
     ('print(f"step {step} loss {loss.item():.4f}")', LOG),
     ("writer.add_scalar('loss', loss.item(), step)", LOG),
+    ("plt.plot(steps, pred.data.numpy().flatten(), 'b-')", LOG),  # a figure shows it
     ("if not math.isfinite(loss.item()):", CONTROL),
     ("while done.item() == 0:", CONTROL),
     ("state, reward, done = env.step(action.item())", EXTERNAL),
