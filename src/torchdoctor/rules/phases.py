@@ -91,6 +91,34 @@ def _steps_per_epoch(loader) -> int | None:
     return full + (1 if rest and not loader.drop_last else 0)
 
 
+def seen_once(rule: Rule, record: RunRecord, facts: RunFacts, cost: PhaseCost, what: str) -> list[Finding]:
+    """One occurrence (an evaluation before the first step, `if step % 500 == 0:`): its period
+    is not measured, so no share is claimed; a heavy one is said with what it measured, as
+    training steps' worth, at the call site in the loop."""
+    step_s = statistics.fmean(core_duration(s) for s in facts.measured)
+    steps_worth = cost.seconds_each / step_s
+    if steps_worth < ONE_OFF_MIN_STEPS or cost.site.location is None:
+        return []  # the wall-time table shows it
+    after = cost.site.occurrences[0].after_step if cost.site.occurrences else 0
+    if record.steps and after >= len(record.steps):
+        return []  # after the last step (a final test): the run's end, not a cost of training
+    when = "before the first training step" if after == 0 else f"after step {after}"
+    return [rule.finding(
+        title=f"One {what} took as long as {steps_worth:,.0f} training steps",
+        message=(f"The {what} {when} took {ms(cost.seconds_each):,.0f} ms, against "
+                 f"{ms(step_s):.1f} ms per training step. It ran once in this bounded run, so how often it "
+                 f"recurs was not measured: every K steps it costs {ms(cost.seconds_each):,.0f} / "
+                 f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time."),
+        location=cost.site.location,
+        evidence={"seconds_each": round(cost.seconds_each, 4), "training_steps_worth": round(steps_worth, 1),
+                  "after_step": after, "occurrences": 1, "step_ms": ms(step_s)},
+        speedup=None,
+        basis="not estimated: seen once, so its period is not measured (a longer run, or `torchdoctor run "
+              "--steps` past the next one, measures it)",
+        severity=Severity.MEDIUM if steps_worth >= ONE_OFF_MEDIUM_STEPS else Severity.LOW,
+    )]
+
+
 class _IntervalPhaseRule(Rule):
     """Evaluation or checkpoints: the fix makes the phase `reduction_factor` times rarer."""
 
@@ -138,31 +166,7 @@ class _IntervalPhaseRule(Rule):
 
 
     def _seen_once(self, record: RunRecord, facts: RunFacts, cost: PhaseCost) -> list[Finding]:
-        """One occurrence (an evaluation before the first step, `if step % 500 == 0:`): its period
-        is not measured, so no share is claimed; a heavy one is said with what it measured, as
-        training steps' worth, at the call site in the loop."""
-        step_s = statistics.fmean(core_duration(s) for s in facts.measured)
-        steps_worth = cost.seconds_each / step_s
-        if steps_worth < ONE_OFF_MIN_STEPS or cost.site.location is None:
-            return []  # the wall-time table shows it
-        after = cost.site.occurrences[0].after_step if cost.site.occurrences else 0
-        if record.steps and after >= len(record.steps):
-            return []  # after the last step (a final test): the run's end, not a cost of training
-        when = "before the first training step" if after == 0 else f"after step {after}"
-        return [self.finding(
-            title=f"One {self.what.lower()} took as long as {steps_worth:,.0f} training steps",
-            message=(f"The {self.what.lower()} {when} took {ms(cost.seconds_each):,.0f} ms, against "
-                     f"{ms(step_s):.1f} ms per training step. It ran once in this bounded run, so how often it "
-                     f"recurs was not measured: every K steps it costs {ms(cost.seconds_each):,.0f} / "
-                     f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time."),
-            location=cost.site.location,
-            evidence={"seconds_each": round(cost.seconds_each, 4), "training_steps_worth": round(steps_worth, 1),
-                      "after_step": after, "occurrences": 1, "step_ms": ms(step_s)},
-            speedup=None,
-            basis="not estimated: seen once, so its period is not measured (a longer run, or `torchdoctor run "
-                  "--steps` past the next one, measures it)",
-            severity=Severity.MEDIUM if steps_worth >= ONE_OFF_MEDIUM_STEPS else Severity.LOW,
-        )]
+        return seen_once(self, record, facts, cost, self.what.lower())
 
 
 class FrequentEval(_IntervalPhaseRule):
@@ -226,8 +230,9 @@ class LoggingOverhead(Rule):
         sites = [p for p in record.phases if p.kind == "logging" and p.calls_in_measured >= MIN_REPEATS_IN_WINDOW
                  and not (p.location and (p.location.path, p.location.line) in taken)]
         wall = sum(s.duration_s for s in facts.window)
-        if not sites or wall <= 0:
-            return []
+        if not sites or wall <= 0:  # a figure drawn every 50 steps, seen once (at step 0): said if heavy
+            cost = phase_cost(record, facts, "logging")
+            return seen_once(self, record, facts, cost, "print or plot") if cost and not cost.period_steps else []
         share = self._share(record, sites, wall)
         saved = share * (1 - 1 / self.reduction_factor)
         speedup = amdahl(1.0, saved)

@@ -316,3 +316,14 @@ def test_a_forward_line_busy_in_the_evaluation_is_not_a_training_hot_line():
     assert run(HotLine, rec) == []  # 40 % of the time, but only 8 % of it training
     rec.line_profile.lines[0].eval_samples = 0
     assert [f.severity.value for f in run(HotLine, rec)] == ["medium"]
+
+
+def test_a_figure_drawn_once_in_the_window_is_said_in_training_steps():
+    """`if step % 50 == 0: plt.cla(); ...; plt.pause(0.1)` drew once, at step 0, in a 30-step run:
+    0.5 s against 10 ms steps, as long as 50 steps; its period is not measured."""
+    rec = record(step_s=0.01)
+    rec.phases = [PhaseStats("logging", Location("gan.py", 81, "<module>"), calls=1, total_s=0.5,
+                             occurrences=[PhaseOccurrence(after_step=0, t=0.1, seconds=0.5)])]
+    (f,) = run(LoggingOverhead, rec)
+    assert (f.location.line, f.severity.value, f.estimated_speedup) == (81, "low", None)
+    assert f.evidence["training_steps_worth"] == 50 and f.title.startswith("One print or plot took")
