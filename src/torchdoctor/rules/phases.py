@@ -230,9 +230,8 @@ class LoggingOverhead(Rule):
         sites = [p for p in record.phases if p.kind == "logging" and p.calls_in_measured >= MIN_REPEATS_IN_WINDOW
                  and not (p.location and (p.location.path, p.location.line) in taken)]
         wall = sum(s.duration_s for s in facts.window)
-        if not sites or wall <= 0:  # a figure drawn every 50 steps, seen once (at step 0): said if heavy
-            cost = phase_cost(record, facts, "logging")
-            return seen_once(self, record, facts, cost, "print or plot") if cost and not cost.period_steps else []
+        if not sites or wall <= 0:  # printing or plotting every N steps (a figure per epoch): per interval
+            return self._per_interval(record, facts)
         share = self._share(record, sites, wall)
         saved = share * (1 - 1 / self.reduction_factor)
         speedup = amdahl(1.0, saved)
@@ -249,6 +248,30 @@ class LoggingOverhead(Rule):
                       "measured_steps": len(facts.window), "seconds_in_window": round(share * wall, 4)},
             speedup=speedup,
             basis=f"Amdahl: the measured logging share made {self.reduction_factor}x less frequent",
+        )]
+
+    def _per_interval(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        """Output that comes every N steps, not every step (a figure per epoch, every 50 steps):
+        sized per interval from every occurrence, as evaluations are; seen once, said if heavy."""
+        cost = phase_cost(record, facts, "logging")
+        if cost is None:
+            return []
+        if not cost.period_steps:
+            return seen_once(self, record, facts, cost, "print or plot")
+        saved = cost.share * (1 - 1 / self.reduction_factor)
+        if cost.share < self.min_share or amdahl(1.0, saved) < MIN_REPORTED_SPEEDUP:
+            return []
+        return [self.finding(
+            title=f"Printing and plotting every {cost.period_steps:g} steps take {cost.share:.0%} of the wall time",
+            message=(f"Each time, {ms(cost.seconds_each):.0f} ms of output ({cost.occurrences} seen, "
+                     f"{cost.period_basis}), against {ms(cost.seconds_each / cost.share - cost.seconds_each):.0f} ms "
+                     "of training in between."),
+            location=cost.site.location,
+            evidence={"share_of_wall_time": round(cost.share, 3), "seconds_each": round(cost.seconds_each, 4),
+                      "period_steps": round(cost.period_steps, 1), "occurrences": cost.occurrences},
+            speedup=amdahl(1.0, saved),
+            basis=(f"Amdahl: output {ms(cost.seconds_each):.0f} ms per {cost.period_steps:g} training steps "
+                   f"({cost.period_basis}), made {self.reduction_factor}x less frequent"),
         )]
 
     @staticmethod

@@ -132,6 +132,7 @@ class PhaseProbe:
 
         @functools.wraps(original)
         def train(module, mode: bool = True):
+            probe._patch_pyplot()
             outer = probe._train_depth == 0
             probe._train_depth += 1
             try:
@@ -155,6 +156,7 @@ class PhaseProbe:
 
             @functools.wraps(original)
             def timed(*args, **kwargs):
+                probe._patch_pyplot()  # a script's first figure often follows its first print
                 if probe._busy:
                     return original(*args, **kwargs)
                 probe._busy = True
