@@ -70,3 +70,14 @@ def test_a_read_lint_follows_to_a_host_use_is_information_in_the_run_too():
     kept = _finding("TD201", 230)
     link_static_findings(Report(source="run", tool_version="0", findings=[kept]), rec)
     assert kept.severity == Severity.MEDIUM
+
+
+def test_a_run_with_no_step_still_shows_what_the_source_shows():
+    """A script that trains by hand (no backward(), no optimizer) ran to its end: no step to time,
+    but lint's findings on the code that ran are still ranked, static and low."""
+    rec = record(steps=0, warmup=0)
+    rec.static_findings = [StaticFinding("TD201", "host-sync", "medium", "/w/train.py", 45, "`loss.item()` every step")]
+    report = Report(source="run", tool_version="0", findings=[])
+    link_static_findings(report, rec)
+    (f,) = report.findings
+    assert (f.code, f.location.line, f.severity) == ("TD201", 45, Severity.LOW) and f.title.startswith("From the source")

@@ -34,14 +34,20 @@ def _lines_seen(record: RunRecord) -> set[tuple[str, int]]:
     return {(recorded_path(x.location.path, cwd), x.location.line) for x in [*d.api_calls, *d.sites]}
 
 
-def _not_reached(sf: StaticFinding, cwd: str) -> Finding:
-    """A habit lint sees in a function the training loop calls that the bounded run did not
-    reach: ranked, as static, below every measured cause (low, no estimate)."""
+NOT_REACHED = ("Not reached in this run", "The training loop calls this code, but the bounded run ended before it "
+               "ran, so it was not measured")
+NO_STEP = ("From the source, no step measured", "This run timed no training step (see the run line), so nothing "
+           "here was measured")
+
+
+def _not_reached(sf: StaticFinding, cwd: str, why: tuple[str, str] = NOT_REACHED) -> Finding:
+    """A habit lint sees where the run could not measure it (a function the training loop
+    calls that the bounded run did not reach; a run with no step): ranked, as static, below
+    every measured cause (low, no estimate)."""
     rule = rule_by_code(STATIC_TO_RUNTIME.get(sf.code, sf.code)) or rule_by_code(sf.code)
     return make_finding(
-        rule, title=f"Not reached in this run: {sf.message.split('. ')[0].rstrip('.')}",
-        message=(f"{sf.message} The training loop calls this code, but the bounded run ended before it ran, so it "
-                 "was not measured: `torchdoctor lint` found it by reading the source."),
+        rule, title=f"{why[0]}: {sf.message.split('. ')[0].rstrip('.')}",
+        message=f"{sf.message} {why[1]}: `torchdoctor lint` found it by reading the source.",
         location=Location(typed_path(sf.path, cwd), sf.line), evidence={"static": True, "lint_code": sf.code,
                                                                           "lint_severity": sf.severity},
         speedup=None, basis="static: read from the source, not measured (the run did not reach it)",
@@ -77,8 +83,8 @@ def link_static_findings(report: Report, record: RunRecord) -> None:
             finding.message += f" Lint follows the value to where it is used: {sf.message}"
     seen = _lines_seen(record)
     for sf in record.static_findings:
-        if not sf.reached and sf.severity in AHEAD_SEVERITIES and id(sf) not in confirmed:
-            report.findings.append(_not_reached(sf, cwd))
+        if sf.severity in AHEAD_SEVERITIES and id(sf) not in confirmed and not (sf.reached and record.steps):
+            report.findings.append(_not_reached(sf, cwd, NOT_REACHED if record.steps else NO_STEP))
     rows = [[sf.code, sf.slug, f"{typed_path(sf.path, cwd)}:{sf.line}", sf.severity,
              "confirmed by this run" if id(sf) in confirmed else
              "not reached in this run" if not sf.reached else
