@@ -61,6 +61,7 @@ class BatchSearch:
     notes: list[str] = field(default_factory=list)
     first_prediction: int | None = None  # the fit's largest batch before any trial checked it
     step: int = 1  # the grid near that prediction
+    stopped: KeyboardInterrupt | None = None  # what interrupted the search, raised again once it is written
 
     def run(self) -> BatchScaling:
         first, unreachable = self.runner.baseline()
@@ -76,6 +77,9 @@ class BatchSearch:
                 self._search(first.batch_size)
             except Unreachable as exc:
                 scaling.unreachable = str(exc)
+            except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the trials so far are the result
+                self.stopped = stop
+                self.notes.append(f"interrupted after {len(self.trials)} trials: the search did not finish")
         scaling.trials = sorted(self.trials, key=lambda t: t.batch_size)
         points = self._points()
         scaling.fits = fit_points(points)

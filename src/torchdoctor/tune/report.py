@@ -74,7 +74,11 @@ def recommended(outcome: TuneOutcome) -> TunedTrial | None:
 def tune_report(outcome: TuneOutcome) -> Report:
     if not outcome.baseline.ok:
         report = Report(source="tune", tool_version=__version__)
-        report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
+        if outcome.interrupted:
+            report.notes.append("Interrupted during the baseline run, so nothing was tuned: "
+                                + "; ".join(outcome.skipped))
+        else:
+            report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
         return report
     repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []
     timed = [t for t in [outcome.baseline, *repeat, *outcome.trials] if t.ok and t.result.trial.kind != LADDER]
