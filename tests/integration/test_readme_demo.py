@@ -41,7 +41,7 @@ def shape(text: str) -> list[tuple]:
         elif m := WHERE.match(line):
             parts.append(("where", m.group(1), m.group(2)))
         elif line and not line.startswith((" ", "┏", "┃", "┡", "│", "└", "note:", ".")) and (
-                i + 1 < len(lines) and lines[i + 1].startswith("┏") or line in ("Run summary", "Not measured in this run")):
+                i + 1 < len(lines) and lines[i + 1].startswith("┏") or line in ("Causes, ranked", "Run summary", "Not measured in this run")):
             parts.append(("part", line))
     return parts
 

@@ -39,4 +39,4 @@ def _tune_report(folder: Path):
     try:
         return Report.load(tune_file)
     except SchemaError as exc:
-        raise InputError(f"cannot read the tune report: {exc}") from None
+        raise InputError(f"cannot read the tune report: {exc}; re-run `torchdoctor tune` to make a new one") from None

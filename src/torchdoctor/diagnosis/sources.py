@@ -2,9 +2,9 @@
 
 A record is something users pass around, so a report never quotes a file the run did not
 execute: a line is shown only from a Python file that the record lists as executed
-(`RunRecord.source_files`), that lies under the run's recorded working directory (after
-following links), and, when a run directory is re-rendered, whose content still has the
-sha256 the run's own report recorded. A record edited to name `~/.ssh/config` or
+(`RunRecord.source_files`); when a run directory is re-rendered (its record read from a file),
+only from one under the run's recorded working directory (after following links) whose content
+still has the sha256 the run's own report recorded. A record edited to name `~/.ssh/config` or
 `/home/you/proj/settings.py` therefore quotes nothing: the reader would need the file's
 content to forge its hash. Anything else is "source not available", with the reason. Files
 are opened as plain files only (no FIFO, no device), bounded, read as text, never executed.
@@ -52,7 +52,7 @@ def source_excerpts(findings: list[Finding], record: RunRecord,
             continue
         seen.add((loc.path, loc.line))
         path = recorded_path(loc.path, record.run.cwd)
-        why = _not_quotable(path, own, record.run.cwd)
+        why = _not_quotable(path, own, record.run.cwd if recorded is not None else None)
         if why:
             excerpts.append(SourceExcerpt(loc.path, loc.line, status="not-run-file", note=f"{NOT_AVAILABLE}: {why}"))
         else:
@@ -63,12 +63,17 @@ def source_excerpts(findings: list[Finding], record: RunRecord,
     return excerpts
 
 
-def _not_quotable(path: str, own: set[str], cwd: str) -> str | None:
-    """Why the file at `path` (absolute) must not be quoted; None when it may be."""
+def _not_quotable(path: str, own: set[str], cwd: str | None) -> str | None:
+    """Why the file at `path` (absolute) must not be quoted; None when it may be. `cwd`: the
+    run's recorded working directory, when the record comes from a file (a re-render); None
+    in the run itself, whose record this process made (a script outside the working directory
+    is the user's own)."""
     if not path.endswith(".py"):
         return "not a Python file"
     if path not in own:
         return "not one of the files this run executed"
+    if cwd is None:
+        return None
     if not os.path.isabs(cwd) or not _inside(path, os.path.normpath(cwd)):
         return "outside the run's working directory"
     if not _inside(os.path.realpath(path), os.path.realpath(cwd)):

@@ -41,6 +41,9 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     findings = ranked_findings(report)
     if report.summary:
         _print_headline(console, report.summary)
+    if findings:
+        console.print()
+        console.print(Text("Causes, ranked", style=BOLD))
     for rank, finding in enumerate(findings[:TOP_IN_FULL], 1):
         _print_finding(console, rank, finding)
     if len(findings) > TOP_IN_FULL:

@@ -108,7 +108,7 @@ def test_an_executed_file_outside_the_working_directory_is_not_read(tmp_path):
     (tmp_path / "proj").mkdir()
     rec = run_of(tmp_path / "proj")
     rec.source_files = [str(outside)]  # a record edited to list it
-    (excerpt,) = source_excerpts([at(str(outside), 12)], rec)
+    (excerpt,) = source_excerpts([at(str(outside), 12)], rec, {str(outside): "0" * 64})
     assert excerpt.lines == [] and excerpt.note == "source not available: outside the run's working directory"
 
 
@@ -117,7 +117,7 @@ def test_a_link_out_of_the_working_directory_is_not_followed(tmp_path):
     write_old(outside, TRAIN)
     (tmp_path / "proj").mkdir()
     os.symlink(outside, tmp_path / "proj" / "train.py")
-    (excerpt,) = source_excerpts([at("train.py", 12)], run_of(tmp_path / "proj", "train.py"))
+    (excerpt,) = source_excerpts([at("train.py", 12)], run_of(tmp_path / "proj", "train.py"), {"train.py": "0" * 64})
     assert excerpt.lines == [] and "a link out of the run's working directory" in excerpt.note
 
 
