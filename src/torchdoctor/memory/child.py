@@ -99,12 +99,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     opts = parser().parse_args(argv)
     from torchdoctor.run.outcome import exit_code_of
-    from torchdoctor.run.ranks.child import rank_dir_of
+    from torchdoctor.run.ranks.child import die_with_parent, rank_dir_of
     from torchdoctor.run.runner import RunRequest, execute
     from torchdoctor.run.signals import handling_stop_signals
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        die_with_parent()  # a rank never outlives the launcher of its trial
     out = rank_dir_of(opts.out, rank) if world > 1 else opts.out
     out.mkdir(parents=True, exist_ok=True)
     listeners = []

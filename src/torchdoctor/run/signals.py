@@ -161,13 +161,15 @@ class StopSignals:
                 data = os.read(self._read_fd, 16)
             except OSError:
                 return
-            if not data or data == b"\0":
+            if not data:
                 return
             for signum in data:
                 if signum in self.signums:
                     self.received = self.received or signum
                     if not self.quiet:
                         self._request_stop(signum)
+            if 0 in data:  # uninstall's wake-up (it may arrive in one read with a signal's byte)
+                return
 
     def _close_pipe(self) -> None:
         for fd in (self._read_fd, self._write_fd):
