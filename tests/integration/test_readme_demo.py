@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = "examples/demo_prompt_encoder.py"
 pytestmark = pytest.mark.slow
 
-FINDING = re.compile(r"^(\d+)\. (TD\d+) ([\w-]+) · (\w+) · ")
+FINDING = re.compile(r"^(\d+)\. (TD\d+) ([\w-]+) · (\w+)$")
 WHERE = re.compile(r"^ +where: (\S+:\d+)(?: in (\S+))?$")
 
 

@@ -141,8 +141,8 @@ def _print_finding(console: Console, rank: int, f: Finding) -> None:
     console.print()
     name = f"{rank}. {one_line(f.code)} {one_line(f.slug)}"
     severity = SEVERITY_STYLE.get(f.severity.value, "")
-    console.print(Text.assemble((name, f"{BOLD} {severity}".strip()), " · ", (f.severity.value, severity), " · ",
-                                one_line(f.title)))
+    console.print(Text.assemble((name, f"{BOLD} {severity}".strip()), " · ", (f.severity.value, severity)))
+    _print_indented(console, Text(one_line(f.title), style=BOLD))  # its own line: a long title wraps under itself
     if f.location:
         function = f" in {one_line(f.location.function)}" if f.location.function else ""
         _print_indented(console, Text.assemble("where: ", one_line(where(f.location)), function))

@@ -51,7 +51,7 @@ def test_summary_table_and_details_for_each_finding():
     assert "More causes, ranked (1 after the top 3)" in text  # the fourth cause is a row of a table
     table_row = next(line for line in text.split("\n") if "TD703" in line)
     assert "slug-td703" in table_row and "log.py:3" in table_row and "low" in table_row
-    assert "1. TD301 slug-td301 · medium · title of TD301" in text
+    assert "1. TD301 slug-td301 · medium\n   title of TD301\n" in text
     assert "where: model.py:42 in _apply_prompt" in text
     assert "estimated speedup: 1.72x — basis of TD301" in text
     assert "estimated speedup: not estimated — basis of TD201" in text
