@@ -56,12 +56,23 @@ def demo(tmp_path_factory) -> tuple[str, Path]:
     return done.stdout, out
 
 
+def _unranked(parts: list[tuple]) -> list[tuple]:
+    return [part[:1] + part[2:] if part[0] == "cause" else part for part in parts]
+
+
+def _in_order(wanted: list, found: list) -> bool:
+    rest = iter(found)
+    return all(item in rest for item in wanted)
+
+
 def test_the_readme_demo_block_has_the_shape_of_a_real_demo_run(demo):
     printed, _ = demo
     documented, real = shape(readme_block()), shape(printed)
     assert documented, "no demo block found in the README"
-    assert real[:len(documented)] == documented
-    assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented  # the block shows the top cause
+    # the same parts in the same order; a busy machine may add a cause between them (a phase it slowed)
+    assert _in_order(_unranked(documented), _unranked(real)), (documented, real)
+    assert real[:4] == documented[:4]  # the run, the heading, the top cause and its line
+    assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented
 
 
 def test_the_readme_demo_block_lines_are_printed_lines(demo):
