@@ -202,3 +202,31 @@ def test_watch_block(tmp_path):
     assert "Traceback" not in err
     record = readable(tmp_path / "run")
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143
+
+
+def test_lightning_callback(tmp_path):
+    """The callback's fit gets SIGTERM: the measuring stops, the run directory is written. Lightning
+    installs its own SIGTERM handler, which stays in charge of how the process ends (its fit ends
+    cleanly); torchdoctor's stop still comes through the signal's wakeup."""
+    pytest.importorskip("lightning")
+    script = ROOT / "tests" / "integration" / "frameworks" / "lightning_blobs.py"
+    out = tmp_path / "run"
+    environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    child = subprocess.Popen([sys.executable, str(script), "--epochs", "1000", "--doctor-out", str(out),
+                              "--doctor-steps", "100000", "--doctor-warmup", "2"], cwd=tmp_path, env=environment,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not out.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.2)  # the callback made the run directory: the fit is under way
+        time.sleep(3)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=LIMIT_S)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode in (0, -signal.SIGTERM), err
+    assert not group_alive(child.pid)
+    record = readable(out)
+    assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143 and record["steps"]
