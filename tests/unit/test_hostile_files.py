@@ -187,7 +187,7 @@ def test_the_errors_name_the_field_and_what_is_wrong(tmp_path):
         "null-step-time": "$.steps[3].end: expected `float`, got `null`",
         "bool-for-int": "$.run.warmup: expected `int`, got `bool`",
         "infinite-number": "number out of range",
-        "nan-step-time": "is not valid JSON",
+        "nan-step-time": 'at the value of "end"; NaN and Infinity are not JSON numbers',
         "deep-nesting": "nested deeper than a torchdoctor document can be",
         "deep-in-unknown-field": "nested deeper than a torchdoctor document can be",
         "deep-in-any-field": "levels deep (at most 32)",

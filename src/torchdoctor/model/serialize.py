@@ -12,6 +12,7 @@ naming the file and the field, never an arbitrary exception, and never executes 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePath
 from typing import Any, Callable, TypeVar
 
@@ -103,7 +104,7 @@ def decode_untrusted(path: Path) -> Any:
     except RecursionError:
         raise SchemaError(f"{path} is nested deeper than a torchdoctor document can be ({MAX_DEPTH} levels)") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # "Number out of range": 1e999
-        raise SchemaError(f"{path} is not valid JSON ({_where_first(str(exc))})") from None
+        raise SchemaError(f"{path} is not valid JSON ({_where_first(str(exc))}{_near(raw, str(exc))})") from None
     problem = bounds_problem(data)
     if problem:
         raise SchemaError(f"{path} is not a torchdoctor document: {problem}")
@@ -138,6 +139,22 @@ def bounds_problem(data: Any) -> str | None:
             stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)
                          if isinstance(item, (str, dict, list)))
     return None
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_KEY_BEFORE = re.compile(rb'"([^"\\]{1,80})"\s*:[^"]*$')
+
+
+def _near(raw: bytes, message: str) -> str:
+    """Where a syntax error is, for a reader: the key it follows, and what a NaN or an infinity is."""
+    m = _BYTE.search(message)
+    if m is None:
+        return ""
+    at = int(m.group(1))
+    token = raw[at:at + 9]
+    what = "; NaN and Infinity are not JSON numbers" if token.lstrip(b"-").startswith((b"NaN", b"Infinity")) else ""
+    key = _KEY_BEFORE.search(raw[max(0, at - 200):at])
+    return (f", at the value of \"{key.group(1).decode('utf-8', 'replace')}\"" if key else "") + what
 
 
 def _short(key: str) -> str:
