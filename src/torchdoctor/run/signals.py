@@ -50,7 +50,9 @@ class StopSignals:
         self.session = None  # a RunSession: its stop is requested on a signal
         self.quiet = False  # set while the run is written: a signal then only says so
         self.pid = os.getpid()
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, object] = {}  # what it replaced, while installed
+        self._before: dict[int, object] = {}  # ... kept after uninstall, for a handler put back after us
+        self._installed_once = False
         self._handled = False  # the handler ran once (the watcher thread may have seen the signal first)
         self._read_fd = self._write_fd = -1
         self._thread: threading.Thread | None = None
@@ -73,8 +75,9 @@ class StopSignals:
         for signum in self.signums:
             current = signal.getsignal(signum)
             if current in (signal.SIG_DFL, signal.default_int_handler):
-                self._previous[signum] = current
+                self._previous[signum] = self._before[signum] = current
                 signal.signal(signum, self._handle)
+                self._installed_once = True
         _active = self
         return self
 
@@ -130,9 +133,15 @@ class StopSignals:
             os.kill(os.getpid(), signal.SIGTERM)
 
     # ---- the signal ----------------------------------------------------------------------
+    @property
+    def stale(self) -> bool:
+        """Uninstalled, yet its handler may still be set: a framework that saved it as "the
+        original" when it installed its own (Lightning does) puts it back at its teardown."""
+        return not self._previous and self._installed_once
+
     def _handle(self, signum, frame) -> None:
-        if os.getpid() != self.pid:  # a forked child that kept our handler: the default action
-            signal.signal(signum, signal.SIG_DFL)
+        if os.getpid() != self.pid or self.stale:  # a forked child, or a handler put back after us
+            signal.signal(signum, self._before.get(signum, signal.SIG_DFL))  # what it would have been
             os.kill(os.getpid(), signum)
             return
         first, self._handled = not self._handled, True
@@ -182,7 +191,8 @@ class StopSignals:
 
 
 def current() -> StopSignals | None:
-    """The stop signals the command line installed (cli.py), for the run to attach its session."""
+    """The installed stop signals (the command line's, cli.py, or a watch() block's), for a run to attach
+    its session to."""
     return _active
 
 

@@ -96,3 +96,17 @@ def test_progress_of_a_rank_is_whole_lines():
     text = stream.getvalue()
     assert "\r" not in text and "\033" not in text and text.endswith("\n")
     assert text.count("\n") == 2  # the first step's line, then the closing line (redraws are 10 s apart)
+
+
+def test_a_handler_a_framework_puts_back_after_us_acts_as_the_default(tmp_path):
+    """Lightning saves the handler it finds and restores it at its teardown, after ours came out."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, time\nfrom torchdoctor.run.signals import StopSignals\n"
+            "s = StopSignals().install()\nsaved = signal.getsignal(signal.SIGTERM)\ns.uninstall()\n"
+            "signal.signal(signal.SIGTERM, saved)\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(5)\n"
+            "print('still alive')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGTERM and "still alive" not in done.stdout, done.stderr
