@@ -65,6 +65,12 @@ def no_probe_outlives_the_test():
         leaks.append(f"threads alive: {_doctor_threads()}")
     if signal.getitimer(signal.ITIMER_REAL)[0] or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
         leaks.append("the line sampler's SIGALRM timer or handler is still set")
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler not in (signal.SIG_DFL, None):
+        if getattr(getattr(handler, "__self__", None), "stale", False):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # put back by a framework's teardown: acts as the default
+        else:
+            leaks.append(f"a SIGTERM handler is still set: {handler}")
     assert not leaks, "probe state outlived the test: " + "; ".join(leaks)
 
 

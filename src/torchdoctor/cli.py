@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from torchdoctor.version import __version__
-from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, TorchdoctorError, UsageError
+from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, TorchdoctorError, UsageError
 
 # the commands, in the order `torchdoctor --help` lists them; each is commands/<name>.py
 COMMANDS = ("run", "report", "compare", "tune", "memory", "rules", "lint", "trace", "comm")
@@ -48,16 +48,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "--version":
         sys.stdout.write(f"torchdoctor {__version__}\n")
         return EXIT_OK
+    from torchdoctor.run.signals import handling_stop_signals
+
     try:
         if argv[0] not in COMMANDS:
             raise UsageError(f"unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}")
-        module = importlib.import_module(f"torchdoctor.commands.{argv[0]}")
-        return module.main(argv[1:])
+        # SIGTERM (a scheduler, `timeout`) stops a command as Ctrl-C does: what was measured is written
+        with handling_stop_signals():
+            module = importlib.import_module(f"torchdoctor.commands.{argv[0]}")
+            return module.main(argv[1:])
     except TorchdoctorError as exc:
         sys.stderr.write(f"torchdoctor: error: {exc}\n")
         return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("torchdoctor: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Terminated (SIGTERM) is one too: 143
+        code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
+        sys.stderr.write(f"torchdoctor: {'terminated (SIGTERM)' if code == EXIT_TERMINATED else 'interrupted'}\n")
+        return code
     except SystemExit as exc:  # argparse --help
         return exc.code if isinstance(exc.code, int) else EXIT_OK

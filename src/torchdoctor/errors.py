@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_SCRIPT_FAILED = 1  # the user's script raised (or lint found something)
 EXIT_USAGE = 2  # usage error or unreadable input
 EXIT_INTERRUPTED = 130  # Ctrl-C: the shell convention (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (a scheduler, `timeout`, `kill`): 128 + SIGTERM
 
 
 class TorchdoctorError(Exception):
@@ -37,4 +38,17 @@ class NoStepsMeasured(TorchdoctorError):
 
 
 class Interrupted(TorchdoctorError):
+    """Ctrl-C (130) or SIGTERM (143) stopped the run; what was measured is written."""
+
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (run/signals.py): code that handles
+    Ctrl-C handles a scheduler's stop the same way; the exit code says which it was."""
+
+    exit_code = EXIT_TERMINATED

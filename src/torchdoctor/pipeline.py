@@ -36,6 +36,10 @@ def complete_run(run_dir: Path, record: RunRecord) -> Report:
     from torchdoctor.diagnosis.evidence import add_evidence
     from torchdoctor.diagnosis.run import analyze
 
+    # First, before anything slow (lint of the executed files, the trace's analysis): a run
+    # killed after a scheduler's SIGTERM grace still has its measurements, and `torchdoctor
+    # report` makes the rest from them.
+    record.save(run_dir / RECORD_FILE)
     add_evidence(record, run_dir)
     report = analyze(record)
     write_run(run_dir, record, report)
@@ -51,6 +55,7 @@ def finish_in_process(run, status: str = "completed", exit_code: int = 0, error:
     record = run.finish(status, exit_code, error, notes=notes)
     if record is not None:
         run.report = complete_run(run.run_dir, record)
+    run.release_signals()  # a SIGTERM that stopped the measuring ends the process now (143)
     return run.report
 
 

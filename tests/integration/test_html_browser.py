@@ -1,4 +1,5 @@
-"""report.html as a person sees it: the demo's run opened in a real headless Chromium.
+"""report.html as a person sees it: the demo's run opened in a real headless Chromium; the
+first cause's card is on the first screen (1280x900).
 
 The browser is the system's (Debian's `chromium` package; `.ci/run` installs it where it
 can), driven by Playwright; no browser is ever downloaded. Without either, the test skips
@@ -102,6 +103,17 @@ def test_the_demo_report_in_a_real_browser(sync_playwright, demo_run, tmp_path, 
                     hit = cards.nth(i).locator("figure.source .line.hit")
                     assert hit.inner_text().split(None, 1)[1].strip() == demo_lines[line - 1].strip()
                 assert "Estimated speedup" in cards.nth(i).inner_text()
+
+            # what to change first, first: on a 1280x900 screen, without scrolling, the first cause's card
+            # shows its heading and the line to change
+            page.set_viewport_size({"width": 1280, "height": 900})
+            page.evaluate("window.scrollTo(0, 0)")
+            first = cards.first
+            for part in (first, first.locator("header"), first.locator("figure.source .line.hit")):
+                box = part.bounding_box()
+                assert box is not None and 0 <= box["y"] and box["y"] + (0 if part is first else box["height"]) <= 900
+            assert page.locator("section").first.get_attribute("id") == "findings"
+            page.set_viewport_size({"width": 1100, "height": 900})
 
             light = page.evaluate("getComputedStyle(document.querySelector('.tdr')).backgroundColor")
             page.screenshot(path=str(shots / "html_report-light.png"), full_page=True)

@@ -32,7 +32,7 @@ def test_wrong_type_names_the_field():
     ("{not json", "not valid JSON"),
     ("[1, 2]", "not a torchdoctor document"),
     (json.dumps({"schema_version": 999}), "schema_version 999"),
-    (json.dumps({"schema_version": 1, "run": {}}), "missing field"),
+    (json.dumps({"schema_version": 1, "run": {}}), "missing required field `script`"),
 ])
 def test_corrupted_record_gives_a_schema_error(tmp_path, content, message):
     path = tmp_path / "record.json"
@@ -90,5 +90,5 @@ def test_fixed_length_tuples_read_back_as_tuples_and_a_wrong_length_is_named():
     assert figure.timeline == [(1, 2048), (2, 4096)]
     data = to_plain(figure)
     data["timeline"][1] = [2]
-    with pytest.raises(SchemaError, match=r"timeline\[1\]: expected a list of 2 items"):
+    with pytest.raises(SchemaError, match=r"timeline\[1\]: expected `array` of length 2"):
         from_plain(MemoryFigure, data)

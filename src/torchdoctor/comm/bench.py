@@ -37,6 +37,9 @@ MAX_BATCH = 20
 STORE_PREFIX = "torchdoctor/comm"
 
 
+INTERRUPTED = "interrupted"  # how a stopped check's note begins
+
+
 def bus_bandwidth(algbw: float, world_size: int) -> float:
     """nccl-tests' all-reduce bus bandwidth."""
     return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
@@ -100,7 +103,8 @@ def measure_all_reduce(store, rank: int, world_size: int, backend: str, sizes: l
     deadline = (time.perf_counter() if started is None else started) + budget_s
     result = time_all_reduce(comm, sizes, warmup=warmup, repeats=repeats, deadline=deadline)
     result.simulated_link_gbps = gbps
-    result.link = discover_link(backend, store, rank, world_size, gpus)
+    if not result.note.startswith(INTERRUPTED):  # stopped: the path is not worth the scheduler's grace
+        result.link = discover_link(backend, store, rank, world_size, gpus)
     return result
 
 
@@ -112,12 +116,15 @@ def time_all_reduce(comm: Communicator, sizes: list[int], warmup: int = 1, repea
     started = clock()
     latency = _timed(comm, LATENCY_BYTES, warmup=max(warmup, 2), repeats=max(repeats, 5))
     result.latency_s = statistics.median(latency) if latency else None
-    for nbytes in sizes:
-        if deadline is not None and not _all_agree_in_time(comm, deadline, clock):
-            result.note = f"stopped before {format_bytes(nbytes)}: the check's time budget ran out"
-            break
-        times = _timed(comm, nbytes, warmup, repeats)
-        result.sizes.append(size_row(nbytes, times, comm.world_size))
+    try:
+        for nbytes in sizes:
+            if deadline is not None and not _all_agree_in_time(comm, deadline, clock):
+                result.note = f"stopped before {format_bytes(nbytes)}: the check's time budget ran out"
+                break
+            times = _timed(comm, nbytes, warmup, repeats)
+            result.sizes.append(size_row(nbytes, times, comm.world_size))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (the rank's handler raises it): keep the sizes done
+        result.note = f"{INTERRUPTED} after {len(result.sizes)} of {len(sizes)} sizes"
     result.seconds = clock() - started
     return result
 

@@ -62,9 +62,9 @@ def main(argv: Sequence[str]) -> int:
         _as_torchrun_would()
         capture_nccl_log(Path(tmp))  # on GPUs: the transport NCCL chose, from its INFO lines
         run_elastic(argv, outcome)
-        if outcome.interrupted:
-            sys.stderr.write("torchdoctor: interrupted\n")
-            return EXIT_INTERRUPTED
+        if outcome.interrupted and not out.exists():
+            sys.stderr.write("torchdoctor: interrupted before a size was measured\n")
+            return outcome.signal_exit or EXIT_INTERRUPTED
         if not out.exists():
             errors = sorted(Path(tmp).glob("comm.json.rank-*.err"))
             why = errors[0].read_text(encoding="utf-8").splitlines()[0] if errors else (outcome.error or "no result")
@@ -73,16 +73,18 @@ def main(argv: Sequence[str]) -> int:
         from torchdoctor.model.distributed_record import CommResult
 
         result = CommResult.load(out)
+    # interrupted (Ctrl-C 130, SIGTERM 143): the sizes measured before it, with a note saying so
+    code = (outcome.signal_exit or EXIT_INTERRUPTED) if outcome.interrupted else EXIT_OK
     if opts.format == "json":
         from torchdoctor.model.serialize import to_plain
 
         sys.stdout.write(json.dumps(to_plain(result), indent=2) + "\n")
-        return EXIT_OK
+        return code
     from torchdoctor.diagnosis.comm import comm_report
     from torchdoctor.report import emit
 
     emit(comm_report(result), opts.format)
-    return EXIT_OK
+    return code
 
 
 def _backend_and_ranks(opts) -> tuple[str, int]:

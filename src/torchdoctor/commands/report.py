@@ -34,9 +34,9 @@ def _tune_report(folder: Path):
     from torchdoctor.model.serialize import SchemaError
 
     tune_file = folder / "tune.json"
-    if not tune_file.is_file() or (folder / RECORD_FILE).exists():
-        return None
+    if not (tune_file.exists() or tune_file.is_symlink()) or (folder / RECORD_FILE).exists():
+        return None  # (a tune.json that is a FIFO or a link to a device is refused by Report.load)
     try:
         return Report.load(tune_file)
     except SchemaError as exc:
-        raise InputError(f"cannot read the tune report: {exc}") from None
+        raise InputError(f"cannot read the tune report: {exc}; re-run `torchdoctor tune` to make a new one") from None

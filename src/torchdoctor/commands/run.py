@@ -13,8 +13,8 @@ from typing import Iterator, Sequence, TextIO
 
 from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.diagnosis.steps import no_step_explanation
-from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, Interrupted,
-                                NoStepsMeasured, ScriptFailed, UsageError)
+from torchdoctor.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_TERMINATED, EXIT_USAGE,
+                                Interrupted, NoStepsMeasured, ScriptFailed, UsageError)
 from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP, Limits
 from torchdoctor.report import RENDERERS, emit
 
@@ -97,6 +97,8 @@ def main(argv: Sequence[str]) -> int:
 
             record = merge_run_dir(run_dir, launcher_record=record)
         code = finish(record)
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        raise Interrupted(_outcome_message(record, run_dir), code)
     if code != EXIT_OK:
         raise _OUTCOME_ERRORS[code](_outcome_message(record, run_dir))
     return EXIT_OK
@@ -137,8 +139,11 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     stop, so it never raises: it returns the exit code."""
     from torchdoctor.model.layout import HTML_FILE
     from torchdoctor.pipeline import complete_run
+    from torchdoctor.run.children import end_descendants
 
     report = complete_run(run_dir, record)
+    if record.run.status not in ("completed", "exited"):  # stopped by us: what the script started ends with it
+        end_descendants()
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
                    f"(open {run_dir / HTML_FILE} for the charts)")
     if record.run.error:
@@ -196,14 +201,13 @@ def _module_split(argv: list[str]) -> int | None:
 
 
 def _outcome_code(record) -> int:
+    from torchdoctor.run.outcome import exit_code_of
+
     run = record.run
-    if run.status == "crashed" or (run.status == "exited" and run.exit_code != 0):
-        return EXIT_SCRIPT_FAILED
-    if run.status == "interrupted":
-        return EXIT_INTERRUPTED
-    if not record.steps and run.status != "loader-only" and not _trained_elsewhere(record):
+    code = exit_code_of(run.status, run.exit_code)
+    if code == EXIT_OK and not record.steps and run.status != "loader-only" and not _trained_elsewhere(record):
         return EXIT_USAGE
-    return EXIT_OK
+    return code
 
 
 def _trained_elsewhere(record) -> bool:
@@ -223,8 +227,9 @@ def _outcome_message(record, run_dir: Path) -> str:
     if run.status == "exited":
         return f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}"
     if run.status == "interrupted":
-        return f"interrupted; the partial run is in {run_dir}"
+        how = "terminated (SIGTERM)" if run.exit_code == EXIT_TERMINATED else "interrupted"
+        return f"{how}; the partial run is in {run_dir}"
     return f"{no_step_explanation(record)} (what was measured is in {run_dir})"
 
 
-_OUTCOME_ERRORS = {EXIT_SCRIPT_FAILED: ScriptFailed, EXIT_INTERRUPTED: Interrupted, EXIT_USAGE: NoStepsMeasured}
+_OUTCOME_ERRORS = {EXIT_SCRIPT_FAILED: ScriptFailed, EXIT_USAGE: NoStepsMeasured}

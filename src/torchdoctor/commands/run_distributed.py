@@ -141,8 +141,8 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
         ranks_dir = Path(os.environ[RANKS_DIR_ENV])
     else:
         ranks_dir = opts.out or default_ranks_dir(target, launch)
-    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup,
-                           enabled=None if launch.rank == 0 else False)
+    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup, enabled=None if launch.rank == 0 else False,
+                           whole_lines=True)  # the other ranks print to the same terminal
 
     def make_request(on_probed, on_abandon) -> RunRequest:
         return RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup, steps=opts.steps,

@@ -9,9 +9,10 @@ from typing import Sequence
 
 from torchdoctor.commands.parser import CommandParser, non_negative
 from torchdoctor.tune.report import estimate_checks, tune_report
-from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_OK, ScriptFailed, UsageError
+from torchdoctor.errors import EXIT_OK, EXIT_TERMINATED, Interrupted, ScriptFailed, UsageError
 from torchdoctor.report import RENDERERS, emit, render
 from torchdoctor.run.knobs.spec import parse_settings
+from torchdoctor.run.signals import current as current_signals
 from torchdoctor.run.target import check_target
 from torchdoctor.model.layout import create_run_dir
 from torchdoctor.model.serialize import to_plain
@@ -80,6 +81,9 @@ def main(argv: Sequence[str]) -> int:
     settings = TrialSettings(opts.target, list(opts.args), opts.module, steps=opts.steps, warmup=opts.warmup,
                              max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node)
     outcome = Tuner(settings, tune_dir, opts.budget, trials, on_trial=TuneProgress()).run()
+    signals = current_signals()
+    if signals is not None:  # a second Ctrl-C or SIGTERM must not cut the writing short
+        signals.quiet = True
     report = tune_report(outcome, opts.hours, opts.price_per_hour)
     report.save(tune_dir / "tune.json")
     (tune_dir / "tune.md").write_text(render(report, "md"), encoding="utf-8")
@@ -88,7 +92,10 @@ def main(argv: Sequence[str]) -> int:
                                                         else [], indent=2) + "\n")
     emit(report, opts.format)
     sys.stderr.write(f"torchdoctor tune: {len(outcome.trials)} trials; tune directory: {tune_dir}\n")
+    if outcome.interrupted:
+        how = "terminated (SIGTERM)" if outcome.exit_code == EXIT_TERMINATED else "interrupted"
+        raise Interrupted(f"{how}; the trials that finished are in {tune_dir}", outcome.exit_code)
     if not outcome.baseline.ok:
         raise ScriptFailed(f"the baseline run failed (exit {outcome.baseline.result.exit_code}); "
                            f"see {outcome.baseline.result.run_dir.with_suffix('.stderr.log')}")
-    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+    return EXIT_OK

@@ -206,7 +206,10 @@ def _settle_status(merged: RunRecord, records: list[RunRecord], outcome, launche
     elif outcome is not None and outcome.stall is not None:
         run.status, run.ended_by = "stalled", outcome.stall.message
     elif outcome is not None and outcome.interrupted or any(r.run.status == "interrupted" for r in records):
-        run.status, run.exit_code = "interrupted", 130
+        # the launcher's signal when it got one (SIGTERM: 143), else what stopped the ranks
+        codes = [r.run.exit_code for r in records if r.run.status == "interrupted" and r.run.exit_code in (130, 143)]
+        signalled = getattr(outcome, "signal_exit", None)
+        run.status, run.exit_code = "interrupted", signalled or max(codes, default=130)
     elif launcher_record is not None and launcher_record.run.status in FAILED:
         run.status, run.exit_code, run.error = "crashed", 1, launcher_record.run.error
     run.wall_s = max(r.run.wall_s for r in records)

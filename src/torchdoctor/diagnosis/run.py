@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
+from torchdoctor.errors import EXIT_TERMINATED
 from torchdoctor.version import __version__
 from torchdoctor.diagnosis.environment import environment_table
 from torchdoctor.diagnosis.figures import run_figures
@@ -68,7 +69,27 @@ def summarize(record: RunRecord, facts: RunFacts) -> RunSummary:
     if record.cuda_memory:
         summary.peak_memory_bytes = record.cuda_memory.peak_allocated_bytes
     summary.gpu_metrics_missing = _gpu_metrics_missing(record, facts)
+    summary.ranks = max(1, len(record.ranks))
+    summary.ended = how_it_ended(record)
     return summary
+
+
+def how_it_ended(record: RunRecord) -> str | None:
+    """One line on how a run ended that did not reach a limit or its own end: what a report
+    says first for a crashed or stalled run, before any throughput."""
+    run = record.run
+    if run.status == "stalled":
+        return run.ended_by or "the ranks stopped making progress"
+    if run.status == "crashed":
+        lines = [line.strip() for line in (run.error or "").splitlines() if line.strip()]
+        first = lines[0] if lines and lines[0].startswith("rank ") and lines[0].endswith("failed first:") else ""
+        last = lines[-1] if lines else "the script raised"
+        return f"{first} {last}".strip()
+    if run.status == "interrupted":
+        return "stopped by SIGTERM" if run.exit_code == EXIT_TERMINATED else "interrupted (Ctrl-C)"
+    if run.status == "exited" and run.exit_code:
+        return f"the script exited with code {run.exit_code}"
+    return None
 
 
 def _gpu_metrics_missing(record: RunRecord, facts: RunFacts) -> str | None:
@@ -163,7 +184,8 @@ def _run_notes(record: RunRecord, facts: RunFacts) -> list[str]:
     if run.status == "crashed":
         notes.append("The script raised; the measurements up to the failure are shown.")
     elif run.status == "interrupted":
-        notes.append("The run was interrupted (Ctrl-C); the measurements so far are shown.")
+        how = "stopped by SIGTERM" if run.exit_code == EXIT_TERMINATED else "interrupted (Ctrl-C)"
+        notes.append(f"The run was {how}; the measurements so far are shown.")
     elif run.status == "time-limit":
         notes.append(f"The run reached --max-seconds {run.max_seconds:g} and was stopped.")
     elif run.status == "exited":

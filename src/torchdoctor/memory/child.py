@@ -98,11 +98,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     opts = parser().parse_args(argv)
-    from torchdoctor.run.ranks.child import rank_dir_of
+    from torchdoctor.run.outcome import exit_code_of
+    from torchdoctor.run.ranks.child import die_with_parent, rank_dir_of
     from torchdoctor.run.runner import RunRequest, execute
+    from torchdoctor.run.signals import handling_stop_signals
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        die_with_parent()  # a rank never outlives the launcher of its trial
     out = rank_dir_of(opts.out, rank) if world > 1 else opts.out
     out.mkdir(parents=True, exist_ok=True)
     listeners = []
@@ -118,12 +122,13 @@ def main(argv: list[str]) -> int:
     request = RunRequest(target=opts.target, args=list(opts.args), module=opts.module, warmup=opts.warmup,
                          steps=opts.steps, max_seconds=opts.max_seconds, trace=False, knobs=knobs,
                          listeners=listeners, schedule=schedule)
-    if opts.estimate:
-        from torchdoctor.memory.estimate import on_fake_tensors
+    with handling_stop_signals():  # the parent's SIGTERM or Ctrl-C ends the steps; the record is written
+        if opts.estimate:
+            from torchdoctor.memory.estimate import on_fake_tensors
 
-        record = on_fake_tensors(lambda: execute(request, out))
-    else:
-        record = execute(request, out)
+            record = on_fake_tensors(lambda: execute(request, out))
+        else:
+            record = execute(request, out)
     if limit is not None and limit.applied:
         from torchdoctor.model.record import ProbeNote
 
@@ -133,6 +138,8 @@ def main(argv: list[str]) -> int:
         (out / "address_space.json").write_text(json.dumps({"growth_at_step_ends": limit.largest_growth}))
     if record.run.error:
         sys.stderr.write(record.run.error)
+    if record.run.status == "interrupted":  # no verdict to agree on: the ranks were stopped
+        return exit_code_of(record.run.status, record.run.exit_code)
     if world > 1:
         from torchdoctor.memory.agreement import agree, fits
 

@@ -67,6 +67,7 @@ class BatchSearch:
     data_bound: int | None = None  # the most rows one step can take from the loader
     data_bound_basis: str = ""
     stopped_at_data: bool = False
+    stopped: KeyboardInterrupt | None = None  # what interrupted the search, raised again once it is written
 
     def run(self) -> BatchScaling:
         first, unreachable = self.runner.baseline()
@@ -82,6 +83,9 @@ class BatchSearch:
                 self._search(first.batch_size)
             except Unreachable as exc:
                 scaling.unreachable = str(exc)
+            except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the trials so far are the result
+                self.stopped = stop
+                self.notes.append(f"interrupted after {len(self.trials)} trials: the search did not finish")
         scaling.data_bound, scaling.data_bound_basis = self.data_bound, self.data_bound_basis
         if self.stopped_at_data:
             at_bound = self.trial(self.data_bound)

@@ -13,9 +13,10 @@ from torchdoctor.model.findings import Report
 from torchdoctor.memory.search import BatchSearch, Capacity, TrialRunner
 from torchdoctor.memory.trials import ProcessTrials, TrialSettings
 from torchdoctor.model.memory_record import FITS, BatchTrial
-from torchdoctor.model.record import RunRecord
+from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.rules.facts import training_loader
 from torchdoctor.rules.memory import recommended_batch
+from torchdoctor.run.signals import current as current_signals
 
 # A CUDA context and the libraries it loads take 0.3-0.6 GiB depending on the GPU, driver and
 # CUDA version, and the caching allocator rounds blocks up and keeps a cache: without a GPU in
@@ -68,15 +69,20 @@ def capacity_for(record: RunRecord | None, total: int | None, source: str,
 
 def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headroom: int | None,
                           progress: Callable[[int | None, BatchTrial], None]) -> tuple[RunRecord, Report]:
-    from torchdoctor.diagnosis.run import analyze
-    from torchdoctor.pipeline import write_run
-
     settings = TrialSettings(opts.target, list(opts.args), opts.module, warmup=opts.warmup, steps=opts.steps,
                              max_seconds=opts.max_seconds, nproc_per_node=opts.nproc_per_node,
                              estimate=opts.estimate)
     runner = ProcessTrials(settings, out, on_trial=progress)
     search_runner: TrialRunner = _Baseline(runner)
-    first, _ = search_runner.baseline()
+    try:
+        first, _ = search_runner.baseline()
+    except KeyboardInterrupt:  # during the script's own batch: its partial record is the directory
+        if runner.partial is not None:
+            runner.partial.probe_notes.append(ProbeNote(
+                "memory", "interrupted during the first trial (the script's own batch size): no other batch size "
+                          "was tried"))
+            _write(out, runner.partial)
+        raise
     record = runner.records.get(first.batch_size)
     if record is None:
         raise ScriptFailed(f"the first trial (the script's own batch size) left no record: {first.detail}; "
@@ -86,22 +92,33 @@ def measure_batch_scaling(opts, out: Path, total: int | None, source: str, headr
     if capacity is not None and memory is not None and memory.device_total_bytes and capacity.total_bytes < memory.device_total_bytes:
         settings.limit_bytes, settings.limit_mode = capacity.total_bytes, "cuda"  # a real limit from the next trial
     bound, basis = data_bound(record)
+    search = BatchSearch(search_runner, None if opts.estimate else capacity, max_trials=opts.max_trials,
+                         data_bound=bound, data_bound_basis=basis)
+    scaling = search.run()
     if opts.estimate:  # nothing to verify on fake tensors: the points of the fit, then its prediction
-        scaling = BatchSearch(search_runner, None, max_trials=opts.max_trials, data_bound=bound,
-                              data_bound_basis=basis).run()
         _predict_only(scaling, capacity)
-    else:
-        scaling = BatchSearch(search_runner, capacity, max_trials=opts.max_trials, data_bound=bound,
-                              data_bound_basis=basis).run()
     scaling.recommended_batch = recommended_batch(scaling)
     scaling.nproc_per_node = opts.nproc_per_node
     scaling.loader = _knob_detail(runner)
     if scaling.trials and capacity is not None and not any(t.outcome == FITS for t in scaling.trials):
         scaling.notes.append(_nothing_fits(scaling, runner, capacity))
     record.batch_scaling = scaling
+    report = _write(out, record)
+    if search.stopped is not None:  # written: now the command ends as interrupted (130) or terminated (143)
+        raise search.stopped
+    return record, report
+
+
+def _write(out: Path, record: RunRecord) -> Report:
+    from torchdoctor.diagnosis.run import analyze
+    from torchdoctor.pipeline import write_run
+
+    signals = current_signals()
+    if signals is not None:  # after Ctrl-C or SIGTERM, a second one must not cut the writing short
+        signals.quiet = True
     report = analyze(record)
     write_run(out, record, report)
-    return record, report
+    return report
 
 
 def data_bound(record: RunRecord) -> tuple[int | None, str]:

@@ -57,6 +57,7 @@ class ProcessTrials:
         self.out_dir = out_dir
         self.on_trial = on_trial or (lambda batch, trial: None)
         self.records: dict[int, RunRecord] = {}  # by batch size, for the summary run directory
+        self.partial: RunRecord | None = None  # what the trial that was interrupted wrote
         self._count = 0
 
     def baseline(self) -> tuple[BatchTrial, str | None]:
@@ -102,7 +103,11 @@ class ProcessTrials:
         run_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         limit = self.settings.max_seconds + BACKSTOP_S
-        code = _run_process(self.command(batch, run_dir), run_dir / "output.log", limit)
+        try:
+            code = _run_process(self.command(batch, run_dir), run_dir / "output.log", limit)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was stopped the same way and wrote what it had
+            self.partial = _load(run_dir, _rank_records(run_dir) if self.settings.nproc_per_node > 1 else None)
+            raise
         seconds = time.monotonic() - started
         ranks = _rank_records(run_dir) if self.settings.nproc_per_node > 1 else None
         record = _load(run_dir, ranks)

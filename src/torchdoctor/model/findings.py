@@ -15,8 +15,9 @@ from torchdoctor.model.serialize import read_json, write_json
 
 # 2: figures (the series the HTML report draws) and sources (lines around each finding)
 # 3: figures.memory (the breakdown and its timeline), figures.scaling (`torchdoctor memory`)
-SCHEMA_VERSION = 3
-OLDEST_READABLE_SCHEMA = 1  # versions 2 and 3 only added fields with defaults
+# 4: summary.ranks, summary.ended (the first line of a report: how a failed or stalled run ended)
+SCHEMA_VERSION = 4
+OLDEST_READABLE_SCHEMA = 1  # versions 2 to 4 only added fields with defaults
 
 
 class Severity(str, Enum):
@@ -77,6 +78,8 @@ class RunSummary:
     peak_memory_bytes: int | None = None
     gpu_metrics_missing: str | None = None  # why the GPU rows are empty, when they are
     machine_busy: str | None = None  # set when other processes took the CPU: timings less reliable
+    ranks: int = 1  # processes of a multi-rank run (a merged report)
+    ended: str | None = None  # how a run that crashed, stalled, exited or was stopped ended, in one line
 
 
 @dataclass

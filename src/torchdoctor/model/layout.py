@@ -5,7 +5,6 @@ directory is in `torchdoctor.pipeline`."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
@@ -48,12 +47,15 @@ def create_run_dir(out: Path | None, target: str, now: _dt.datetime | None = Non
 def recorded_source_hashes(run_dir: Path) -> dict[str, str]:
     """path → sha256 of the source excerpts in RUN_DIR/report.json; empty when there are none.
 
-    Read leniently (only the strings it needs): a report.json from an older torchdoctor, or a
-    damaged one, only means the excerpts fall back to comparing file times.
+    Read leniently (only the strings it needs) but bounded like every file of a run directory:
+    a report.json from an older torchdoctor, a damaged or a hostile one only means no excerpt
+    can be shown (diagnosis/sources.py shows none whose hash is not recorded).
     """
+    from torchdoctor.model.serialize import SchemaError, decode_untrusted
+
     try:
-        doc = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        doc = decode_untrusted(run_dir / REPORT_FILE)
+    except SchemaError:
         return {}
     sources = doc.get("sources") if isinstance(doc, dict) else None
     return {s["path"]: s["sha256"] for s in (sources if isinstance(sources, list) else []) if isinstance(s, dict)

@@ -16,6 +16,7 @@ from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, Distri
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
 from torchdoctor.model.serialize import read_json, write_json
+from torchdoctor.model.untrusted import Count, Seconds
 from torchdoctor.model.trace_summary import TraceSummary
 
 # 2: knobs, loader_only, source_files, static_findings
@@ -36,19 +37,19 @@ class RunInfo:
     cwd: str
     started_at: str  # ISO 8601, UTC
     torchdoctor_version: str
-    warmup: int
-    steps_requested: int
-    max_seconds: float
-    wall_s: float = 0.0
+    warmup: Count
+    steps_requested: Count
+    max_seconds: Seconds
+    wall_s: Seconds = 0.0
     # one of run/outcome.py STATUSES: completed | step-limit | time-limit | exited | interrupted | crashed
     status: str = "completed"
     exit_code: int = 0
     error: str | None = None  # traceback text when the script raised
     knobs: dict[str, str] = field(default_factory=dict)
     step_source: str | None = None  # what closed a step: "optimizer", "backward" (hand-written updates), None
-    backward_calls: int = 0  # in the whole run
+    backward_calls: Count = 0  # in the whole run
     ended_by: str | None = None  # how the run ended when torchdoctor had to enforce a stop
-    startup_s: float | None = None  # run start to the first training activity (loader, zero_grad, backward)
+    startup_s: Seconds | None = None  # run start to the first training activity (loader, zero_grad, backward)
     loop_location: Location | None = None  # where the first step's step() (or backward()) was called
     training_loops: list[Location] = field(default_factory=list)  # loops around that call (at their header lines)
 
@@ -57,22 +58,22 @@ class RunInfo:
 class StepSample:
     """One optimizer step: the interval from the previous step's end to this one's."""
 
-    index: int  # 1-based optimizer step number, warmup steps included
-    start: float
-    end: float
+    index: Count  # 1-based optimizer step number, warmup steps included
+    start: Seconds
+    end: Seconds
     warmup: bool
     sampled: bool  # ran under the dispatch sampler: excluded from timing statistics
-    micro_batches: int = 0  # backward() calls in the interval
-    closure_calls: int = 0  # closures an optimizer.step(closure) evaluated (LBFGS, Lightning)
-    samples: int | None = None  # batch rows delivered by DataLoaders in the interval
-    data_wait_s: float = 0.0
-    backward_s: float = 0.0
-    optimizer_s: float = 0.0
-    zero_grad_s: float = 0.0
-    eval_s: float = 0.0
-    checkpoint_s: float = 0.0
-    logging_s: float = 0.0
-    gpu_s: float | None = None  # CUDA-event time between step boundaries, when on CUDA
+    micro_batches: Count = 0  # backward() calls in the interval
+    closure_calls: Count = 0  # closures an optimizer.step(closure) evaluated (LBFGS, Lightning)
+    samples: Count | None = None  # batch rows delivered by DataLoaders in the interval
+    data_wait_s: Seconds = 0.0
+    backward_s: Seconds = 0.0
+    optimizer_s: Seconds = 0.0
+    zero_grad_s: Seconds = 0.0
+    eval_s: Seconds = 0.0
+    checkpoint_s: Seconds = 0.0
+    logging_s: Seconds = 0.0
+    gpu_s: Seconds | None = None  # CUDA-event time between step boundaries, when on CUDA
     batch_shape: list[int] | None = None  # the step's (last) training batch's first tensor: growth shows here
 
     @property
@@ -85,28 +86,28 @@ class LoaderStats:
     loader_id: int
     created_at: Location | None
     iterated_at: Location | None
-    batch_size: int | None
-    num_workers: int
+    batch_size: Count | None
+    num_workers: Count
     pin_memory: bool
     prefetch_factor: int | None
     persistent_workers: bool
     drop_last: bool
-    dataset_len: int | None
-    iterator_starts_s: list[float] = field(default_factory=list)  # one per __iter__ call
-    first_batch_waits_s: list[float] = field(default_factory=list)  # first next() per epoch
+    dataset_len: Count | None
+    iterator_starts_s: list[Seconds] = field(default_factory=list)  # one per __iter__ call
+    first_batch_waits_s: list[Seconds] = field(default_factory=list)  # first next() per epoch
     # optimizer steps done when each __iter__ ran: step n+1 is the first of that epoch
     epoch_start_steps: list[int] = field(default_factory=list)
-    batches: int = 0
-    wait_total_s: float = 0.0
+    batches: Count = 0
+    wait_total_s: Seconds = 0.0
     # CPU time of the training thread inside next(): with num_workers=0 this tells loading
     # that computes (needs cores) from loading that waits on storage (workers overlap it freely)
-    wait_cpu_s: float | None = None  # None: not measured (records before schema 3)
-    batches_in_eval: int = 0
-    batches_to_cuda: int = 0  # batches later copied to CUDA (seen by the sampler)
+    wait_cpu_s: Seconds | None = None  # None: not measured (records before schema 3)
+    batches_in_eval: Count = 0
+    batches_to_cuda: Count = 0  # batches later copied to CUDA (seen by the sampler)
     # next() in the sampled steps: its wall time, and how much of it the loading thread spent
     # ready to run but without a CPU (other processes): tells starvation from waiting on storage
-    sampled_wait_s: float = 0.0
-    sampled_runqueue_s: float | None = None
+    sampled_wait_s: Seconds = 0.0
+    sampled_runqueue_s: Seconds | None = None
     dataset_type: str | None = None  # module.qualname of loader.dataset (None: records before schema 5)
     sampler_len: int | None = None  # rows its sampler yields per epoch (a DistributedSampler: this rank's shard)
     sampler_type: str | None = None  # the sampler's class name
@@ -123,16 +124,16 @@ class OpSite:
     """Aten ops issued from one user source line during the sampled steps."""
 
     location: Location
-    ops: int  # over all sampled steps
-    internal_ops: int  # of which issued by torch library code called from this line
-    time_s: float  # op time plus the Python time just before each op, probe cost removed
+    ops: Count  # over all sampled steps
+    internal_ops: Count  # of which issued by torch library code called from this line
+    time_s: Seconds  # op time plus the Python time just before each op, probe cost removed
     op_counts: dict[str, int] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
     median_numel: int = 0
-    backward_s: float = 0.0  # backward time of this line's autograd nodes, over the backward windows
-    backward_nodes: int = 0
+    backward_s: Seconds = 0.0  # backward time of this line's autograd nodes, over the backward windows
+    backward_nodes: Count = 0
     param_updates: int = 0  # in-place ops on parameters (a hand-written optimizer)
-    entries: int = 0  # times the ops came here from another line: how often the line ran (≈)
+    entries: Count = 0  # times the ops came here from another line: how often the line ran (≈)
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     text: str = ""  # the source line
     fp32_matmul_ops_cuda: int = 0  # of its ops, fp32 matmul/conv on CUDA outside autocast (TD402's line)
@@ -169,7 +170,7 @@ class ApiCall:
     api: str  # e.g. "Tensor.item", "torch.nonzero", "Tensor.to"
     kind: str  # host-sync | data-dependent | transfer-h2d | transfer-d2h | explicit-sync
     phase: str  # train | eval
-    count: int
+    count: Count
     device: str  # device of the tensor involved ("cpu", "cuda:0")
     detail: dict[str, Any] = field(default_factory=dict)  # e.g. pinned, non_blocking, bytes
     # "device": the tensor is (or in a GPU run would be) on the GPU; "host": it stays on the
@@ -182,11 +183,11 @@ class ApiCall:
 
 @dataclass
 class DispatchSample:
-    sampled_steps: int = 0
-    sampled_step_s: list[float] = field(default_factory=list)
-    unsampled_median_step_s: float | None = None
-    total_ops: int = 0
-    probe_cost_per_op_s: float = 0.0
+    sampled_steps: Count = 0
+    sampled_step_s: list[Seconds] = field(default_factory=list)
+    unsampled_median_step_s: Seconds | None = None
+    total_ops: Count = 0
+    probe_cost_per_op_s: Seconds = 0.0
     eval_batches_sampled: int = 0
     backward_windows: int = 0  # steps whose backward was timed per line
     sites: list[OpSite] = field(default_factory=list)
@@ -200,23 +201,23 @@ class DispatchSample:
 @dataclass
 class LineHits:
     location: Location
-    samples: int
+    samples: Count
     text: str = ""  # the source line, read when the run ended
     library: str | None = None  # the installed package the line belongs to; None: the user's code
-    seconds: float = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
+    seconds: Seconds = 0.0  # the wall time its samples stand for (each weighted by the time since the last)
     called_from: Location | None = None  # a library line: the user's own line that called into the library
-    loading_samples: int = 0  # of its samples, those taken inside a DataLoader's next() (loading a batch)
-    eval_samples: int = 0  # of its samples, those taken inside an evaluation (a model's forward runs in both)
+    loading_samples: Count = 0  # of its samples, those taken inside a DataLoader's next() (loading a batch)
+    eval_samples: Count = 0  # of its samples, those taken inside an evaluation (a model's forward runs in both)
 
 
 @dataclass
 class LineProfile:
     """Stack samples of the main thread during measured steps, by innermost user line."""
 
-    interval_s: float = 0.005
-    total_samples: int = 0
+    interval_s: Seconds = 0.005
+    total_samples: Count = 0
     lines: list[LineHits] = field(default_factory=list)
-    total_s: float = 0.0  # wall time the samples stand for (0: a record from before weights)
+    total_s: Seconds = 0.0  # wall time the samples stand for (0: a record from before weights)
     method: str = "thread"  # "signal": a timer interrupts the training thread; "thread": a sampling thread
 
     def share(self, path: str, line: int) -> float | None:
@@ -234,9 +235,9 @@ class LineProfile:
 
 @dataclass
 class PhaseOccurrence:
-    after_step: int  # optimizer steps completed when it began
-    t: float  # when it began, seconds since the run started
-    seconds: float
+    after_step: Count  # optimizer steps completed when it began
+    t: Seconds  # when it began, seconds since the run started
+    seconds: Seconds
 
 
 @dataclass
@@ -245,10 +246,10 @@ class PhaseStats:
 
     kind: str  # eval | checkpoint | logging
     location: Location | None  # the training-loop line that entered it (falls back to inner_location)
-    calls: int = 0
-    total_s: float = 0.0
-    in_measured_steps_s: float = 0.0  # inside measured steps that closed
-    calls_in_measured: int = 0
+    calls: Count = 0
+    total_s: Seconds = 0.0
+    in_measured_steps_s: Seconds = 0.0  # inside measured steps that closed
+    calls_in_measured: Count = 0
     inner_location: Location | None = None  # the first user line inside it (model.eval(), print)
     occurrences: list[PhaseOccurrence] = field(default_factory=list)  # the first 500
 
@@ -332,11 +333,11 @@ class Environment:
 class Contention:
     """How busy the machine was during the measured steps (None: not measurable here)."""
 
-    window_s: float | None = None  # wall time covered by the readings
-    process_cpu_s: float | None = None  # CPU time of this process (all its threads)
-    thread_cpu_s: float | None = None  # the training thread on a CPU
-    thread_runqueue_s: float | None = None  # the training thread ready to run, waiting for a CPU
-    involuntary_switches: int | None = None  # of the training thread
+    window_s: Seconds | None = None  # wall time covered by the readings
+    process_cpu_s: Seconds | None = None  # CPU time of this process (all its threads)
+    thread_cpu_s: Seconds | None = None  # the training thread on a CPU
+    thread_runqueue_s: Seconds | None = None  # the training thread ready to run, waiting for a CPU
+    involuntary_switches: Count | None = None  # of the training thread
     load_start: float | None = None  # 1-minute load average
     load_end: float | None = None
     cpus: int | None = None  # CPUs this process may run on
@@ -370,9 +371,9 @@ class KnobOutcome:
 class LoaderOnlyStats:
     """The training DataLoader iterated alone (no model): the input pipeline's ceiling."""
 
-    batches: int
-    seconds: float
-    samples: int | None = None
+    batches: Count
+    seconds: Seconds
+    samples: Count | None = None
     location: Location | None = None  # where the loader was iterated
 
 
@@ -412,7 +413,7 @@ class RankView:
     exit_code: int = 0
     error: str | None = None
     ended_by: str | None = None
-    wall_s: float = 0.0
+    wall_s: Seconds = 0.0
     epoch_t0: float = 0.0  # time.time() at the rank's t0: its steps on the ranks' common clock
     steps: list[StepSample] = field(default_factory=list)
     ddp_steps: list[DdpStep] = field(default_factory=list)
@@ -472,6 +473,18 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
-        record = read_json(path, cls, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA)
+        record = read_json(path, cls, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA, check=_problem)
         record.schema_version = SCHEMA_VERSION  # upgraded in memory: older shapes only lack fields
         return record
+
+
+def _problem(record: RunRecord) -> str | None:
+    """What the types cannot say is wrong with a loaded record: a step that ends before it starts."""
+    groups = [("$.steps", record.steps), ("$.unfinished_step", [record.unfinished_step] if record.unfinished_step else [])]
+    groups += [(f"$.ranks[{i}].steps", view.steps) for i, view in enumerate(record.ranks)]
+    for where, steps in groups:
+        for i, step in enumerate(steps):
+            if step.end < step.start:
+                at = where if where.endswith("step") else f"{where}[{i}]"
+                return f"{at}: the step ends ({step.end:g} s) before it starts ({step.start:g} s)"
+    return None

@@ -1,19 +1,25 @@
-"""Plain-data (de)serialization for the dataclasses passed between pipeline stages.
+"""(De)serialization of the dataclasses passed between pipeline stages, through msgspec.
 
-Everything a run or report stores is a tree of dataclasses, lists, dicts and scalars, so
-one pair of functions covers it. Reading is strict: a value of the wrong shape raises
-`SchemaError` naming the field, never an arbitrary exception and never executing input.
+Everything a run or report stores is a tree of dataclasses, lists, dicts and scalars. Writing:
+msgspec encodes it (NaN and infinities become null, so the file stays valid JSON). Reading
+treats the file as untrusted (model/untrusted.py): a regular file of bounded size, decoded
+without recursing into Python (a nesting deeper than Python's limit is refused, not a
+crash), every string, list and nesting level bounded, then converted into the typed model
+with the field's path in every error (`$.steps[3].start`) and the model's constraints on
+values (a negative duration is refused). A value of the wrong shape raises `SchemaError`
+naming the file and the field, never an arbitrary exception, and never executes input.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import json
-import types
-import typing
-from pathlib import Path
-from typing import Any, TypeVar
+import re
+from pathlib import Path, PurePath
+from typing import Any, Callable, TypeVar
+
+import msgspec
+
+from torchdoctor.errors import InputError
+from torchdoctor.model.untrusted import MAX_DEPTH, MAX_LIST_ITEMS, MAX_STRING_CHARS, read_untrusted
 
 T = TypeVar("T")
 
@@ -22,107 +28,144 @@ class SchemaError(ValueError):
     """A stored document does not have the shape its schema describes."""
 
 
+def _encode_other(obj: Any) -> Any:
+    """What msgspec does not encode by itself: subclasses of the scalars (torch.__version__ is a
+    str, numpy's float64 a float), paths."""
+    for base in (bool, int, float, str):
+        if isinstance(obj, base):
+            return base(obj)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    raise TypeError(f"cannot store a {type(obj).__name__} in a torchdoctor document")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_encode_other)
+_DECODER = msgspec.json.Decoder()
+
+
+def dumps(obj: Any) -> str:
+    """The one JSON text of a stored or printed document: indented, NaN and infinities as null."""
+    return msgspec.json.format(_ENCODER.encode(obj), indent=2).decode("utf-8") + "\n"
+
+
 def to_plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
-        return None  # NaN and infinities are not valid JSON
-    return obj
+    """Dicts, lists and scalars, as the JSON file holds them."""
+    return _DECODER.decode(_ENCODER.encode(obj))
 
 
-def from_plain(cls: type[T], data: Any, where: str = "$") -> T:
-    return _convert(cls, data, where)
-
-
-def _convert(tp: Any, data: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return data
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if data is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, data, where)
-            except SchemaError as exc:
-                errors.append(str(exc))
-        raise SchemaError(errors[0] if errors else f"{where}: unexpected null")
-    if origin is list:
-        (item_tp,) = typing.get_args(tp) or (Any,)
-        if not isinstance(data, list):
-            raise SchemaError(f"{where}: expected a list, got {type(data).__name__}")
-        return [_convert(item_tp, v, f"{where}[{i}]") for i, v in enumerate(data)]
-    if origin is tuple:  # fixed length only (written as a JSON list)
-        item_tps = typing.get_args(tp)
-        if not isinstance(data, list) or len(data) != len(item_tps):
-            raise SchemaError(f"{where}: expected a list of {len(item_tps)} items")
-        return tuple(_convert(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(item_tps, data)))
-    if origin is dict:
-        _, val_tp = typing.get_args(tp) or (str, Any)
-        if not isinstance(data, dict):
-            raise SchemaError(f"{where}: expected an object, got {type(data).__name__}")
-        return {str(k): _convert(val_tp, v, f"{where}.{k}") for k, v in data.items()}
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise SchemaError(f"{where}: expected an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SchemaError(f"{where}: missing field '{f.name}'")
-        return tp(**kwargs)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(data)
-        except ValueError:
-            raise SchemaError(f"{where}: {data!r} is not one of {[m.value for m in tp]}") from None
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise SchemaError(f"{where}: expected a number, got {type(data).__name__}")
-        return float(data)
-    if tp in (int, str, bool):
-        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
-            raise SchemaError(f"{where}: expected {tp.__name__}, got {type(data).__name__}")
-        return data
-    raise SchemaError(f"{where}: unsupported type {tp!r}")
+def from_plain(cls: type[T], data: Any) -> T:
+    """`data` (dicts, lists, scalars) as `cls`; SchemaError naming the field otherwise."""
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        raise SchemaError(_where_first(str(exc))) from None
 
 
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(to_plain(obj), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(obj), encoding="utf-8")
     tmp.replace(path)
 
 
-def read_json(path: Path, cls: type[T], expected_schema: int, oldest: int | None = None) -> T:
-    """Load `path` as `cls`; every failure becomes a `SchemaError` with a fix hint."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SchemaError(f"{path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SchemaError(f"{path} is not valid JSON ({exc})") from None
+def read_json(path: Path, cls: type[T], expected_schema: int, oldest: int | None = None,
+              check: Callable[[T], str | None] | None = None) -> T:
+    """Load `path` as `cls`; every failure becomes a one-line error naming the file and the
+    field (SchemaError; InputError for what is not a regular file or too large). `check`
+    returns what is wrong with a loaded document that the types cannot say (None: nothing)."""
+    data = decode_untrusted(path)
     if not isinstance(data, dict):
         raise SchemaError(f"{path} is not a torchdoctor document (top level is not an object)")
     version = data.get("schema_version")
     readable = range(oldest if oldest is not None else expected_schema, expected_schema + 1)
-    if not isinstance(version, int) or version not in readable:
+    if not isinstance(version, int) or isinstance(version, bool) or version not in readable:
+        shown = repr(version) if isinstance(version, (int, float, type(None))) else f"of type {type(version).__name__}"
         raise SchemaError(
-            f"{path} has schema_version {version!r}; this torchdoctor reads "
+            f"{path} has schema_version {shown}; this torchdoctor reads "
             f"{readable.start}..{expected_schema}: re-run with a matching torchdoctor version"
         )
     try:
-        return from_plain(cls, data)
+        document = from_plain(cls, data)
     except SchemaError as exc:
         raise SchemaError(f"{path} is malformed: {exc}") from None
+    problem = check(document) if check is not None else None
+    if problem:
+        raise SchemaError(f"{path} is malformed: {problem}")
+    return document
+
+
+def decode_untrusted(path: Path) -> Any:
+    """A bounded JSON file's content as dicts, lists and scalars, every bound checked."""
+    try:
+        raw = read_untrusted(path)
+    except InputError as exc:  # missing, not a regular file, too large: one kind of error for the callers
+        raise SchemaError(str(exc)) from None
+    try:
+        data = _DECODER.decode(raw)
+    except RecursionError:
+        raise SchemaError(f"{path} is nested deeper than a torchdoctor document can be ({MAX_DEPTH} levels)") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # "Number out of range": 1e999
+        raise SchemaError(f"{path} is not valid JSON ({_where_first(str(exc))}{_near(raw, str(exc))})") from None
+    problem = bounds_problem(data)
+    if problem:
+        raise SchemaError(f"{path} is not a torchdoctor document: {problem}")
+    return data
+
+
+def bounds_problem(data: Any) -> str | None:
+    """What makes decoded JSON larger than any torchdoctor document (None: nothing): a string
+    over MAX_STRING_CHARS, a list over MAX_LIST_ITEMS, nesting over MAX_DEPTH. Iterative, so a
+    deep document cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(data, "$", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, str):
+            if len(value) > MAX_STRING_CHARS:
+                return f"{where} is a string of {len(value):,} characters (at most {MAX_STRING_CHARS:,})"
+        elif isinstance(value, dict):
+            if depth >= MAX_DEPTH:
+                return f"{where} is nested {depth} levels deep (at most {MAX_DEPTH})"
+            if len(value) > MAX_LIST_ITEMS:
+                return f"{where} has {len(value):,} keys (at most {MAX_LIST_ITEMS:,})"
+            for key, item in value.items():
+                if len(key) > MAX_STRING_CHARS:
+                    return f"{where} has a key of {len(key):,} characters"
+                if isinstance(item, (str, dict, list)):
+                    stack.append((item, f"{where}.{_short(key)}", depth + 1))
+        elif isinstance(value, list):
+            if depth >= MAX_DEPTH:
+                return f"{where} is nested {depth} levels deep (at most {MAX_DEPTH})"
+            if len(value) > MAX_LIST_ITEMS:
+                return f"{where} has {len(value):,} items (at most {MAX_LIST_ITEMS:,})"
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)
+                         if isinstance(item, (str, dict, list)))
+    return None
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_KEY_BEFORE = re.compile(rb'"([^"\\]{1,80})"\s*:[^"]*$')
+
+
+def _near(raw: bytes, message: str) -> str:
+    """Where a syntax error is, for a reader: the key it follows, and what a NaN or an infinity is."""
+    m = _BYTE.search(message)
+    if m is None:
+        return ""
+    at = int(m.group(1))
+    token = raw[at:at + 9]
+    what = "; NaN and Infinity are not JSON numbers" if token.lstrip(b"-").startswith((b"NaN", b"Infinity")) else ""
+    key = _KEY_BEFORE.search(raw[max(0, at - 200):at])
+    return (f", at the value of \"{key.group(1).decode('utf-8', 'replace')}\"" if key else "") + what
+
+
+def _short(key: str) -> str:
+    return key if len(key) <= 40 else key[:37] + "..."
+
+
+def _where_first(message: str) -> str:
+    """msgspec's "Expected `float`, got `str` - at `$.steps[3].end`" as "$.steps[3].end: expected
+    `float`, got `str`": the field first, as every other message of ours names it."""
+    text, sep, where = message.rpartition(" - at ")
+    if not sep:
+        return message
+    where = where.strip("`")
+    return f"{where}: {text[:1].lower()}{text[1:]}"

@@ -129,3 +129,73 @@ def split_rows(s: RunSummary) -> list[tuple[str, float, float | None]]:
     total = s.step_time_s
     return [(label, getattr(s.split, attr), getattr(s.split, attr) / total if total else None)
             for label, attr in SPLIT_ROWS]
+
+
+# ---- the first screen: one line on the run, a busy machine when it was, then the causes ----
+
+def headline(s: RunSummary) -> str:
+    """One line on the run: script, status, steps, step time, device; a run that crashed,
+    stalled or was stopped leads with how it ended, not with the throughput of a step."""
+    parts = [s.script]
+    if s.ended and s.status in ("crashed", "stalled"):
+        parts.append(f"{s.status}: {s.ended}")
+    else:
+        parts.append(s.status if not s.ended else f"{s.status} ({s.ended})")
+    if s.ranks > 1:
+        parts.append(f"{s.ranks} ranks")
+    parts.append(f"{s.steps_measured} of {s.steps_total} steps measured")
+    if s.step_time_p50_s is not None and s.status not in ("crashed", "stalled"):
+        parts.append(f"{fmt_ms(s.step_time_p50_s)}/step (p50)")
+    parts.append(s.device)
+    return " · ".join(parts)
+
+
+def busy_line(s: RunSummary) -> str | None:
+    """The machine was busy while the steps were measured: said before the causes, since it
+    bounds every number after it (diagnosis/reliability.py says when)."""
+    if not s.machine_busy:
+        return None
+    return s.machine_busy.removeprefix("Busy machine: ")  # the renderers print the label themselves
+
+
+# ---- evidence: readable labels and values ----
+
+_EVIDENCE_LABELS = {
+    "all_reduces_per_step": "all-reduces per step", "busbw_gbps": "bus bandwidth (GB/s)",
+    "expected_gbps": "expected bandwidth (GB/s)", "num_workers": "DataLoader workers",
+    "median_numel": "median elements per op", "ops_per_step": "ops per step", "step_ms": "step (ms)",
+    "workers_for_fix": "workers for the fix", "top_ops": "most frequent ops", "grad_mb": "gradients (MB)",
+    "value_needed_on_host": "value needed on the host", "step_source": "what closes a step",
+    "no_sync_around_backward_only": "no_sync() wraps only backward()",
+}
+_WORDS = {"ms": "ms", "s": "s", "gbps": "GB/s", "mib": "MiB", "mb": "MB", "gpu": "GPU", "cpu": "CPU",
+          "tf32": "TF32", "fp32": "fp32", "w": "W", "p50": "p50", "p90": "p90", "ddp": "DDP", "nccl": "NCCL"}
+_UNITS = {"ms", "s", "gbps", "mib", "mb", "w"}
+
+
+def evidence_label(key: str) -> str:
+    """`idle_ms_per_step` -> "idle per step (ms)", `peak_reserved_bytes` -> "peak reserved" (its
+    value shown as a size): a rule's evidence key as a reader says it."""
+    if key in _EVIDENCE_LABELS:
+        return _EVIDENCE_LABELS[key]
+    words = [w for w in key.split("_") if w]
+    for i, word in enumerate(words):
+        if word in _UNITS and len(words) > 1 and (i == len(words) - 1 or words[i + 1] == "per"):
+            return _readable(words[:i] + words[i + 1:]) + f" ({_WORDS.get(word, word)})"
+    if len(words) > 1 and words[-1] == "bytes":
+        return _readable(words[:-1])
+    return _readable(words) or key
+
+
+def _readable(words: list[str]) -> str:
+    return " ".join(_WORDS.get(w, w) for w in words)
+
+
+def evidence_value(key: str, value: Any) -> str:
+    """A share as a percentage, a byte count as a size, anything else as fmt_value does."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and ("share" in key.split("_") or key.endswith("_share")) and 0 <= value <= 1:
+        return f"{value:.1%}"
+    if number and key.split("_")[-1] == "bytes":
+        return format_bytes(value)
+    return fmt_value(value)

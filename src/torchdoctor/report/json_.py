@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from torchdoctor.model.findings import Report
+from torchdoctor.model.serialize import dumps
 from torchdoctor.report.common import ranked_findings
-from torchdoctor.model.serialize import to_plain
 
 
 def render_json(report: Report) -> str:
     # The contract promises ranked findings; rank a copy so the caller's Report is untouched.
     ranked = dataclasses.replace(report, findings=ranked_findings(report))
-    # Same encoding as Report.save (serialize.write_json), so printed and saved files agree.
-    return json.dumps(to_plain(ranked), indent=2, allow_nan=False) + "\n"
+    # The same encoding as Report.save (serialize.write_json), so printed and saved files agree.
+    return dumps(ranked)

@@ -1,14 +1,16 @@
-"""report.md: reads like a hand-written performance report — run summary, where the time
-goes, ranked causes, then each cause with evidence, fix and estimate, then what could not
-be measured, the environment and notes."""
+"""report.md: reads like a hand-written performance report, what to change first, first: one
+line on the run (and a busy machine, when it was), the ranked causes with each cause's evidence,
+fix and estimate; then the measurements: run summary, where the time goes, the tables, what
+could not be measured, the environment and notes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from torchdoctor.model.findings import Finding, Report, RunSummary, Table
-from torchdoctor.report.common import (DASH, fmt_ms, fmt_share, fmt_speedup, fmt_value, ranked_findings,
-                                       split_rows, summary_rows, where)
+from torchdoctor.report.common import (DASH, busy_line, evidence_label, evidence_value, fmt_ms, fmt_share,
+                                       fmt_speedup, fmt_value, headline, ranked_findings, split_rows, summary_rows,
+                                       where)
 from torchdoctor.report.mdtext import cell, code, heading, prose
 
 
@@ -16,15 +18,20 @@ def render_markdown(report: Report) -> str:
     findings = ranked_findings(report)
     out: list[str] = []
     out += _title(report)
-    out += [f"> **Warning:** {heading(w)}" for w in report.warnings] + ([""] if report.warnings else [])
+    busy = report.summary.machine_busy if report.summary else None  # the run's busy line is the headline's
+    warnings = [w for w in report.warnings if w != busy]
+    out += [f"> **Warning:** {heading(w)}" for w in warnings] + ([""] if warnings else [])
+    if report.summary:
+        out += _headline(report.summary)
+    if findings or report.source in ("run", "lint", "trace"):
+        out += _ranked_table(findings)
+    for rank, finding in enumerate(findings, 1):
+        out += _finding_section(rank, finding)
     if report.summary:
         out += _run_summary(report.summary)
         out += _time_split(report.summary)
     for table in report.tables:
         out += _report_table(table)
-    out += _ranked_table(findings)
-    for rank, finding in enumerate(findings, 1):
-        out += _finding_section(rank, finding)
     if report.not_measured:
         out += ["## Not measured in this run", ""]
         out += _table(("code", "cause", "why"),
@@ -44,6 +51,12 @@ def _title(report: Report) -> list[str]:
         title += f": {code(s.script, in_table=False)}"
     byline = f"torchdoctor {cell(report.tool_version)} · source: {cell(report.source)}"
     return [f"# {title}", "", byline, ""]
+
+
+def _headline(s: RunSummary) -> list[str]:
+    out = [f"**{heading(headline(s))}**", ""]
+    busy = busy_line(s)
+    return out + ([f"**Busy machine:** {heading(busy)}", ""] if busy else [])
 
 
 def _report_table(table: Table) -> list[str]:
@@ -93,13 +106,18 @@ def _finding_section(rank: int, f: Finding) -> list[str]:
     if f.message:
         out += [prose(f.message), ""]
     if f.evidence:
-        out += _table(("evidence", "value"), [(code(str(k)), _value_cell(v)) for k, v in f.evidence.items()])
+        out += _table(("evidence", "value"), [(cell(evidence_label(str(k))), _evidence_cell(str(k), v))
+                                              for k, v in f.evidence.items()])
     if f.fix:
         out += ["**Fix:**", "", prose(f.fix), ""]
     estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
     basis = f" — basis: {heading(f.estimate_basis)}" if f.estimate_basis else ""
     out += [f"**Estimated speedup:** {estimate}{basis}", ""]
     return out
+
+
+def _evidence_cell(key: str, value: Any) -> str:
+    return _value_cell(value) if isinstance(value, (list, tuple, dict)) else cell(evidence_value(key, value))
 
 
 def _value_cell(value: Any) -> str:

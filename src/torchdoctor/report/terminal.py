@@ -1,4 +1,6 @@
-"""Terminal output with rich: a compact summary, the ranked table, then each cause.
+"""Terminal output with rich: what to change first, first. One line on the run, the top
+causes in full, the rest in a table, then the measurements (summary, tables, what was not
+measured, notes).
 
 User strings (paths, function names, messages) never pass through rich's markup parser:
 every line is assembled from `Text` pieces, our own styled and the user's plain. That is
@@ -20,30 +22,43 @@ from rich.text import Text
 
 from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary
 from torchdoctor.model.findings import Table as ReportTable
-from torchdoctor.report.common import (NOT_MEASURED, fmt_ms, fmt_value, fmt_share, fmt_speedup, one_line, plain,
-                                       ranked_findings, split_rows, summary_rows, where)
+from torchdoctor.report.common import (NOT_MEASURED, busy_line, fmt_ms, fmt_share, fmt_speedup, fmt_value, headline,
+                                       one_line, plain, ranked_findings, split_rows, summary_rows, where)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 INDENT = 3  # per-finding details sit under their heading
 BOLD = "bold"
 
 
+TOP_IN_FULL = 3  # causes printed in full on the first screen; the rest are rows of a table
+
+
 def render_text(report: Report, color: bool = False, width: int = 100) -> str:
+    """What to change first, first: one line on the run (and a busy machine, when it was),
+    the top causes in full, the rest in a table; then the measurements they rest on."""
     buffer = io.StringIO()
     console = _console(buffer, color, width)
-    for warning in report.warnings:  # before anything it makes less reliable
-        _print_indented(console, Text.assemble(("warning: ", "bold yellow"), plain(warning)), 0)
+    busy = report.summary.machine_busy if report.summary else None
+    for warning in report.warnings:  # before anything it makes less reliable (the run's busy line is the headline's)
+        if warning != busy:
+            _print_indented(console, Text.assemble(("warning: ", "bold yellow"), plain(warning)), 0)
+    findings = ranked_findings(report)
+    if report.summary:
+        _print_headline(console, report.summary)
+    if findings:
+        console.print()
+        console.print(Text("Causes, ranked", style=BOLD))
+    for rank, finding in enumerate(findings[:TOP_IN_FULL], 1):
+        _print_finding(console, rank, finding)
+    if len(findings) > TOP_IN_FULL:
+        console.print()
+        _print_grid(console, _ranked_table(findings, TOP_IN_FULL), width)
+    if not findings and report.source in ("run", "lint", "trace"):  # a comparison's content is its tables
+        console.print("No findings.")
     if report.summary:
         _print_summary(console, report.summary)
     for table in report.tables:
-        _print_report_table(console, table)
-    findings = ranked_findings(report)
-    if findings:
-        console.print(_ranked_table(findings))
-        for rank, finding in enumerate(findings, 1):
-            _print_finding(console, rank, finding)
-    elif report.source in ("run", "lint", "trace"):  # a comparison's content is its tables
-        console.print("No findings.")
+        _print_report_table(console, table, width)
     if report.not_measured:
         _print_not_measured(console, report.not_measured)
     if report.notes:
@@ -57,15 +72,41 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def _print_report_table(console: Console, table: ReportTable) -> None:
-    grid = Table(title=one_line(table.title), title_justify="left", title_style=BOLD)
-    for column in table.columns:
-        grid.add_column(one_line(column), overflow="fold")  # wrapped, never cut: a path keeps its line number
-    for row in table.rows:
-        grid.add_row(*(one_line(fmt_value(v)) for v in row))
-    console.print(grid)
+def _print_headline(console: Console, s: RunSummary) -> None:
+    severity = SEVERITY_STYLE["high"] if s.status in ("crashed", "stalled") else ""
+    console.print(Text.assemble(("torchdoctor", BOLD), " · ", (one_line(headline(s)), severity)))
+    busy = busy_line(s)
+    if busy:
+        _print_indented(console, Text.assemble(("busy machine: ", BOLD), plain(busy)), 2)
+
+
+def _print_report_table(console: Console, table: ReportTable, width: int) -> None:
+    console.print()
+    grid = [[one_line(c) for c in table.columns], *[[one_line(fmt_value(v)) for v in row] for row in table.rows]]
+    _print_grid(console, (one_line(table.title), grid, set()), width)
     if table.caption:
         _print_indented(console, plain(table.caption), 0)
+
+
+def _print_grid(console: Console, grid: tuple[str, list[list], set[int]], width: int) -> None:
+    """A titled table whose header words are never broken: as a grid where every column can be
+    as wide as the longest word of its header, else one indented line per row ("header: value").
+    `grid`: (title, [header, *rows], the columns right-aligned); cells are str or Text."""
+    title, (header, *rows), right = grid
+    minimums = [max(len(word) for word in (str(h).split() or [""])) for h in header]
+    if sum(minimums) + 3 * len(header) + 1 > width:
+        console.print(Text(title, style=BOLD))
+        for row in rows:
+            pairs = [Text.assemble(f"{h}: ", cell if isinstance(cell, Text) else str(cell))
+                     for h, cell in zip(header, row)]
+            _print_indented(console, Text(" · ").join(pairs), 2)
+        return
+    table = Table(title=title, title_justify="left", title_style=BOLD, expand=False)
+    for i, (name, minimum) in enumerate(zip(header, minimums)):
+        table.add_column(name, min_width=minimum, overflow="fold", justify="right" if i in right else "left")
+    for row in rows:
+        table.add_row(*(cell if isinstance(cell, Text) else str(cell) for cell in row))
+    console.print(table)
 
 
 def _console(buffer: io.StringIO, color: bool, width: int) -> Console:
@@ -77,40 +118,35 @@ def _console(buffer: io.StringIO, color: bool, width: int) -> Console:
 
 
 def _print_summary(console: Console, s: RunSummary) -> None:
-    headline = Text.assemble(("torchdoctor", BOLD), " · ", one_line(s.script), " · ", one_line(s.status))
-    console.print(headline)
+    console.print()
+    console.print(Text("Run summary", style=BOLD))
     # On a CPU run the GPU rows would only say "not measured": leave them out of the terminal.
-    rows = [f"{label}: {one_line(value)}" for label, value in summary_rows(s)
-            if label != "status" and value != NOT_MEASURED]
+    rows = [f"{label}: {one_line(value)}" for label, value in summary_rows(s) if value != NOT_MEASURED]
     _print_indented(console, Text(" · ".join(rows)), 2)
     if s.steps_measured:
         parts = [f"{label} {fmt_ms(seconds)} ({fmt_share(share)})"
                  for label, seconds, share in split_rows(s) if seconds > 0]
         if parts:
             _print_indented(console, Text("step time: " + ", ".join(parts)), 2)
-    console.print()
 
 
-def _ranked_table(findings: list[Finding]) -> Table:
-    table = Table(title="Causes, ranked", title_justify="left", title_style=BOLD, expand=False)
-    table.add_column("#", justify="right")
-    table.add_column("code", no_wrap=True)
-    table.add_column("cause", overflow="fold")
-    table.add_column("severity", no_wrap=True)
-    table.add_column("where", overflow="fold")
-    table.add_column("est. speedup", justify="right", no_wrap=True)
-    for rank, f in enumerate(findings, 1):
-        table.add_row(str(rank), Text(one_line(f.code)), Text(one_line(f.slug)),
-                      Text(f.severity.value, style=SEVERITY_STYLE.get(f.severity.value, "")),
-                      Text(one_line(where(f.location))), fmt_speedup(f))
-    return table
+def _ranked_table(findings: list[Finding], skip: int = 0) -> tuple[str, list[list], set[int]]:
+    """The causes after the first `skip` (those are printed in full above it)."""
+    title = "Causes, ranked" if not skip else f"More causes, ranked ({len(findings) - skip} after the top {skip})"
+    rows: list[list] = [["#", "code", "cause", "severity", "where", "est. speedup"]]
+    for rank, f in enumerate(findings[skip:], skip + 1):
+        rows.append([str(rank), one_line(f.code), one_line(f.slug),
+                     Text(f.severity.value, style=SEVERITY_STYLE.get(f.severity.value, "")),
+                     one_line(where(f.location)), fmt_speedup(f)])
+    return title, rows, {0, 5}
 
 
 def _print_finding(console: Console, rank: int, f: Finding) -> None:
     console.print()
     name = f"{rank}. {one_line(f.code)} {one_line(f.slug)}"
     severity = SEVERITY_STYLE.get(f.severity.value, "")
-    console.print(Text.assemble((name, f"{BOLD} {severity}".strip()), " · ", one_line(f.title)))
+    console.print(Text.assemble((name, f"{BOLD} {severity}".strip()), " · ", (f.severity.value, severity)))
+    _print_indented(console, Text(one_line(f.title), style=BOLD))  # its own line: a long title wraps under itself
     if f.location:
         function = f" in {one_line(f.location.function)}" if f.location.function else ""
         _print_indented(console, Text.assemble("where: ", one_line(where(f.location)), function))

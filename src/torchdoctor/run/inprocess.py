@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from torchdoctor.model.findings import Report  # set by pipeline.finish_in_proce
 from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP, Limits
 from torchdoctor.model.record import ProbeNote, RunRecord
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
+from torchdoctor.run.signals import StopSignals, current as current_signals
 
 
 @dataclass
@@ -74,6 +76,7 @@ class InProcessRun:
         self.record: RunRecord | None = None
         self.report: Report | None = None
         self._probes_in = False
+        self._signals: StopSignals | None = None  # ours, when no command installed any (run/signals.py)
 
     @property
     def started(self) -> bool:
@@ -95,6 +98,8 @@ class InProcessRun:
             self.run_dir = create_run_dir(self.spec.out, self.label)
         else:
             self.run_dir = Path(tempfile.mkdtemp(prefix="torchdoctor-rank-"))
+        if current_signals() is None:  # SIGTERM stops the measuring and is delivered once the run is written
+            self._signals = StopSignals(raise_in_code=self.options.stop == "raise", signums=(signal.SIGTERM,)).install()
         self.probed = ProbedRun(self.options, self.run_dir, self.label, sys.argv[1:], script_path=self.script_path)
         self.probed.__enter__()
         self._probes_in = True
@@ -122,6 +127,16 @@ class InProcessRun:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             return None
         return self.record
+
+
+    def release_signals(self) -> None:
+        """After the run directory is written: a SIGTERM that stopped the measuring now ends the
+        process as it would have without us (exit status 143); else the handler comes out."""
+        signals, self._signals = self._signals, None
+        if signals is None:
+            return
+        signals.redeliver()
+        signals.uninstall()
 
 
 def script_label(filename: str | None) -> tuple[str, str | None]:

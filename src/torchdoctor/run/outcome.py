@@ -12,13 +12,13 @@ import os
 import traceback
 from dataclasses import dataclass
 
+from torchdoctor.errors import EXIT_INTERRUPTED, EXIT_SCRIPT_FAILED
 from torchdoctor.run.session import StopRun
 from torchdoctor.version import PACKAGE_DIR
 
 COMPLETED, STEP_LIMIT, TIME_LIMIT = "completed", "step-limit", "time-limit"
 EXITED, INTERRUPTED, CRASHED = "exited", "interrupted", "crashed"
 STATUSES = (COMPLETED, STEP_LIMIT, TIME_LIMIT, EXITED, INTERRUPTED, CRASHED)
-EXIT_INTERRUPTED = 130  # a shell's code for Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,22 @@ class Outcome:
             if code is None or code == 0:
                 return cls(EXITED)
             return cls(EXITED, code if isinstance(code, int) else 1, None if isinstance(code, int) else str(code))
-        if isinstance(exc, KeyboardInterrupt):
-            return cls(INTERRUPTED, EXIT_INTERRUPTED)
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM's Terminated (143)
+            return cls(INTERRUPTED, getattr(exc, "exit_code", EXIT_INTERRUPTED))
         return cls(CRASHED, 1, user_traceback(exc))
 
     def astuple(self) -> tuple[str, int, str | None]:
         return self.status, self.exit_code, self.error
+
+
+def exit_code_of(status: str, exit_code: int) -> int:
+    """The exit code of a run that ended with `status` (a RunInfo's): 1 when the script failed,
+    130 or 143 when a signal stopped it, else 0."""
+    if status == CRASHED or (status == EXITED and exit_code != 0):
+        return EXIT_SCRIPT_FAILED
+    if status == INTERRUPTED:
+        return exit_code if exit_code in (130, 143) else EXIT_INTERRUPTED
+    return 0
 
 
 def user_traceback(exc: BaseException) -> str:

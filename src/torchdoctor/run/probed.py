@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from torchdoctor.run.probes.env import read_environment
 from torchdoctor.run.probes.frames import display_path
 from torchdoctor.run.probeset import ProbeSet
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
+from torchdoctor.run.signals import WHY, current as current_signals, exit_code_of
 from torchdoctor.run.sources import executed_user_files
 from torchdoctor.run.watchdog import Watchdog
 
@@ -86,6 +88,7 @@ class ProbedRun:
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)
         self._modules_before: set[str] = set()
+        self.signals = None  # run/signals.py's StopSignals, when installed
 
     # ---- around the code -----------------------------------------------------------------
     def __enter__(self) -> "ProbedRun":
@@ -99,10 +102,16 @@ class ProbedRun:
         except BaseException:
             self._uninstall()
             raise
+        self.signals = current_signals()
+        if self.signals is not None:  # SIGTERM and Ctrl-C stop this run (installed by the command or watch())
+            self.signals.attach(self.session)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        """Stop watching and take the probes out. A StopRun, ours, ends here."""
+        """Stop watching and take the probes out. A StopRun, ours, ends here. From now on a
+        stop signal does not interrupt the writing of what was measured."""
+        if self.signals is not None:
+            self.signals.quiet = True
         if exc is not None:
             try:
                 self.note_failure(exc)
@@ -151,6 +160,9 @@ class ProbedRun:
         ended because we stopped it: the status is the stop's reason, and what it did is noted."""
         info, session = self.info, self.session
         info.status, info.exit_code, info.error = status, exit_code, error
+        if session.stop_signal is not None:  # whatever the code raised on the way out (a worker's death)
+            self._settle_signal()
+            return
         reason = session.stop_reason
         if reason is None or status == "interrupted":
             return
@@ -161,6 +173,13 @@ class ProbedRun:
                              f"`except:` or `except BaseException:` around the loop){ended}; torchdoctor's next "
                              "stop ended it")
         info.status, info.exit_code, info.error = reason, 0, None
+
+    def _settle_signal(self) -> None:
+        """A stop signal ended the run: interrupted, exit code 128 + the signal, and why."""
+        info, signum = self.info, self.session.stop_signal
+        info.status, info.exit_code, info.error = "interrupted", exit_code_of(signum), None
+        why = WHY.get(signal.Signals(signum).name, signal.Signals(signum).name)
+        info.ended_by = why if not info.ended_by else f"{why}; {info.ended_by}"
 
     def record(self) -> RunRecord:
         """Everything measured so far, as a RunRecord."""
@@ -188,6 +207,8 @@ class ProbedRun:
         code = 0
         try:
             self.info.status, self.info.ended_by = self.session.stop_reason or "time-limit", why
+            if self.session.stop_signal is not None:
+                self._settle_signal()
             self.probes.stop_background()
             record = self.record()
             on_abandon = self.options.on_abandon

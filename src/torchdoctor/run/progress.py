@@ -16,13 +16,21 @@ CLEAR_LINE = "\r\033[K"  # carriage return + erase to end of line (any ANSI term
 # Redrawing more often than this is invisible to a reader but costs terminal I/O on
 # every step of a fast loop.
 MIN_REDRAW_INTERVAL_S = 0.1
+WHOLE_LINE_INTERVAL_S = 10.0  # whole_lines: a line this often at most
 
 
 class RunProgress:
     def __init__(self, total_steps: int, warmup: int, stream: TextIO | None = None,
-                 enabled: bool | None = None, min_interval_s: float = MIN_REDRAW_INTERVAL_S):
+                 enabled: bool | None = None, min_interval_s: float = MIN_REDRAW_INTERVAL_S,
+                 whole_lines: bool = False):
         self.total_steps = total_steps
         self.warmup = warmup
+        # Whole lines, seldom, instead of one line redrawn: other processes (the other ranks of
+        # a multi-rank run) print to the same terminal, and a line without its newline would run
+        # into theirs ("5.9 ms/stepepoch 1 step 70 loss")
+        self.whole_lines = whole_lines
+        if whole_lines:
+            min_interval_s = max(min_interval_s, WHOLE_LINE_INTERVAL_S)
         # Resolved at construction, not import, so a redirected sys.stderr is honoured.
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = _is_tty(self.stream) if enabled is None else enabled
@@ -51,6 +59,9 @@ class RunProgress:
             if self._last_draw is not None and now - self._last_draw < self.min_interval_s:
                 return
             self._last_draw = now
+            if self.whole_lines:  # one write of a whole line: it never shares a line with other output
+                self._write(self.line(step, step_time_s) + "\n")
+                return
             self._write(CLEAR_LINE + self.line(step, step_time_s))
             self._drawn = True
 

@@ -117,6 +117,7 @@ class RunSession:
         self.stop_reason: str | None = None
         self.stop_requested_at: float | None = None
         self.stop_raises = 0  # StopRuns raised into the script: more than one means it caught them
+        self.stop_signal: int | None = None  # SIGINT or SIGTERM, when a signal stopped the run (run/signals.py)
         self.step_source: str | None = None  # OPTIMIZER or BACKWARD, fixed by the first step
         self.optimizers_created = 0
         self.backward_calls = 0

@@ -26,6 +26,9 @@ HOOK_GRACE_S = 2.0  # after --max-seconds: the step hooks stop a stepping script
 FIRST_RAISE_S = 1.0  # after a stop request: the hook's own StopRun usually ends the script by then
 RAISE_EVERY_S = 1.0  # while waiting, raise StopRun again (a script may catch it only sometimes)
 STOP_GRACE_S = 10.0  # a requested stop the script has not obeyed by then is enforced
+# ... sooner after SIGTERM or Ctrl-C: a scheduler kills the job 10-30 s after its SIGTERM, and the
+# run directory must be written by then (run/signals.py)
+SIGNAL_GRACE_S = 3.0
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException]) -> bool:
@@ -115,14 +118,15 @@ class Watchdog:
             else:
                 if not self.raise_async:
                     return  # the caller ends its loop at the flag; nothing more to do here
-                if now - requested >= STOP_GRACE_S:
+                grace = self.grace()
+                if now - requested >= grace:
                     if self.end_process and self._claim.acquire(blocking=False):
                         self.abandon(self._why())
                     if self.end_process:
                         return
                     wait = RAISE_EVERY_S  # keep raising: the code may yet let one through
                 elif now - requested >= FIRST_RAISE_S:
-                    wait = min(RAISE_EVERY_S, STOP_GRACE_S - (now - requested))
+                    wait = min(RAISE_EVERY_S, grace - (now - requested))
                 else:
                     wait = FIRST_RAISE_S - (now - requested)
                 if now - requested >= FIRST_RAISE_S:
@@ -134,6 +138,9 @@ class Watchdog:
             if self._done:
                 return
 
+    def grace(self) -> float:
+        return SIGNAL_GRACE_S if self.session.stop_signal is not None else STOP_GRACE_S
+
     def _why(self) -> str:
         s = self.session
         caught = s.stop_raises + self.async_raises
@@ -143,4 +150,4 @@ class Watchdog:
         else:
             cause = "the script's thread did not return (blocked in a long call, or catching the stop)"
         return (f"stopped by torchdoctor: the {s.stop_reason} stop was requested, but {cause}; "
-                f"{STOP_GRACE_S:g} s later torchdoctor wrote what was measured and ended the process")
+                f"{self.grace():g} s later torchdoctor wrote what was measured and ended the process")

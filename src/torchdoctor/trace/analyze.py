@@ -110,6 +110,9 @@ def _analyze_file(loaded: LoadedTrace) -> _RankResult:
                           "aten ops, not to source lines")
     if events.skipped_no_time:
         rank.notes.append(f"{events.skipped_no_time} events without a timestamp were skipped")
+    if events.skipped_bad_time:
+        rank.notes.append(f"{events.skipped_bad_time} events with a negative, infinite or NaN time or duration "
+                          "were dropped (a damaged trace?)")
     return result
 
 

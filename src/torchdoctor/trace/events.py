@@ -231,6 +231,7 @@ class TraceEvents:
     syncs: list[CudaSync] = field(default_factory=list)
     events: int = 0  # every event seen, kept or not
     skipped_no_time: int = 0  # kept categories without a timestamp: malformed, not analysed
+    skipped_bad_time: int = 0  # a negative, infinite or NaN time or duration: damaged, not analysed
 
     def kept(self) -> int:
         return sum(len(getattr(self, g)) for g in _GROUPS)
@@ -240,6 +241,7 @@ class TraceEvents:
             getattr(self, g).extend(getattr(chunk, g))
         self.events += chunk.events
         self.skipped_no_time += chunk.skipped_no_time
+        self.skipped_bad_time += chunk.skipped_bad_time
 
 
 def events_from_json(data) -> TraceEvents:
@@ -276,6 +278,14 @@ def _typed(e: GenericEvent):
     return cls(name=e.name, tid=e.tid, ts=e.ts, dur=e.dur, args=args)
 
 
+def _sane_time(e) -> bool:
+    """A duration of at least 0 and a finite time: a negative `dur` would make a step of -232 ms."""
+    return 0.0 <= e.dur < _INF and -_INF < e.ts < _INF
+
+
+_INF = float("inf")
+
+
 def group_events(events: list) -> TraceEvents:
     out = TraceEvents(events=len(events))
     groups: dict[str, list] = {g: [] for g in _GROUPS}
@@ -290,6 +300,10 @@ def group_events(events: list) -> TraceEvents:
             timed = [e for e in rows if e.ts is not None]
             out.skipped_no_time += len(rows) - len(timed)
             rows = timed
+        if not all(map(_sane_time, rows)):  # rare: one pass in C when every event is sane
+            sane = [e for e in rows if _sane_time(e)]
+            out.skipped_bad_time += len(rows) - len(sane)
+            rows = sane
         if g == "gpu":
             # kernel names run to hundreds of characters and repeat: share one string per
             # name (in C: map + setattr); its hash, computed here, serves every later lookup

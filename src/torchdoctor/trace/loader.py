@@ -15,6 +15,7 @@ workers ran at half speed, so the sequential path is the only one.)
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from itertools import islice
 import zlib
@@ -25,6 +26,7 @@ from typing import BinaryIO, Iterator
 import msgspec
 
 from torchdoctor.model.units import MIB, format_bytes
+from torchdoctor.model.untrusted import open_untrusted
 from torchdoctor.errors import InputError
 from torchdoctor.trace.events import (
     HEAD_DECODER,
@@ -84,23 +86,20 @@ def load_trace(path: Path, *, max_memory_bytes: int | None = None) -> LoadedTrac
     """Parse one trace file. Raises InputError (one line: what is wrong and what to do)."""
     path = Path(path)
     budget = max_memory_bytes if max_memory_bytes is not None else default_memory_budget()
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            magic = fh.read(2)
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist; pass the trace file torch.profiler wrote") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory; pass the trace files in it (*.json or *.json.gz)") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path} ({exc.strerror}); check the path and permissions") from None
+    with open_untrusted(path, "trace file") as fh:  # a FIFO, a device or a link to one is refused here
+        size = os.fstat(fh.fileno()).st_size
+        magic = fh.read(2)
     if size == 0:
         raise InputError(f"{path} is empty; re-export the trace (prof.export_chrome_trace)")
     compressed = magic == GZIP_MAGIC
     guard = _MemoryGuard(path, budget)
     if not compressed:
         guard.check_file_size(size)
-    return _load_sequential(path, _Reader(path, compressed), guard)
+    try:
+        return _load_sequential(path, _Reader(path, compressed), guard)
+    except RecursionError:  # msgspec stops at Python's recursion limit: no trace nests like that
+        raise InputError(f"{path} nests JSON deeper than any Kineto trace (a damaged or hostile file); "
+                         "re-export the trace") from None
 
 
 class _MemoryGuard:
@@ -132,7 +131,8 @@ class _Reader:
 
     def __init__(self, path: Path, compressed: bool):
         self.path, self.compressed = path, compressed
-        self.fh: BinaryIO = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+        self.raw = open_untrusted(path, "trace file")
+        self.fh: BinaryIO = gzip.GzipFile(fileobj=self.raw, mode="rb") if compressed else self.raw
         self.offset = 0  # uncompressed bytes returned so far
         self.eof = False
 
@@ -150,6 +150,7 @@ class _Reader:
 
     def close(self) -> None:
         self.fh.close()
+        self.raw.close()
 
 
 def _events_start(path: Path, reader: _Reader) -> tuple[bytearray, int, bool, TraceHead]:

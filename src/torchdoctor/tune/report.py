@@ -92,7 +92,11 @@ def tune_report(outcome: TuneOutcome, hours: float | None = None, price: float |
     run that long, with its band."""
     if not outcome.baseline.ok:
         report = Report(source="tune", tool_version=__version__)
-        report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
+        if outcome.interrupted:
+            report.notes.append("Interrupted during the baseline run, so nothing was tuned: "
+                                + "; ".join(outcome.skipped))
+        else:
+            report.notes.append(f"The baseline run failed, so nothing was tuned: {outcome.baseline.result.error}")
         return report
     _one_rank_from_trial(outcome)
     repeat = [outcome.baseline_repeat] if outcome.baseline_repeat is not None else []

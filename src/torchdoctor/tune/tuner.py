@@ -40,6 +40,7 @@ class TuneOutcome:
     trials: list[TunedTrial] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # trials left out by the budget
     interrupted: bool = False
+    exit_code: int = 0  # 130 or 143 when Ctrl-C or SIGTERM stopped the tune
     baseline_repeat: TunedTrial | None = None
 
     def baseline_records(self) -> list[RunRecord]:
@@ -73,6 +74,7 @@ class Tuner:
         self.analyze = analyze or default_analyze
         self._started = time.monotonic()
         self._count = 0
+        self._in_flight: tuple[str, Path] | None = None  # the trial running now: (name, run directory)
 
     def run(self) -> TuneOutcome:
         outcome = TuneOutcome(self.tune_dir, TunedTrial(TrialResult(BASELINE, self.tune_dir, -1, 0.0)))
@@ -93,8 +95,11 @@ class Tuner:
                 if combo is not None:
                     self._maybe_run(outcome, combo, total - 1, total)
             outcome.baseline_repeat = self._maybe_run(outcome, BASELINE_REPEAT, total, total, keep=False)
-        except KeyboardInterrupt:
-            outcome.interrupted = True
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM's Terminated: the trial in flight was stopped
+            outcome.interrupted, outcome.exit_code = True, getattr(stop, "exit_code", 130)
+            if self._in_flight is not None:
+                name, run_dir = self._in_flight
+                outcome.skipped.append(f"{name} (interrupted; its partial run is in {run_dir})")
         return outcome
 
     def _maybe_run(self, outcome: TuneOutcome, trial: Trial, index: int, total: int,
@@ -114,7 +119,9 @@ class Tuner:
         self._count += 1
         self.on_trial(position, total, trial, eta_s)
         run_dir = self.tune_dir / f"{self._count:02d}-{safe_name(trial.name.replace(' ', '_').replace('(', '').replace(')', ''))}"
+        self._in_flight = (trial.name, run_dir)
         result = run_trial(trial, self.settings, run_dir)
+        self._in_flight = None
         record = load_record(run_dir) if result.ok else None
         return TunedTrial(result, record)
 

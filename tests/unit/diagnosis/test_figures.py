@@ -112,7 +112,7 @@ def test_report_json_of_schema_1_still_loads_and_a_newer_one_is_refused(tmp_path
     (tmp_path / "old.json").write_text(json.dumps(old))
     loaded = Report.load(tmp_path / "old.json")
     assert loaded.figures is None and loaded.sources == [] and loaded.findings == report.findings
-    old["schema_version"] = 4
+    old["schema_version"] = 5
     (tmp_path / "new.json").write_text(json.dumps(old))
-    with pytest.raises(SchemaError, match="schema_version 4; this torchdoctor reads 1..3"):
+    with pytest.raises(SchemaError, match="schema_version 5; this torchdoctor reads 1..4"):
         Report.load(tmp_path / "new.json")

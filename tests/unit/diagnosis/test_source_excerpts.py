@@ -1,5 +1,6 @@
 """The source lines on each finding's card: read from the run's own files, never from any
-other file, and marked when the file changed or vanished since the run."""
+other file: executed, under the run's working directory, and on a re-render with the hash the
+run recorded; else "source not available" and why."""
 
 import json
 import os
@@ -61,8 +62,14 @@ def test_a_file_edited_since_the_run_by_its_recorded_hash(tmp_path):
     (at_run,) = source_excerpts([at("train.py", 12)], rec)
     write_old(tmp_path / "train.py", TRAIN.replace("loss.item()", "loss.detach()"))  # same old mtime
     (later,) = source_excerpts([at("train.py", 12)], rec, {"train.py": at_run.sha256})
-    assert later.status == "changed" and "changed since the run" in later.note
-    assert "loss.detach()" in later.lines[3]  # today's lines, said to be today's
+    assert later.status == "changed" and later.lines == []
+    assert later.note == "source not available: the file changed since the run (its sha256 is not the one the run recorded)"
+
+
+def test_a_re_render_without_a_recorded_hash_shows_no_lines(tmp_path):
+    write_old(tmp_path / "train.py", TRAIN)
+    (excerpt,) = source_excerpts([at("train.py", 12)], run_of(tmp_path, "train.py"), {})
+    assert excerpt.lines == [] and "records no hash of the file" in excerpt.note
 
 
 def test_a_touched_but_identical_file_is_not_called_changed_when_the_hash_is_known(tmp_path):
@@ -88,7 +95,30 @@ def test_only_files_the_run_executed_are_read(tmp_path):
     excerpts = source_excerpts([at("secret.txt", 1), at("helper.py", 1), at("/etc/passwd", 1), at("../train.py", 1)],
                                rec)
     assert [e.status for e in excerpts] == ["not-run-file"] * 4
-    assert all(e.lines == [] and "not one of the files this run executed" in e.note for e in excerpts)
+    not_run = "source not available: not one of the files this run executed"
+    assert [e.note for e in excerpts] == ["source not available: not a Python file", not_run,
+                                          "source not available: not a Python file", not_run]
+    assert all(e.lines == [] for e in excerpts)
+
+
+def test_an_executed_file_outside_the_working_directory_is_not_read(tmp_path):
+    outside = tmp_path / "home" / "settings.py"
+    outside.parent.mkdir()
+    write_old(outside, TRAIN)
+    (tmp_path / "proj").mkdir()
+    rec = run_of(tmp_path / "proj")
+    rec.source_files = [str(outside)]  # a record edited to list it
+    (excerpt,) = source_excerpts([at(str(outside), 12)], rec, {str(outside): "0" * 64})
+    assert excerpt.lines == [] and excerpt.note == "source not available: outside the run's working directory"
+
+
+def test_a_link_out_of_the_working_directory_is_not_followed(tmp_path):
+    outside = tmp_path / "settings.py"
+    write_old(outside, TRAIN)
+    (tmp_path / "proj").mkdir()
+    os.symlink(outside, tmp_path / "proj" / "train.py")
+    (excerpt,) = source_excerpts([at("train.py", 12)], run_of(tmp_path / "proj", "train.py"), {"train.py": "0" * 64})
+    assert excerpt.lines == [] and "a link out of the run's working directory" in excerpt.note
 
 
 def test_an_absolute_location_inside_the_run_is_read(tmp_path):

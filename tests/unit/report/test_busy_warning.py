@@ -23,11 +23,13 @@ def test_a_busy_machine_is_the_first_thing_every_format_says():
     assert "waited for a CPU 30%" in warning and "load average 3.6 on 2 CPUs" in warning
     assert "1.43x" in warning and "noise band to at least 10 %" in warning  # 1 / (1 - 0.3)
     text = RENDERERS["text"](report)
-    assert text.splitlines()[0].startswith("warning: Busy machine")
+    first, second = text.splitlines()[:2]  # the run's one line, then the busy machine, before any cause
+    assert first.startswith("torchdoctor · train.py") and second.strip().startswith("busy machine: other processes")
+    assert text.count("Busy machine") + text.count("busy machine") == 1  # said once, not as a warning too
     md = RENDERERS["md"](report)
-    assert md.index("**Warning:** Busy machine") < md.index("## Run summary")
+    assert md.index("**Busy machine:** other processes") < md.index("## Causes, ranked")
     html = RENDERERS["html"](report)
-    assert html.index('class="warning"') < html.index('id="summary"')
+    assert html.index('class="busy"') < html.index('id="summary"') and 'class="warning"' not in html
     assert json.loads(RENDERERS["json"](report))["warnings"] == [warning]
 
 

@@ -30,8 +30,8 @@ def test_a_terminal_gets_severity_in_colour():
     out = Terminal()
     emit(full_report(), "text", out)
     text = out.getvalue()
-    assert RED_BOLD + "high" in text  # the ranked table's severity column
-    assert RED_BOLD + "2. TD101 slug-td101" in text  # and the heading of a high-severity finding
+    assert RED_BOLD + "2. TD101 slug-td101" in text  # the heading of a high-severity finding
+    assert RED_BOLD + "high" in text  # and its severity
 
 
 def test_a_pipe_gets_plain_text():

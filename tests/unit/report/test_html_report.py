@@ -171,7 +171,7 @@ def test_finding_cards_in_ranked_order_with_evidence_fix_and_estimate():
                                                       ("low", "TD703")]
     first = section(markup, "findings").split('id="finding-2"')[0]
     assert "Estimated speedup: 1.72x" in first and "basis of TD301" in first
-    assert "<code>share_of_step_time</code>" in first and "0.4123" in first
+    assert "<th>share of step time</th><td>41.2%</td>" in first  # a readable label, a share as one
     # the fix's fenced block is a code block, its `<this>` shown literally
     assert "<pre><code>for x, y in loader:  # keep &lt;this&gt; | intact" in markup
 

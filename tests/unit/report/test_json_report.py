@@ -19,7 +19,7 @@ def test_round_trips_to_an_equal_report():
 
 def test_has_the_contract_shape():
     doc = json.loads(render_json(full_report()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 4
     assert doc["summary"]["steps_measured"] == 30
     assert all(set(f) == FINDING_KEYS for f in doc["findings"])
     by_code = {f["code"]: f for f in doc["findings"]}

@@ -50,8 +50,8 @@ def row(md: str, heading: str, label: str) -> list[str]:
 def test_sections_come_in_report_order():
     md = render_markdown(full_report())
     headings = [line for line in md.split("\n") if line.startswith("## ")]
-    assert headings == ["## Run summary", "## Where a step's time goes", "## Causes, ranked",
-                        "## Not measured in this run", "## Environment", "## Notes"]
+    assert headings == ["## Causes, ranked", "## Run summary", "## Where a step's time goes",
+                        "## Not measured in this run", "## Environment", "## Notes"]  # the causes first
     assert md.startswith("# torchdoctor report: `train.py`\n")
 
 
@@ -106,11 +106,11 @@ def test_each_finding_has_where_evidence_fix_and_estimate():
     first = section(md, "### 1. TD301")
     assert "**Where:** `model.py:42` in `_apply_prompt`" in first
     assert "message of TD301" in first
-    assert ["`share_of_step_time`", "0.4123"] in [cells(line) for line in tables(first)[0]]
+    assert ["share of step time", "41.2%"] in [cells(line) for line in tables(first)[0]]  # a label, a share
     assert "**Estimated speedup:** 1.72x — basis: basis of TD301" in first
     unestimated = section(md, "### 3. TD201")
     assert "**Estimated speedup:** not estimated — basis: basis of TD201" in unestimated
-    assert ["`lines`", "`[41, 42]`"] in [cells(line) for line in tables(unestimated)[0]]
+    assert ["lines", "`[41, 42]`"] in [cells(line) for line in tables(unestimated)[0]]
     assert "**Where:**" not in section(md, "### 2. TD101")  # a run-wide finding has no location
 
 

@@ -44,13 +44,14 @@ def test_lines_fit_the_width_and_carry_no_trailing_blanks():
 
 def test_summary_table_and_details_for_each_finding():
     text = render_text(full_report())
-    assert text.startswith("torchdoctor · train.py · step-limit\n")
+    assert text.startswith("torchdoctor · train.py · step-limit · 30 of 33 steps measured · 95.0 ms/step (p50) · cpu\n")
     assert "steps measured / run: 30 / 33" in text
     assert "data wait 40.0 ms (40%)" in text
     assert "GPU utilization" not in text  # a CPU run leaves the unmeasured GPU rows out
-    table_row = next(line for line in text.split("\n") if "TD301" in line)
-    assert "slug-td301" in table_row and "model.py:42" in table_row and "1.72x" in table_row
-    assert "1. TD301 slug-td301 · title of TD301" in text
+    assert "More causes, ranked (1 after the top 3)" in text  # the fourth cause is a row of a table
+    table_row = next(line for line in text.split("\n") if "TD703" in line)
+    assert "slug-td703" in table_row and "log.py:3" in table_row and "low" in table_row
+    assert "1. TD301 slug-td301 · medium\n   title of TD301\n" in text
     assert "where: model.py:42 in _apply_prompt" in text
     assert "estimated speedup: 1.72x — basis of TD301" in text
     assert "estimated speedup: not estimated — basis of TD201" in text

@@ -8,10 +8,10 @@ style, for places that embed it (a notebook's `_repr_html_`). Sections live in `
 from __future__ import annotations
 
 from torchdoctor.model.findings import Report
-from torchdoctor.report.common import one_line
+from torchdoctor.report.common import busy_line, headline, one_line
 from torchdoctor.report.html.sections import SECTIONS, Section
 from torchdoctor.report.html.style import CSS
-from torchdoctor.report.html.text import esc_line, note, prose
+from torchdoctor.report.html.text import esc_line, inline_line, note, prose
 
 # No script, no fetch of any kind; only the inline styles this page carries.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -47,12 +47,27 @@ def _content(report: Report) -> str:
     nav = "".join(f'<li><a href="#{s.id}">{esc_line(s.title)}</a></li>' for s in sections)
     body = "".join(f'<section id="{s.id}"><h2>{esc_line(s.title)}</h2>{s.body}</section>' for s in sections)
     byline = f"torchdoctor {esc_line(report.tool_version)} · {esc_line(report.source)} report"
-    warnings = "".join(f'<p class="warning" role="alert"><strong>Warning:</strong> {prose(w)}</p>'
-                       for w in report.warnings)
     return (f'<div class="tdr"><header><h1>{esc_line(_title(report))}</h1><p class="byline">{byline}</p>'
-            f"{warnings}</header>"
-            f"<nav><ol>{nav}</ol></nav>{body}<footer>Made by torchdoctor from measurements of this run; the page "
-            "runs no script and loads nothing.</footer></div>")
+            f"{_headline(report)}{_warnings(report)}</header><nav><ol>{nav}</ol></nav>{body}<footer>Made by torchdoctor "
+            "from measurements of this run; the page runs no script and loads nothing.</footer></div>")
+
+
+def _headline(report: Report) -> str:
+    """One line on the run and, when it was, the busy machine: above the causes."""
+    s = report.summary
+    if s is None:
+        return ""
+    status = "failed" if s.status in ("crashed", "stalled") else "ok"
+    out = f'<p class="run-line run-{status}">{inline_line(headline(s))}</p>'
+    busy = busy_line(s)
+    return out + (f'<p class="busy"><strong>Busy machine:</strong> {inline_line(busy)}</p>' if busy else "")
+
+
+def _warnings(report: Report) -> str:
+    """Warnings other than the busy machine's, which the headline already says (a comparison's)."""
+    busy = report.summary.machine_busy if report.summary else None
+    return "".join(f'<p class="warning" role="alert"><strong>Warning:</strong> {prose(w)}</p>'
+                   for w in report.warnings if w != busy)
 
 
 def _build(build, report: Report) -> Section | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torchdoctor.model.figures import SourceExcerpt
 from torchdoctor.model.findings import Finding
-from torchdoctor.report.common import DASH, fmt_speedup, fmt_value, where
-from torchdoctor.report.html.text import code, esc, esc_line, inline, prose
+from torchdoctor.report.common import DASH, evidence_label, evidence_value, fmt_speedup, where
+from torchdoctor.report.html.text import code, esc, esc_line, inline, inline_line, prose
 
 
 STATUSES = {"ok", "changed", "missing", "unreadable", "not-run-file"}
@@ -20,16 +20,16 @@ def overview(findings: list[Finding]) -> str:
                     f'<td>{code(f.slug)}</td><td><span class="badge sev-{sev}">{sev}</span></td>'
                     f'<td>{code(where(f.location)) if f.location else DASH}</td>'
                     f'<td class="num">{fmt_speedup(f)}</td></tr>')
-    return ('<table class="grid ranked"><thead><tr><th class="num">#</th><th>code</th><th>cause</th>'
-            '<th>severity</th><th>where</th><th class="num">est. speedup</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>')
+    return ('<div class="table-wrap"><table class="grid ranked"><thead><tr><th class="num">#</th><th>code</th>'
+            '<th>cause</th><th>severity</th><th>where</th><th class="num">est. speedup</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
 def card(rank: int, f: Finding, excerpt: SourceExcerpt | None) -> str:
     sev = esc_line(f.severity.value)
     parts = [f'<article class="finding sev-{sev}" id="finding-{rank}">',
              f'<header><span class="rank">{rank}</span><span class="badge sev-{sev}">{sev}</span>'
-             f'{code(f.code)} {code(f.slug)}<h3>{esc_line(f.title)}</h3></header>']
+             f'{code(f.code)} {code(f.slug)}<h3>{inline_line(f.title)}</h3></header>']
     if f.location:
         function = f" in {code(f.location.function)}" if f.location.function else ""
         parts.append(f'<p class="where">{code(where(f.location))}{function}</p>')
@@ -38,7 +38,8 @@ def card(rank: int, f: Finding, excerpt: SourceExcerpt | None) -> str:
     if f.message:
         parts.append(prose(f.message))
     if f.evidence:
-        rows = "".join(f"<tr><th>{code(k)}</th><td>{esc_line(fmt_value(v))}</td></tr>" for k, v in f.evidence.items())
+        rows = "".join(f"<tr><th>{esc_line(evidence_label(str(k)))}</th><td>{inline_line(evidence_value(str(k), v))}</td></tr>"
+                       for k, v in f.evidence.items())
         parts.append(f'<h4>Evidence</h4><table class="grid evidence"><tbody>{rows}</tbody></table>')
     if f.fix:
         parts.append(f"<h4>Fix</h4>{prose(f.fix)}")
@@ -50,7 +51,7 @@ def card(rank: int, f: Finding, excerpt: SourceExcerpt | None) -> str:
 
 def source_excerpt(excerpt: SourceExcerpt) -> str:
     status = excerpt.status if excerpt.status in STATUSES else "other"  # a class name never comes from the data
-    note = f'<p class="source-note status-{status}">{esc(excerpt.note)}</p>' if excerpt.note else ""
+    note = f'<p class="source-note status-{status}">{inline(excerpt.note)}</p>' if excerpt.note else ""
     if not excerpt.lines:
         return note
     lines = []

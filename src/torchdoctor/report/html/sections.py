@@ -13,7 +13,7 @@ from torchdoctor.model.figures import Figures, StepSeries
 from torchdoctor.model.findings import Report
 from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
 from torchdoctor.report.html import bars, cards, charts, memory_charts
-from torchdoctor.report.html.text import esc, esc_line, facts, note, prose, table
+from torchdoctor.report.html.text import esc_line, facts, inline, inline_line, note, prose, table
 
 
 @dataclass
@@ -181,7 +181,7 @@ def tables(report: Report) -> Section | None:
         # a column of numbers (or blanks) is right-aligned, as numbers are read
         numeric = [bool(t.rows) and all(row[i] is None or isinstance(row[i], (int, float)) for row in t.rows
                                         if i < len(row)) for i in range(len(t.columns))]
-        parts.append(f"<h3>{esc_line(t.title)}</h3>{table(t.columns, t.rows, numeric=numeric)}")
+        parts.append(f"<h3>{inline_line(t.title)}</h3>{table(t.columns, t.rows, numeric=numeric)}")
         if t.caption:
             parts.append(prose(t.caption))
     return Section("tables", "Measurements" if report.source == "run" else "Tables", "".join(parts))
@@ -204,7 +204,7 @@ def unmeasured(report: Report) -> Section | None:
     by_reason: dict[str, list[str]] = {}
     for n in report.not_measured:
         by_reason.setdefault(n.reason, []).append(f"{n.code} {n.slug}")
-    items = "".join(f"<li><strong>{esc_line(', '.join(rules))}</strong>: {esc(reason)}</li>"
+    items = "".join(f"<li><strong>{esc_line(', '.join(rules))}</strong>: {inline(reason)}</li>"
                     for reason, rules in by_reason.items())
     return Section("not-measured", "Not measured in this run",
                    note("Rules that could not judge this run, and why: absent here means unknown, not fine.")
@@ -224,8 +224,9 @@ def notes(report: Report) -> Section | None:
                    + "</ul>")
 
 
+# What to change first, first: the causes open the page (under its one-line headline, html/__init__),
+# the measurements they rest on follow.
 SECTIONS: tuple[Callable[[Report], Section | None], ...] = (
-    run_summary, step_split, step_timeline, data_wait, gpu, memory, batch_scaling, comparison, tables, findings,
-    unmeasured,
-    environment, notes,
+    findings, run_summary, step_split, step_timeline, data_wait, gpu, memory, batch_scaling, comparison, tables,
+    unmeasured, environment, notes,
 )

@@ -53,6 +53,11 @@ CSS = """
 .tdr table.grid { border-collapse:collapse; width:100%%; margin:6px 0; font-size:.9em; }
 .tdr table.grid th, .tdr table.grid td { border-bottom:1px solid var(--border); padding:4px 8px; text-align:left;
   vertical-align:top; overflow-wrap:anywhere; }
+.tdr table.grid th { overflow-wrap:normal; word-break:keep-all; hyphens:none; }
+.tdr .table-wrap { overflow-x:auto; }
+.tdr p.run-line { font-size:1.05em; font-weight:600; margin:8px 0 2px; }
+.tdr p.run-line.run-failed { color:var(--high); }
+.tdr p.busy { margin:2px 0; }
 .tdr table.grid .num { text-align:right; font-variant-numeric:tabular-nums; }
 .tdr table.split { width:auto; min-width:50%%; }
 .tdr svg.chart { display:block; width:100%%; height:auto; margin:4px 0; overflow:visible; }

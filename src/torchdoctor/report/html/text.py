@@ -68,8 +68,15 @@ def _paragraph(lines: list[str]) -> str:
 
 
 def inline(text: str) -> str:
-    """Escaped text whose `code spans` show as code: for one-paragraph strings such as a basis."""
+    """Escaped text whose `code spans` show as code: for one-paragraph strings such as a basis.
+    The page never shows a literal backtick: rule-written text marks code with them."""
     escaped = html.escape(plain(text), quote=True)
+    return _CODE_SPAN.sub(lambda m: f"<code>{m.group(2)}</code>", escaped)
+
+
+def inline_line(text: Any) -> str:
+    """`inline` on one line: for titles, table cells and captions written by rules."""
+    escaped = html.escape(one_line(str(text)), quote=True)
     return _CODE_SPAN.sub(lambda m: f"<code>{m.group(2)}</code>", escaped)
 
 
@@ -77,10 +84,11 @@ def table(columns: Sequence[Any], rows: Iterable[Sequence[Any]], cls: str = "gri
           numeric: Sequence[bool] | None = None) -> str:
     """A table of plain values (escaped here); `numeric` right-aligns those columns."""
     align = list(numeric or [False] * len(columns))
-    head = "".join(f"<th{_num(align, i)}>{esc_line(c)}</th>" for i, c in enumerate(columns))
-    body = "".join("<tr>" + "".join(f"<td{_num(align, i)}>{esc_line(fmt_value(v))}</td>" for i, v in enumerate(row))
+    head = "".join(f"<th{_num(align, i)}>{inline_line(c)}</th>" for i, c in enumerate(columns))
+    body = "".join("<tr>" + "".join(f"<td{_num(align, i)}>{inline_line(fmt_value(v))}</td>" for i, v in enumerate(row))
                    + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # wide tables scroll inside their box: a header never has to break inside a word (style.py)
+    return f'<div class="table-wrap"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _num(align: list[bool], i: int) -> str:
@@ -89,9 +97,9 @@ def _num(align: list[bool], i: int) -> str:
 
 def facts(rows: Iterable[tuple[str, str]]) -> str:
     """Label/value pairs (both plain text) as a definition list."""
-    items = "".join(f"<div><dt>{esc_line(label)}</dt><dd>{esc_line(value)}</dd></div>" for label, value in rows)
+    items = "".join(f"<div><dt>{esc_line(label)}</dt><dd>{inline_line(value)}</dd></div>" for label, value in rows)
     return f'<dl class="facts">{items}</dl>'
 
 
 def note(text: str, cls: str = "note") -> str:
-    return f'<p class="{cls}">{esc(text)}</p>'
+    return f'<p class="{cls}">{inline(text)}</p>'

@@ -31,8 +31,10 @@ from typing import Callable
 
 from torchdoctor.model.distributed_record import DistributedInfo, RankIdentity
 from torchdoctor.model.record import RunRecord
+from torchdoctor.run.outcome import exit_code_of
 from torchdoctor.run.ranks.heartbeat import HeartbeatWriter
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, LaunchEnv, agent_store, agree_job_id
+from torchdoctor.run.signals import StopSignals, current as current_signals
 
 MERGE_WAIT_S = 60.0  # torchrun-started ranks: how long local rank 0 waits for its neighbours' records
 CLEAN_ENDS = ("completed", "step-limit", "time-limit", "exited", "loader-only")
@@ -41,63 +43,6 @@ PR_SET_PDEATHSIG = 1
 
 def rank_dir_of(ranks_dir: Path, rank: int) -> Path:
     return ranks_dir / f"rank-{rank}"
-
-
-class Termination:
-    """SIGTERM raises KeyboardInterrupt in the training thread, like SIGINT does; a signal the
-    thread cannot take (blocked in a collective) makes the watchdog end the run instead."""
-
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-        self.session = None
-        self.quiet = False  # set while the rank writes its record: a signal then only says so
-        self._read_fd = self._write_fd = -1
-        self._old_wakeup = -1
-        self._thread: threading.Thread | None = None
-        self._previous: dict[int, object] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        self._old_wakeup = signal.set_wakeup_fd(self._write_fd)
-        self._thread = threading.Thread(target=self._watch, name="torchdoctor-signals", daemon=True)
-        self._thread.start()
-
-    def uninstall(self) -> None:
-        if self._thread is None:
-            return
-        signal.set_wakeup_fd(self._old_wakeup)
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        os.write(self._write_fd, b"\0")  # wake the thread so it ends
-        self._thread.join(timeout=2)
-        for fd in (self._read_fd, self._write_fd):
-            os.close(fd)
-        self._thread = None
-
-    def _handle(self, signum, frame) -> None:
-        self.signal_name = signal.Signals(signum).name
-        if not self.quiet:
-            raise KeyboardInterrupt
-
-    def _watch(self) -> None:
-        while True:
-            try:
-                data = os.read(self._read_fd, 16)
-            except OSError:
-                return
-            if not data or data == b"\0":
-                return
-            signum = data[0]
-            if signum in (signal.SIGTERM, signal.SIGINT):
-                self.signal_name = self.signal_name or signal.Signals(signum).name
-                session = self.session
-                if session is not None:  # the watchdog enforces it if the thread cannot take the exception
-                    session.request_stop("interrupted")
 
 
 def die_with_parent() -> None:
@@ -120,7 +65,8 @@ class RankRun:
         self.launcher = launcher
         self.store = None
         self.job_id = ""
-        self.termination = Termination()
+        self.termination = current_signals() or StopSignals()  # the command line's, when it installed them
+        self._own_signals = current_signals() is None
         self.heartbeat = HeartbeatWriter(self.rank_dir, launch.rank)
         self.probed = None
         self.epoch_t0 = time.time()
@@ -138,7 +84,8 @@ class RankRun:
     def attach(self, probed) -> None:
         """The run's ProbedRun exists: the signal watcher and the heartbeat read its session."""
         self.probed = probed
-        self.termination.session = self.heartbeat.session = probed.session
+        self.heartbeat.session = probed.session
+        self.termination.attach(probed.session)
         self.epoch_t0 = time.time() - (probed.session.clock() - probed.session.t0)
 
     def finish(self, record: RunRecord, after_script: bool = True) -> int:
@@ -149,9 +96,9 @@ class RankRun:
             self._finished = True
         self.termination.quiet = True
         if self.termination.signal_name and record.run.status == "interrupted":
-            record.run.ended_by = record.run.ended_by or (
-                f"the launcher sent {self.termination.signal_name} (another rank failed, the job was interrupted, "
-                "or it stopped making progress)")
+            record.run.ended_by = (
+                f"the launcher sent {self.termination.signal_name} (the job was stopped, another rank failed, "
+                "or the job stopped making progress)")
         info = record.distributed or DistributedInfo(identity=RankIdentity(rank=self.launch.rank, world_size=1))
         record.distributed = info
         probe_identity = info.identity
@@ -166,11 +113,12 @@ class RankRun:
             communication_check(record, self.store_for_check(), self.launch)
         if record.trace_file:
             record.trace_file = f"{self.rank_dir.name}/{record.trace_file}"
-        from torchdoctor.model.layout import RECORD_FILE# not at the top: a rank's start-up stays light
+        from torchdoctor.model.layout import RECORD_FILE  # not at the top: a rank's start-up stays light
 
         record.save(self.rank_dir / RECORD_FILE)
         self.heartbeat.stop("done")
-        self.termination.uninstall() if threading.current_thread() is threading.main_thread() else None
+        if self._own_signals and threading.current_thread() is threading.main_thread():
+            self.termination.uninstall()
         return _exit_code(record)
 
     def store_for_check(self):
@@ -180,12 +128,7 @@ class RankRun:
 
 
 def _exit_code(record: RunRecord) -> int:
-    run = record.run
-    if run.status == "crashed" or (run.status == "exited" and run.exit_code != 0):
-        return 1
-    if run.status == "interrupted":
-        return 130
-    return 0
+    return exit_code_of(record.run.status, record.run.exit_code)
 
 
 def run_rank(launch: LaunchEnv, ranks_dir: Path, make_request: Callable, launcher: str = "torchrun") -> tuple[RunRecord, int]:

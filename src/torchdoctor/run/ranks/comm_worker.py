@@ -28,13 +28,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budget", type=float, default=120.0)
     opts = p.parse_args(argv)
     from torchdoctor.run.ranks.identity import agent_store, launch_env
+    from torchdoctor.run.signals import StopSignals
 
+    StopSignals().install()  # the launcher's SIGTERM ends the sizes; the ones done are written
     launch = launch_env()
     if launch is None:
         sys.stderr.write("torchdoctor.run.ranks.comm_worker runs under torch.distributed.run (torchdoctor comm starts it)\n")
         return 2
     try:
         result = measure(opts, launch, agent_store(launch, timeout_s=GROUP_TIMEOUT_S))
+    except KeyboardInterrupt as stop:  # stopped before the first size: nothing to write
+        return getattr(stop, "exit_code", 130)
     except Exception as exc:  # the launcher reports it; the traceback is for a bug report
         Path(f"{opts.out}.rank-{launch.rank}.err").write_text(
             f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}", encoding="utf-8")

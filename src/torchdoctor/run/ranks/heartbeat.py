@@ -92,14 +92,25 @@ def main_thread_position(thread_id: int) -> tuple[str | None, bool]:
     return where, waiting
 
 
+MAX_POSITION_CHARS = 300
+
+
 def read_heartbeats(ranks_dir: Path) -> dict[int, dict]:
+    """Each rank's last heartbeat, by rank: a damaged or hostile file is skipped, and only its
+    plain fields are kept (a rank number, a short position text)."""
+    from torchdoctor.model.serialize import SchemaError, decode_untrusted
+
     beats = {}
     for path in ranks_dir.glob(f"rank-*/{HEARTBEAT_FILE}"):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            beats[int(doc["rank"])] = doc
-        except (OSError, ValueError, KeyError, TypeError):
+            doc = decode_untrusted(path)
+            rank = doc["rank"]
+        except (SchemaError, KeyError, TypeError):
             continue
+        position = doc.get("position")
+        if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(position, (str, type(None))):
+            doc["position"] = position[:MAX_POSITION_CHARS] if position else position  # a line, in a table cell
+            beats[rank] = doc
     return beats
 
 

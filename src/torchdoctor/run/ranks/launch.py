@@ -47,6 +47,7 @@ class LaunchOutcome:
     exit_codes: dict[int, int] = field(default_factory=dict)  # global rank -> exit code, for failed ranks
     first_failure: int | None = None  # the rank the agent saw fail first
     interrupted: bool = False
+    signal_exit: int | None = None  # 130 or 143: the launcher got SIGINT or SIGTERM (not its own stall stop)
     stall: Stall | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # the launcher itself failed (rendezvous, a port)
@@ -146,8 +147,8 @@ def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
     if kills_before is not None and kills_after is not None:
         outcome.oom_kills = kills_after - kills_before
     outcome.stall = watch.stall
-    if outcome.stall is not None:
-        outcome.interrupted = False
+    if outcome.stall is not None:  # the SIGTERM was the stall watch's own
+        outcome.interrupted, outcome.signal_exit = False, None
     return outcome
 
 
@@ -157,6 +158,8 @@ def run_elastic(argv: list[str], outcome: LaunchOutcome) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    handlers = {signum: handler for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+                if (handler := signal.getsignal(signum)) is not None}
     try:
         run(parse_args(argv))
     except ChildFailedError as failed:
@@ -165,11 +168,16 @@ def run_elastic(argv: list[str], outcome: LaunchOutcome) -> None:
         outcome.first_failure, _ = failed.get_first_failure()
     except SignalException as signalled:
         outcome.interrupted = True
+        outcome.signal_exit = 128 + int(signalled.sigval)
         outcome.notes.append(f"the launcher got {signalled.sigval.name}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # before the agent's handlers were in: ours (run/signals.py)
         outcome.interrupted = True
+        outcome.signal_exit = getattr(stop, "exit_code", 130)
     except Exception as exc:  # the rendezvous failed, a port was taken between the check and the bind, ...
         outcome.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:  # the agent replaced the stop signals' handlers and leaves them raising its exception
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def capture_nccl_log(run_dir: Path) -> None:

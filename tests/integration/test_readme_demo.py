@@ -1,0 +1,99 @@
+"""The README's demo output is what the demo prints today: the demo runs as `python3 dev.py demo`
+runs it, and the README's block has the run's shape (the order of its parts, the causes'
+codes, slugs and severities, the lines they point at). Timings differ from machine to
+machine and are not compared. The same run's report, in every format, puts the causes
+before the measurement tables."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = "examples/demo_prompt_encoder.py"
+pytestmark = pytest.mark.slow
+
+FINDING = re.compile(r"^(\d+)\. (TD\d+) ([\w-]+) · (\w+)$")
+WHERE = re.compile(r"^ +where: (\S+:\d+)(?: in (\S+))?$")
+
+
+def readme_block() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    after = text.split("Real output of `python3 dev.py demo`", 1)[1]
+    return after.split("```\n", 1)[1].split("\n```", 1)[0]
+
+
+def shape(text: str) -> list[tuple]:
+    """The parts of a printed report, in order: the run's line, each cause's heading and
+    location, each titled part after them. A busy machine's line is left out (it depends on the
+    machine, and the README's run had a quiet one)."""
+    parts: list[tuple] = []
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("torchdoctor · "):
+            parts.append(("run", line.split(" · ")[1]))
+        elif m := FINDING.match(line):
+            parts.append(("cause", int(m.group(1)), m.group(2), m.group(3), m.group(4)))
+        elif m := WHERE.match(line):
+            parts.append(("where", m.group(1), m.group(2)))
+        elif line and not line.startswith((" ", "┏", "┃", "┡", "│", "└", "note:", ".")) and (
+                i + 1 < len(lines) and lines[i + 1].startswith("┏") or line in ("Causes, ranked", "Run summary", "Not measured in this run")):
+            parts.append(("part", line))
+    return parts
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[str, Path]:
+    """`python3 dev.py demo`: the demo's own command line, from the repository root."""
+    out = tmp_path_factory.mktemp("demo") / "run"
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--out", str(out), DEMO],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, out
+
+
+def _unranked(parts: list[tuple]) -> list[tuple]:
+    return [part[:1] + part[2:] if part[0] == "cause" else part for part in parts]
+
+
+def _in_order(wanted: list, found: list) -> bool:
+    rest = iter(found)
+    return all(item in rest for item in wanted)
+
+
+def test_the_readme_demo_block_has_the_shape_of_a_real_demo_run(demo):
+    printed, _ = demo
+    documented, real = shape(readme_block()), shape(printed)
+    assert documented, "no demo block found in the README"
+    # the same parts in the same order; a busy machine may add a cause between them (a phase it slowed)
+    assert _in_order(_unranked(documented), _unranked(real)), (documented, real)
+    assert real[:4] == documented[:4]  # the run, the heading, the top cause and its line
+    assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented
+
+
+def test_the_readme_demo_block_lines_are_printed_lines(demo):
+    """Every line of the block, but for numbers that are timings, is a line the run printed."""
+    printed, _ = demo
+    def skeleton(line: str) -> str:
+        return re.sub(r"\d[\d,.]*", "N", line.rstrip())
+    printed_lines = {skeleton(line) for line in printed.split("\n")}
+    documented = [line for line in readme_block().split("\n") if line.strip() and line.strip() != "..."]
+    fixed = [line for line in documented if not re.search(r"\d", line) and not line.startswith("  ")]
+    missing = [line for line in fixed if skeleton(line) not in printed_lines]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_the_demo_report_puts_the_causes_before_the_measurement_tables(demo, fmt):
+    _, run_dir = demo
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "report", str(run_dir), "--format", fmt], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    body = done.stdout.split("</nav>")[-1]  # the page's table of contents names every section first
+    causes = body.index("TD301")
+    for title in ("Run summary", "Where the wall time went", "Memory at the peak", "Not measured in this run"):
+        assert causes < body.index(title), (fmt, title)
