@@ -36,12 +36,18 @@ class PhaseCost:
     site: PhaseStats  # the costliest call site
 
 
-def phase_cost(record: RunRecord, facts: RunFacts, kind: str) -> PhaseCost | None:
+def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
+               skip_lines: frozenset[tuple[str, int]] = frozenset()) -> PhaseCost | None:
+    """`skip_lines`: sites whose line another finding already explains (not costed twice)."""
     step_s = statistics.fmean(core_duration(s) for s in facts.measured) if facts.measured else None
     if not step_s:
         return None
-    sites = [p for p in record.phases if p.kind == kind and p.occurrences]
+    sites = [p for p in record.phases if p.kind == kind and p.occurrences
+             and not (p.location and (p.location.path, p.location.line) in skip_lines)]
     if not sites:
+        if any(p.kind == kind for p in record.phases if p.location
+               and (p.location.path, p.location.line) in skip_lines):
+            return None
         return _cost_from_window(record, facts, kind, step_s)
     by_position: dict[int, float] = {}
     for site in sites:
@@ -226,12 +232,12 @@ class LoggingOverhead(Rule):
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         # a print whose line already has a finding (`print(loss.item())`: the sync) is that finding's
-        taken = {(f.location.path, f.location.line) for f in facts.earlier if f.location is not None}
+        taken = frozenset((f.location.path, f.location.line) for f in facts.earlier if f.location is not None)
         sites = [p for p in record.phases if p.kind == "logging" and p.calls_in_measured >= MIN_REPEATS_IN_WINDOW
                  and not (p.location and (p.location.path, p.location.line) in taken)]
         wall = sum(s.duration_s for s in facts.window)
         if not sites or wall <= 0:  # printing or plotting every N steps (a figure per epoch): per interval
-            return self._per_interval(record, facts)
+            return self._per_interval(record, facts, taken)
         share = self._share(record, sites, wall)
         saved = share * (1 - 1 / self.reduction_factor)
         speedup = amdahl(1.0, saved)
@@ -250,10 +256,10 @@ class LoggingOverhead(Rule):
             basis=f"Amdahl: the measured logging share made {self.reduction_factor}x less frequent",
         )]
 
-    def _per_interval(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+    def _per_interval(self, record: RunRecord, facts: RunFacts, taken: frozenset[tuple[str, int]]) -> list[Finding]:
         """Output that comes every N steps, not every step (a figure per epoch, every 50 steps):
         sized per interval from every occurrence, as evaluations are; seen once, said if heavy."""
-        cost = phase_cost(record, facts, "logging")
+        cost = phase_cost(record, facts, "logging", skip_lines=taken)
         if cost is None:
             return []
         if not cost.period_steps:

@@ -338,3 +338,18 @@ def test_figures_drawn_once_an_epoch_are_sized_per_interval():
                                           PhaseOccurrence(after_step=32, t=0.7, seconds=0.3)])]
     (f,) = run(LoggingOverhead, rec)
     assert f.location.line == 133 and f.evidence["period_steps"] == 32 and 0.4 < f.evidence["share_of_wall_time"] < 0.5
+
+
+def test_a_print_whose_line_has_a_finding_is_not_costed_again_per_interval():
+    """`print(t, loss.item())` every step: the line's TD201 finding is the habit; the print's own
+    occurrences must not come back as a second finding through the per-interval path."""
+    from torchdoctor.model.findings import Finding, Severity
+
+    rec = record(step_s=0.01)
+    rec.phases = [PhaseStats("logging", Location("optim.py", 43, "<module>"), calls=30, total_s=0.3,
+                             occurrences=[PhaseOccurrence(after_step=i, t=0.1 * i, seconds=0.01) for i in range(30)])]
+    assert [f.location.line for f in run(LoggingOverhead, rec)] == [43]  # alone, it is a finding
+    facts = RunFacts.of(rec)
+    facts.earlier = [Finding("TD201", "host-sync", Severity.MEDIUM, "t", "m", Location("optim.py", 43, "<module>"),
+                             {}, "", None, "")]
+    assert LoggingOverhead().check(rec, facts) == []
