@@ -78,7 +78,7 @@ def test_lbfgs_closure_parts_add_up_and_the_optimizers_own_read_is_not_blamed(tm
     # the forward inside the closure shows as forward (booked as optimizer, it left nothing here)
     assert split.forward_and_other_s > 0 and split.optimizer_s < report.summary.step_time_s - split.backward_s
     reads = at(report, "TD201", line_of(tmp_path, "LBFGS reads this loss itself"))
-    assert all(f.severity.value == "low" and "adds no wait" in f.message for f in reads)
+    assert reads and all(f.severity.value == "info" and "adds no wait" in f.message for f in reads)
     assert any("optimizer.step(closure)" in n for n in report.notes)
 
 
@@ -160,7 +160,8 @@ def test_a_hot_line_no_rule_knows_is_still_shown(tmp_path):
             time.sleep(0.02)  # where the time goes
     """)
     (hot,) = at(report, "TD901", line_of(tmp_path, "where the time goes"))
-    assert hot.severity.value == "low" and hot.evidence["share_of_step_time"] > 0.5
+    share = hot.evidence["share_of_step_time"]  # the severity says how much of the step it is: no fix is known
+    assert share > 0.5 and hot.severity.value == ("high" if share >= 0.6 else "medium")
     assert "no torch ops" in hot.message and hot.estimated_speedup is None
 
 

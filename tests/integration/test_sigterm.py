@@ -182,23 +182,35 @@ print("after the block: never reached, the SIGTERM ends the process once the run
 """
 
 
-def test_watch_block(tmp_path):
-    (tmp_path / "train.py").write_text(WATCHED)
-    ready = tmp_path / "ready"
-    environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", READY_FILE=str(ready))
-    child = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=environment, stderr=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+def sigterm_once(argv: list[str], cwd: Path, environment: dict, started, settle_s: float = 0.0) -> tuple[int, str]:
+    """Run `argv` in a session of its own, send SIGTERM to it alone once `started()` is true
+    (and `settle_s` more); returns (exit code, stderr)."""
+    child = subprocess.Popen(argv, cwd=cwd, env=environment, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + LIMIT_S
-        while not ready.exists() and time.monotonic() < deadline and child.poll() is None:
+        while not started() and time.monotonic() < deadline and child.poll() is None:
             time.sleep(0.1)
+        time.sleep(settle_s)
         child.send_signal(signal.SIGTERM)
         _, err = child.communicate(timeout=LIMIT_S)
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-    assert child.returncode == -signal.SIGTERM, err  # ended by SIGTERM, as without torchdoctor: 143 in a shell
+    left = time.monotonic() + 10  # a killed process takes a moment to be reaped by init
+    while group_alive(child.pid) and time.monotonic() < left:
+        time.sleep(0.2)
+    assert not group_alive(child.pid), "a process of the group outlived it"
+    return child.returncode, err
+
+
+def test_watch_block(tmp_path):
+    (tmp_path / "train.py").write_text(WATCHED)
+    ready = tmp_path / "ready"
+    environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", READY_FILE=str(ready))
+    code, err = sigterm_once([sys.executable, "train.py"], tmp_path, environment, ready.exists)
+    assert code == -signal.SIGTERM, err  # ended by SIGTERM, as without torchdoctor: 143 in a shell
     assert "Traceback" not in err
     record = readable(tmp_path / "run")
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143
@@ -212,21 +224,10 @@ def test_lightning_callback(tmp_path):
     script = ROOT / "tests" / "integration" / "frameworks" / "lightning_blobs.py"
     out = tmp_path / "run"
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    child = subprocess.Popen([sys.executable, str(script), "--epochs", "1000", "--doctor-out", str(out),
-                              "--doctor-steps", "100000", "--doctor-warmup", "2"], cwd=tmp_path, env=environment,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + LIMIT_S
-        while not out.exists() and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.2)  # the callback made the run directory: the fit is under way
-        time.sleep(3)
-        child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=LIMIT_S)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    assert child.returncode in (0, -signal.SIGTERM), err
-    assert not group_alive(child.pid)
+    # the callback made the run directory: the fit is under way
+    code, err = sigterm_once([sys.executable, str(script), "--epochs", "1000", "--doctor-out", str(out),
+                              "--doctor-steps", "100000", "--doctor-warmup", "2"], tmp_path, environment,
+                             out.exists, settle_s=3)
+    assert code in (0, -signal.SIGTERM), err
     record = readable(out)
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143 and record["steps"]

@@ -346,8 +346,10 @@ class PerParameterUpdate(Rule):
         windows = record.dispatch.sampled_steps
         if not windows or not facts.step_s:
             return []
+        # a loop that writes the trained parameters themselves is a hand-written optimizer: its
+        # update line is said below; a loop that writes other tensors from them, a target network's
         findings = [self._shadow(record, facts, loop, windows) for loop in record.dispatch.loops
-                    if per_tensor_update(loop, windows)]
+                    if per_tensor_update(loop, windows) and not _updates_parameters(record, loop, windows)]
         for site in record.dispatch.sites:
             updates = site.param_updates / windows
             if updates < PER_PARAMETER_MIN_UPDATES or site.library or any(
