@@ -22,6 +22,7 @@ from typing import Any
 
 from torchdoctor.rules.base import Rule, RuleInfo
 from torchdoctor.rules.catalogue import CATALOGUE_ONLY
+from torchdoctor.rules.compile import GraphBreak, Recompilation
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
@@ -53,7 +54,7 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     DataLoaderStall, WorkerRespawn, PageableTransfer, BlockingTransfer,
     HostSync, DataDependentSync, EvalTransfer, ExplicitSync,
     PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate,
-    SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate,
+    SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate, Recompilation, GraphBreak,
     MemoryHeadroom, MemoryPressure, OutOfMemory, DataParallelUsed,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
