@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model.compile_record import CompileInfo
-from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo
+from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo, FsdpStep
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
 from torchdoctor.model.serialize import read_json, write_json
@@ -418,6 +418,7 @@ class RankView:
     epoch_t0: float = 0.0  # time.time() at the rank's t0: its steps on the ranks' common clock
     steps: list[StepSample] = field(default_factory=list)
     ddp_steps: list[DdpStep] = field(default_factory=list)
+    fsdp_steps: list[FsdpStep] = field(default_factory=list)
     collectives: list[CollectiveSite] = field(default_factory=list)
     phases: list[PhaseStats] = field(default_factory=list)
     loader_location: Location | None = None  # where its training DataLoader was iterated

@@ -27,6 +27,7 @@ from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32
 from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
 from torchdoctor.rules.distributed import DdpConfig, GradAccumNoSync, NcclTransportDisabled
+from torchdoctor.rules.fsdp import FsdpNoMixedPrecision, FsdpReshardAfterForward, FsdpUnitGranularity
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
 from torchdoctor.rules.hot_lines import HotLine
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
@@ -59,6 +60,7 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
     GradAccumNoSync, SlowInterconnect, DdpConfig, StragglerRank, ScalingVerdict, NcclTransportDisabled,
+    FsdpUnitGranularity, FsdpReshardAfterForward, FsdpNoMixedPrecision,
     HotLine,  # last: it reports only what no rule above explained
 )
 
