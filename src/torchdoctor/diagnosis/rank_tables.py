@@ -31,7 +31,7 @@ def _ranks_table(record: RunRecord, jf) -> Table:
                      *( [ms(s.step_s), ms(s.data_wait_s), ms(s.compute_s), ms(s.exposed_s), ms(s.extra_s),
                          s.last_ready, ms(s.caused_wait_s)] if s else ["—"] * 7)])
     caption = ("Per measured step, means. Exposed communication: DDP's all-reduce after the rank's last gradient was "
-               "ready, plus the collectives the script calls. 'Others waited' counts the steps at which this rank's last "
+               "ready, plus FSDP's all-gathers and reduce-scatters where they block the host (CPU), plus the collectives the script calls. 'Others waited' counts the steps at which this rank's last "
                "gradient was ready last, and how long the others waited for it then.")
     return Table(title="Ranks", columns=["rank", "host", "status", "steps", "step ms", "data wait ms", "compute ms",
                                          "exposed comm ms", "eval/ckpt/log ms", "others waited (steps)",

@@ -18,6 +18,7 @@ from torchdoctor.diagnosis.reliability import apply_spread, busy_machine
 from torchdoctor.diagnosis.sources import source_excerpts
 from torchdoctor.diagnosis.steps import no_step_explanation, step_definition_note
 from torchdoctor.diagnosis.trace_evidence import merge_trace_findings
+from torchdoctor.diagnosis.stacks import stack_tables
 from torchdoctor.diagnosis.wall_time import wall_time_table
 from torchdoctor.model.findings import NotMeasured, Report, RunSummary, Table, TimeSplit
 from torchdoctor.model.record import RunRecord
@@ -128,6 +129,7 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     report.tables.extend(_knob_tables(record))
     report.tables.extend(memory_tables(record))
     report.tables.extend(rank_tables(record, facts.job))
+    report.tables.extend(stack_tables(record))
     merge_trace_findings(report, record)
     link_static_findings(report, record)
     report.summary.machine_busy = busy_machine(record)

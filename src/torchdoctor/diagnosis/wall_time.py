@@ -39,6 +39,9 @@ def wall_time_table(record: RunRecord) -> Table | None:
             continue
         total = sum(p.total_s for p in sites)
         rows.append([f"  of which {PHASE_WORDS[kind]}", _s(total), _share(total, wall), _where(record, sites)])
+    compiling = _compiling_row(record, wall, startup)
+    if compiling is not None:
+        rows.append(compiling)
     return Table(
         title="Where the wall time went",
         columns=["part of the run", "seconds", "share", "detail"],
@@ -46,6 +49,31 @@ def wall_time_table(record: RunRecord) -> Table | None:
         caption=("The whole run, start to end; phases are counted inside the parts they fell in, at the "
                  "training-loop line that entered them."),
     )
+
+
+def _compiling_row(record: RunRecord, wall: float, startup: float) -> list | None:
+    """torch.compile's compiles (first compiles and recompiles, backward graphs too), wherever they
+    fell: which compiled code took the most, and the line that called it."""
+    info = record.compile
+    if info is None or not info.events:
+        return None
+    total = info.compile_s
+    warmup = record.run.warmup
+    buckets: dict[str, float] = {}
+    for event in info.events:
+        part = ("start-up" if event.start < startup else "warm-up" if event.step <= warmup else "measured steps")
+        buckets[part] = buckets.get(part, 0.0) + event.seconds
+    by_code: dict[str, list] = {}
+    for event in info.events:
+        name = (f"{event.module}.forward" if event.module and event.library == "torch" else event.function) or "backward graphs"
+        by_code.setdefault(name, []).append(event)
+    name, events = max(by_code.items(), key=lambda item: sum(e.seconds for e in item[1]))
+    called = next((e.called_from for e in events if e.called_from is not None), None)
+    detail = (f"{len(info.events)} compile{'s' if len(info.events) != 1 else ''}; most in {name}"
+              + (f" called at {called.path}:{called.line}" if called else "")
+              + f" ({sum(e.seconds for e in events):.2f} s, {len(events)}x); "
+              + ", ".join(f"{seconds:.2f} s in {part}" for part, seconds in buckets.items()))
+    return ["  of which compiling (torch.compile)", _s(total), _share(total, wall), detail]
 
 
 def _where(record: RunRecord, sites: list[PhaseStats]) -> str:

@@ -110,6 +110,51 @@ class DdpStep:
 
 
 @dataclass
+class FsdpUnit:
+    """One FSDP unit: a module `fully_shard` was applied to (FSDP2: one parameter group), or a
+    `FullyShardedDataParallel` wrapper (FSDP1), with what the wrapper was told to do."""
+
+    module: str  # its name in the model ("layers.0"; "" for the root)
+    kind: str  # the module's class
+    version: int = 2  # 2: fully_shard, 1: FullyShardedDataParallel
+    created_at: Location | None = None  # the fully_shard / FSDP(...) call
+    param_tensors: int = 0
+    unsharded_bytes: int = 0  # its parameters whole, as the all-gather delivers them
+    sharded_bytes: int = 0  # this rank's shard of them
+    sharding: str = "full"  # full | hybrid | grad-op (FSDP1 SHARD_GRAD_OP) | none
+    reshard_after_forward: bool | None = True  # free the gathered parameters after forward (gather again in backward)
+    param_dtype: str | None = None  # mixed precision: the dtype parameters are gathered and computed in; None: as stored
+    reduce_dtype: str | None = None
+    offload: str | None = None  # "cpu": parameters and gradients live on the host
+    forward_prefetch: str = "off"  # off | implicit | "explicit: a, b"
+    backward_prefetch: str = "implicit"  # off | implicit (FSDP2's default; FSDP1 BACKWARD_PRE/POST) | "explicit: ..."
+    unshard_async: bool = False  # FSDP2 unshard_async_op
+    leaf: bool = False  # the module has no submodules: a single layer (Linear, LayerNorm), not a block
+
+
+@dataclass
+class FsdpStep:
+    """FSDP's communication in one optimizer step of this rank. The times are the host's: on a
+    CPU (gloo) a collective blocks the host, so the time is what the step waited; on a GPU the
+    host only issues them and the profiler window's trace tells the overlap."""
+
+    step: int  # StepSample.index
+    all_gathers: int = 0
+    all_gather_bytes: int = 0
+    all_gather_s: float = 0.0  # issuing the all-gathers and waiting for them
+    reduce_scatters: int = 0
+    reduce_scatter_bytes: int = 0
+    reduce_scatter_s: float = 0.0  # issuing the reduce-scatters and waiting for them
+    backward_passes: int = 0  # backward passes that reached FSDP's post-backward
+    synced_backwards: int = 0  # of those, passes that reduce-scattered (gradient sync on)
+    host_blocking: bool = True  # the times are waits (CPU); False: issue time only (GPU streams)
+
+    @property
+    def exposed_s(self) -> float:
+        return self.all_gather_s + self.reduce_scatter_s if self.host_blocking else 0.0
+
+
+@dataclass
 class CollectiveSite:
     """Collectives the user's code called from one source line."""
 
@@ -206,3 +251,6 @@ class DistributedInfo:
     comm: CommResult | None = None
     notes: list[str] = field(default_factory=list)
     one_rank: OneRankBaseline | None = None  # merged runs: one rank alone, when it was measured
+    fsdp: list[FsdpUnit] = field(default_factory=list)  # schema 7
+    fsdp_steps: list[FsdpStep] = field(default_factory=list)
+    fsdp_backward_location: Location | None = None  # the backward() whose pass first reduce-scattered

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo
+from torchdoctor.model.compile_record import CompileInfo
+from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo, FsdpStep
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
 from torchdoctor.model.serialize import read_json, write_json
@@ -25,8 +26,9 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
+# 7: compile (torch.compile: compile events, recompiles, graph breaks, graphs per step); distributed.fsdp
 # 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line; LineHits.called_from; StaticFinding.reached
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -417,6 +419,7 @@ class RankView:
     epoch_t0: float = 0.0  # time.time() at the rank's t0: its steps on the ranks' common clock
     steps: list[StepSample] = field(default_factory=list)
     ddp_steps: list[DdpStep] = field(default_factory=list)
+    fsdp_steps: list[FsdpStep] = field(default_factory=list)
     collectives: list[CollectiveSite] = field(default_factory=list)
     phases: list[PhaseStats] = field(default_factory=list)
     loader_location: Location | None = None  # where its training DataLoader was iterated
@@ -462,6 +465,7 @@ class RunRecord:
     distributed: DistributedInfo | None = None  # this rank's, in a multi-rank run (rank 0's when merged)
     ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
     losses: LossTrace | None = None  # what the script passed to backward(), for the numerics guard
+    compile: CompileInfo | None = None  # torch.compile in this run (None: the script did not compile)
 
     @property
     def measured_steps(self) -> list[StepSample]:

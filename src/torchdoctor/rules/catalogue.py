@@ -41,24 +41,6 @@ class LaunchBound(RuleInfo):
     example = "for i in range(x.shape[0]):\n    out[i] = x[i] * w + b  # one tiny kernel per row"
 
 
-class Recompilation(RuleInfo):
-    code = "TD405"
-    slug = "recompilation"
-    title = "torch.compile recompiles or graph-breaks in the step"
-    rationale = (
-        "Compiling costs seconds to minutes. Calling `torch.compile` inside the loop, or "
-        "feeding shapes and Python values that change every step, compiles again and again "
-        "instead of reusing the compiled graph."
-    )
-    fix = (
-        "Compile once before the loop; mark changing sizes dynamic instead of recompiling:\n"
-        "```python\nmodel = torch.compile(model, dynamic=True)\nfor x, y in loader:\n    loss = loss_fn(model(x), y)\n```"
-    )
-    example = "for x, y in loader:\n    out = torch.compile(model)(x)  # compiles every step"
-
-
-
-
 class DebugLeftover(RuleInfo):
     code = "TD704"
     slug = "debug-leftover"
@@ -76,6 +58,6 @@ class DebugLeftover(RuleInfo):
 
 
 CATALOGUE_ONLY: tuple[type[RuleInfo], ...] = (
-    DataLoaderSyncLoading, LaunchBound, Recompilation,
+    DataLoaderSyncLoading, LaunchBound,
     DebugLeftover,
 )

@@ -7,6 +7,7 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, RunRecord
 from torchdoctor.rules.base import MEDIUM_SPEEDUP, Rule
+from torchdoctor.rules.compile import script_compiles
 from torchdoctor.rules.facts import RunFacts, training_loader
 from torchdoctor.rules.memory import best_larger_trial, trial_change
 
@@ -174,7 +175,9 @@ class CompileCandidate(Rule):
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         d = record.dispatch
-        if not d.sampled_steps or not d.sites:  # compile=true turns the sampler off
+        if script_compiles(record):  # already compiled: the ops left are what compiling left
+            return []
+        if not d.sampled_steps or not d.sites:
             return []
         per_step = d.total_ops / d.sampled_steps
         numel = _op_weighted_median_numel(d.sites)

@@ -71,6 +71,8 @@ class GradAccumNoSync(DistributedRule):
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
         model = ddp_model(record)
+        if model is None and self.multi_rank(record) and facts.measured:
+            return self._fsdp(record, facts)
         if model is None or not self.multi_rank(record) or not facts.measured:
             return []
         measured = {s.index for s in facts.measured}
@@ -105,6 +107,48 @@ class GradAccumNoSync(DistributedRule):
                    if saved is not None else "DDP's timings were not available for these steps"),
         )]
 
+
+    def _fsdp(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        """FSDP reduce-scatters every micro-batch unless told not to (FSDP2
+        `set_requires_gradient_sync(False)`, FSDP1 `no_sync()`)."""
+        measured = {s.index: s for s in facts.measured}
+        rows = [(d, measured[d.step]) for d in record.distributed.fsdp_steps if d.step in measured]
+        wasteful = [(d, s) for d, s in rows if d.synced_backwards > 1 and s.micro_batches > 1]
+        if not rows or len(wasteful) * 2 < len(rows):
+            return []
+        syncs = statistics.fmean(d.synced_backwards for d, _ in wasteful)
+        backwards = statistics.fmean(s.micro_batches for _, s in wasteful)
+        blocking = all(d.host_blocking for d, _ in wasteful)
+        reduce_s = statistics.fmean(d.reduce_scatter_s for d, _ in wasteful)
+        reduce_bytes = statistics.fmean(d.reduce_scatter_bytes for d, _ in wasteful)
+        saved = reduce_s * (syncs - 1) / syncs if blocking else None
+        speedup, severity = self.reported(amdahl(facts.step_s, saved) if saved else None,
+                                          below=Severity.LOW, unestimated=Severity.MEDIUM)
+        version = max((u.version for u in record.distributed.fsdp), default=2)
+        fix = ("Reduce-scatter only on the last micro-batch:\n```python\nfor i, (x, y) in enumerate(micro_batches):\n"
+               "    model.set_requires_gradient_sync(i == len(micro_batches) - 1)\n"
+               "    loss = loss_fn(model(x), y) / len(micro_batches)\n    loss.backward()\noptimizer.step()\n```"
+               if version == 2 else
+               "Run the non-final micro-batches (forward and backward) under `no_sync()`:\n```python\n"
+               "ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()\nwith ctx:\n"
+               "    loss = loss_fn(model(x), y) / accum_steps\n    loss.backward()\n```")
+        cost = (f"; the {syncs - 1:.0f} that could be skipped took {ms(saved):.1f} ms of the {ms(facts.step_s):.1f} ms "
+                f"step" if saved else "")
+        return [self.finding(
+            title=f"FSDP reduce-scattered gradients {syncs:.0f} times per optimizer step, once per micro-batch",
+            message=(f"Each optimizer step ran {backwards:.0f} backward() calls and FSDP reduce-scattered "
+                     f"{reduce_bytes / syncs / MB:.1f} MB of gradients after {syncs:.0f} of them; only the last is "
+                     f"needed{cost}. Between syncs FSDP keeps the unsharded gradients (more memory), so the fix trades "
+                     f"memory for communication."),
+            location=record.distributed.fsdp_backward_location or record.run.loop_location,
+            evidence={"backwards_per_step": round(backwards, 2), "reduce_scatters_per_step": round(syncs, 2),
+                      "reduce_scatter_ms_per_step": ms(reduce_s), "fsdp_version": version,
+                      "wasted_ms": ms(saved) if saved else None},
+            speedup=speedup, severity=severity, fix=fix,
+            basis=("Amdahl on the host time FSDP's reduce-scatters took (a CPU collective blocks the host), "
+                   "(K-1)/K of it for K synced micro-batches" if saved else
+                   "not estimated: on a GPU the host only issues the reduce-scatters; the trace shows their overlap"),
+        )]
 
     @staticmethod
     def _wasted_exposed(jf: JobFacts | None, wasteful, reduces: float) -> float | None:

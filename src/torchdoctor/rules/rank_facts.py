@@ -84,6 +84,7 @@ def world_size(record: RunRecord) -> int:
 
 def rank_steps(view: RankView) -> dict[int, RankStep]:
     ddp = {s.step: s for s in view.ddp_steps}
+    fsdp = {s.step: s.exposed_s for s in view.fsdp_steps}
     user: dict[int, float] = {}
     for site in view.collectives:
         for index, seconds in site.steps.items():
@@ -91,7 +92,7 @@ def rank_steps(view: RankView) -> dict[int, RankStep]:
     out = {}
     for step in view.measured_steps:
         d: DdpStep | None = ddp.get(step.index)
-        exposed = (d.exposed_s if d else 0.0) + user.get(step.index, 0.0)
+        exposed = (d.exposed_s if d else 0.0) + user.get(step.index, 0.0) + fsdp.get(step.index, 0.0)
         ready = d.backwards[-1].compute_end if d and d.backwards else None
         out[step.index] = RankStep(view.rank, step, exposed, ready)
     return out

@@ -22,10 +22,12 @@ from typing import Any
 
 from torchdoctor.rules.base import Rule, RuleInfo
 from torchdoctor.rules.catalogue import CATALOGUE_ONLY
+from torchdoctor.rules.compile import GraphBreak, Recompilation
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn
 from torchdoctor.rules.distributed import DdpConfig, GradAccumNoSync, NcclTransportDisabled
+from torchdoctor.rules.fsdp import FsdpNoMixedPrecision, FsdpReshardAfterForward, FsdpUnitGranularity
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
 from torchdoctor.rules.hot_lines import HotLine
 from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
@@ -53,11 +55,12 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     DataLoaderStall, WorkerRespawn, PageableTransfer, BlockingTransfer,
     HostSync, DataDependentSync, EvalTransfer, ExplicitSync,
     PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate,
-    SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate,
+    SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate, Recompilation, GraphBreak,
     MemoryHeadroom, MemoryPressure, OutOfMemory, DataParallelUsed,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,
     GpuUnderutilized, ClockThrottle,
     GradAccumNoSync, SlowInterconnect, DdpConfig, StragglerRank, ScalingVerdict, NcclTransportDisabled,
+    FsdpUnitGranularity, FsdpReshardAfterForward, FsdpNoMixedPrecision,
     HotLine,  # last: it reports only what no rule above explained
 )
 

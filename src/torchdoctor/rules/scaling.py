@@ -12,6 +12,7 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MB, MIN_REPORTED_SPEEDUP, amdahl, ms
 from torchdoctor.rules.distributed import DistributedRule
+from torchdoctor.rules.fsdp import fsdp_root
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.model.paths import library_of
 from torchdoctor.rules.noise import Z_95, relative_sem
@@ -34,6 +35,9 @@ def _location(record: RunRecord):
     model = ddp_model(record)
     if model is not None and model.created_at is not None:
         return model.created_at
+    root = fsdp_root(record)
+    if root is not None:
+        return root
     return record.distributed.identity.init_location if record.distributed else None
 
 

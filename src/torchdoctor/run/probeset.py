@@ -16,6 +16,8 @@ from typing import Protocol, Sequence
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
 from torchdoctor.run.probes.collectives import CollectivesProbe
+from torchdoctor.run.probes.compile import CompileProbe
+from torchdoctor.run.probes.fsdp import FsdpProbe
 from torchdoctor.run.probes.contention import ContentionProbe
 from torchdoctor.run.probes.cuda_events import CudaStepEvents
 from torchdoctor.run.probes.dataloader import DataLoaderProbe
@@ -66,7 +68,7 @@ class ProbeSet:
         self.probes: list[Probe] = [
             steps, self.loaders, PhaseProbe(session), self.sampler, self.lines,
             self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler, self.memory,
-            self.collectives, DdpProbe(session), SpawnProbe(session, run_dir, options),
+            self.collectives, DdpProbe(session), FsdpProbe(session), CompileProbe(session), SpawnProbe(session, run_dir, options),
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
         session.memory = self.memory

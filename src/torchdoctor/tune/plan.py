@@ -3,6 +3,7 @@ measurements, and the staged ladder of the first reference report."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 
 from torchdoctor.model.findings import Report
@@ -49,10 +50,21 @@ def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | Non
         "TD403": {"tf32": "true"} if cuda else None,
         "TD401": {"batch_size": str(loader.batch_size * 2)} if loader is not None and loader.batch_size else None,
         "TD301": {"compile": "true"} if cuda else None,  # on CPU compile time dwarfs a short trial
+        "TD404": {"compile": "true"} if compile_works(record, cuda) else None,
         "TD601": {"no_sync": "true"},
         "TD602": {"comm_hook": "bf16" if cuda else "fp16"},
     }
     return table.get(code)
+
+
+def compile_works(record: RunRecord, cuda: bool) -> bool:
+    """Whether a compile trial can measure anything on this script here: the script does not
+    compile already, and the backend has what it needs (a GPU, or a C++ compiler for the CPU's)."""
+    if record.compile is not None and record.compile.compiled:
+        return False
+    if any(k.name == "compile" and not k.applied for k in record.knobs):
+        return False  # refused in the baseline's own run: it would be refused again
+    return cuda or any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
 # TD603's finding names the setting it is about (evidence "setting"): the knob that undoes it

@@ -32,6 +32,26 @@ def test_plan_maps_findings_to_knobs_and_adds_upper_bounds():
     assert not any("TD201" in t.addresses for t in trials.values())  # no knob fixes a host sync
 
 
+def test_compile_is_tried_only_where_it_can_work(monkeypatch):
+    from torchdoctor.model.compile_record import CompileInfo
+    from torchdoctor.model.location import Location
+    from torchdoctor.model.record import KnobOutcome
+    from torchdoctor.tune import plan
+
+    report = Report(source="run", tool_version="0", findings=[finding("TD404")])
+    monkeypatch.setattr(plan.shutil, "which", lambda name: "/usr/bin/g++")
+    assert [t.name for t in plan_trials(report, record(), cuda=False)] == ["compile=true"]
+    compiled = record()
+    compiled.compile = CompileInfo(compiled_at=[Location("train.py", 3)])
+    assert plan_trials(report, compiled, cuda=True) == []  # the script compiles already
+    refused = record()
+    refused.knobs = [KnobOutcome("compile", "true", applied=False, detail="no C++ compiler found")]
+    assert plan_trials(report, refused, cuda=False) == []
+    monkeypatch.setattr(plan.shutil, "which", lambda name: None)
+    assert plan_trials(report, record(), cuda=False) == []  # no C++ compiler for the CPU backend
+    assert [t.name for t in plan_trials(report, record(), cuda=True)] == ["compile=true"]
+
+
 def test_cuda_only_fixes_are_not_planned_on_cpu():
     report = Report(source="run", tool_version="0", findings=[finding("TD402"), finding("TD403")])
     assert plan_trials(report, record(), cuda=False) == []

@@ -103,7 +103,9 @@ class ComputeKnobs(KnobGroup):
         if amp != "off":
             self._install_autocast(model, name, device, amp)
         if self.settings.get("compile"):
-            if device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            if _already_compiled(model):
+                self.refuse("compile", f"{name} is already compiled by the script (torch.compile): nothing to add")
+            elif device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
                 self.refuse("compile", "no C++ compiler found: torch.compile on CPU needs one")
             else:
                 model.compile()  # in place: later calls of this module run the compiled graph
@@ -139,6 +141,22 @@ def _to_cuda(original, args, kwargs) -> bool:
     if isinstance(target, (str, torch.device)):
         return torch.device(target).type == "cuda"
     return isinstance(target, torch.Tensor) and target.device.type == "cuda"
+
+
+def _already_compiled(model: torch.nn.Module) -> bool:
+    """The script compiled this model itself: `model.compile()`, or a `torch.compile(model)` wrapper."""
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        return True
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return False
+    import gc
+
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return any(isinstance(o, OptimizedModule) and getattr(o, "_orig_mod", None) is model
+               for o in gc.get_objects() if type(o).__name__ == "OptimizedModule")
 
 
 def _script_has_grad_scaler() -> bool:

@@ -23,6 +23,8 @@ from torchdoctor.model.record import RunRecord
 
 
 class _NodeTagger(TorchFunctionMode):
+    torchdoctor_probe_mode = True  # lifted off the mode stack inside compiled code (probes/compile.py)
+
     def __init__(self, timer: "BackwardTimer") -> None:
         super().__init__()
         self.timer = timer

@@ -68,6 +68,8 @@ class _LoopAcc:
 
 
 class _ApiWatcher(TorchFunctionMode):
+    torchdoctor_probe_mode = True  # lifted off the mode stack inside compiled code (probes/compile.py)
+
     def __init__(self, sampler: "DispatchSampler") -> None:
         super().__init__()
         self.sampler = sampler
@@ -87,6 +89,12 @@ _WATCHED = HOST_SYNC_APIS | DEVICE_TO_HOST_APIS | DATA_DEPENDENT_APIS | TRANSFER
 
 
 class _OpCounter(TorchDispatchMode):
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Off while torch.compile traces, on while compiled code runs: Dynamo compiles as it would
+        without the doctor (without this it would skip the frame, for good)."""
+        return True
+
     def __init__(self, sampler: "DispatchSampler") -> None:
         super().__init__()
         self.sampler = sampler

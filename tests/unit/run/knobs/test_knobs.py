@@ -271,3 +271,14 @@ def test_cached_data_never_drives_the_loader_again_once_its_batches_are_in_memor
     assert seen["reads"] <= 32  # the first epoch's reads only (a real loader would read 192)
     assert all(s.samples == 8 for s in record.measured_steps)  # the probe still counts replayed batches
     assert "not driven" in outcome(record, "data").detail
+
+
+def test_the_compile_knob_sees_a_model_the_script_compiled_itself():
+    from torchdoctor.run.knobs.compute import _already_compiled
+
+    plain, wrapped, in_place = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    compiled = torch.compile(wrapped)  # nothing compiles before the first call
+    in_place.compile()
+    assert not _already_compiled(plain)
+    assert _already_compiled(wrapped) and _already_compiled(in_place)
+    del compiled

@@ -1,0 +1,72 @@
+"""Planted TD601 (grad-accum-no-sync) under FSDP2: gradient accumulation over 4 micro-batches
+with block-level `fully_shard`, and every micro-batch's backward reduce-scatters the gradients.
+Only the last micro-batch of each optimizer step needs to: the first three cross the link for
+nothing.
+
+Fix: `model.set_requires_gradient_sync(False)` before the non-final micro-batches and `True`
+before the last (FSDP1: `with model.no_sync():`).
+
+Launch: `torchdoctor run --nproc-per-node 2 examples/fsdp_grad_accum.py` (or torchrun).
+"""
+# torchdoctor-example: planted
+# torchdoctor-nproc: 2
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, dim=256, depth=4, classes=16):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim) for _ in range(depth))
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--accum-steps", type=int, default=4)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    model = Model()
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)  # verdict: TD606
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(args.steps):
+        for micro in range(args.accum_steps):
+            x = torch.randn(args.batch_size, 256, generator=gen)
+            y = torch.randint(0, 16, (args.batch_size,), generator=gen)
+            loss = nn.functional.cross_entropy(model(x), y) / args.accum_steps
+            loss.backward()  # expect: TD601
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

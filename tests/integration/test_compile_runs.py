@@ -1,0 +1,139 @@
+"""torch.compile under `torchdoctor run`, end to end in fresh processes (Dynamo's state is
+per process): the script compiles exactly as it does alone, a recompiling call is found with its
+guard and the recompile limit, a graph break at its line, and a clean compiled model gets no
+finding. Compiling with the C++ Inductor backend takes seconds here: the models are tiny."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import torchdoctor
+
+pytestmark = pytest.mark.slow
+SRC = str(Path(torchdoctor.__file__).resolve().parent.parent)
+
+# Dynamo's own counters, written when the script ends (its loop stopped by the doctor or not)
+COUNTERS = """
+import atexit, json, os
+from torch._dynamo.utils import counters as _counters
+def _dump():
+    with open(os.environ["COUNTERS_OUT"], "w") as f:
+        json.dump({k: dict(_counters[k]) for k in ("frames", "stats", "graph_break")}, f)
+atexit.register(_dump)
+"""
+
+CLEAN = COUNTERS + """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(40):
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+"""
+
+RECOMPILES = """
+import torch
+from torch import nn
+torch._dynamo.config.recompile_limit = 3
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
+compiled = torch.compile(model, dynamic=False)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(40):
+    x = torch.randn(4, 2 + step % 9, 8)
+    out = compiled(x)
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+BREAK = COUNTERS + """
+import torch
+from torch import nn
+
+@torch.compile
+def normalized_mse(pred, target):
+    scale = target.abs().amax().item()
+    return ((pred - target) / (scale + 1e-6)).pow(2).mean()
+
+torch.manual_seed(0)
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(40):
+    loss = normalized_mse(model(torch.randn(8, 8)), torch.randn(8, 2))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _run(tmp_path: Path, text: str, *, doctor: bool = True, steps: int = 8) -> tuple[Path, dict]:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(text))
+    env = {**os.environ, "PYTHONPATH": SRC, "COUNTERS_OUT": str(tmp_path / "counters.json")}
+    out = tmp_path / ("run" if doctor else "alone")
+    command = ([sys.executable, "-m", "torchdoctor", "run", "--steps", str(steps), "--warmup", "2", "--out", str(out),
+                "--format", "json", str(script)] if doctor else [sys.executable, str(script)])
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counters = tmp_path / "counters.json"
+    return out, json.loads(counters.read_text()) if counters.exists() else {}
+
+
+def _line(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in line)
+
+
+def _findings(out: Path) -> list[dict]:
+    return json.loads((out / "report.json").read_text())["findings"]
+
+
+def test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding(tmp_path):
+    out, under = _run(tmp_path, CLEAN + "\n")
+    (tmp_path / "counters.json").unlink()
+    _, alone = _run(tmp_path, CLEAN, doctor=False)
+    # the doctor's probes change nothing Dynamo does: one frame, one graph, no break
+    assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"] == 1
+    assert not under.get("graph_break")
+    findings = _findings(out)
+    assert [f for f in findings if f["severity"] in ("high", "medium")] == []
+    assert not [f for f in findings if f["code"] in ("TD404", "TD405", "TD406")]
+    record = json.loads((out / "record.json").read_text())
+    info = record["compile"]
+    assert info["compiled_at"][0]["line"] == _line(CLEAN, "torch.compile(") and info["probe_modes"] == "suspended"
+    assert info["events"][0]["called_from"]["line"] == _line(CLEAN, "model(x)")
+    assert info["events"][0]["module"] == "Sequential"
+    assert set(info["graph_calls"].values()) == {1}  # one compiled graph per step
+    assert record["dispatch"]["sampled_steps"] > 0  # the op windows still ran, around the compiled code
+
+
+def test_recompiles_then_the_limit_are_found_at_the_calling_line(tmp_path):
+    out, counters = _run(tmp_path, RECOMPILES)
+    (finding,) = [f for f in _findings(out) if f["code"] == "TD405"]
+    assert finding["severity"] == "high" and finding["location"]["line"] == _line(RECOMPILES, "compiled(x)")
+    assert "recompile limit (3)" in finding["message"] and "dimension 1 of the first argument changed" in finding["message"]
+    assert "mark_dynamic" in finding["fix"]
+    report = (out / "report.md").read_text()
+    assert "of which compiling (torch.compile)" in report
+
+
+def test_a_graph_break_on_item_is_found_at_its_line(tmp_path):
+    out, counters = _run(tmp_path, BREAK)
+    (finding,) = [f for f in _findings(out) if f["code"] == "TD406"]
+    assert finding["location"]["line"] == _line(BREAK, ".item()") and finding["severity"] == "medium"
+    assert finding["evidence"]["host_sync"] is True and finding["evidence"]["graphs_per_step"] == 2
+    assert "Tensor.item()" in finding["title"]
+    assert len(counters["graph_break"]) == 1  # Dynamo's own count: the script's break, none of the doctor's
