@@ -11,10 +11,12 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import LineHits, RunRecord
 from torchdoctor.rules.base import Rule, ms
 from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.noise import share_lower_bound
 
 # A line holding this share of the step's stack samples is worth a look whatever it does; a
 # model's forward spreads over many lines, each well under it.
 HOT_LINE_SHARE = 0.25
+SURE_SHARE = 0.2  # ...and the share's 90 % lower bound from the sample count is at least this
 MEDIUM_SHARE, HIGH_SHARE = 0.4, 0.6  # the severity follows the share: 40 % of the step is not "low"
 MIN_SAMPLES = 10  # fewer samples than this are too noisy for a share (±30 % at 10)
 MAX_LINES = 3
@@ -56,6 +58,8 @@ class HotLine(Rule):
             share = _training_share(profile, hits)
             if share < HOT_LINE_SHARE or len(findings) >= MAX_LINES:
                 break
+            if share_lower_bound(share, profile.total_samples) < SURE_SHARE:
+                continue  # few samples: 6 of 21 say 29 %, and as well 18 %
             place = hits.called_from if hits.library else hits.location  # a library's time, at the user's call
             if place is None:
                 continue

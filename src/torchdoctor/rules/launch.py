@@ -87,7 +87,7 @@ class PythonLoopOps(Rule):
             paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
                      "times per step): the loop is paced by the host and cannot be fused within it; batch across "
                      "independent sequences or environments instead." if pacer else "")
-            callees = loop.internal_ops / max(1, loop.ops)
+            callees = _callee_share(record, loop)
             findings.append(
                 self.finding(
                     title=(f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
@@ -98,7 +98,7 @@ class PythonLoopOps(Rule):
                         f"The loop at line {loop.header_line} went round {turns:.0f} times per step and issued "
                         f"{per_step:.0f} aten ops (median {loop.median_numel} elements each; "
                         f"{', '.join(list(loop.op_counts)[:3])}"
-                        + (f"; {callees:.0%} of them inside the modules it calls" if callees >= 0.5 else "")
+                        + (f"; {callees:.0%} of them inside the functions and modules it calls each turn" if callees >= 0.5 else "")
                         + f"), taking {ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
                         + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
@@ -151,6 +151,15 @@ CALLS_FIX = (
     "\n```python\n# before: outs = [cell(x[:, t]) for t in range(T)]\nouts = torch.vmap(cell, in_dims=1, "
     "out_dims=1)(x)   # or cell(x.flatten(0, 1)).view(B, T, -1) for a per-item function\n```"
 )
+
+
+def _callee_share(record: RunRecord, loop) -> float:
+    """The share of the loop's ops issued by what it calls: inside torch (a module's internals) or
+    in the user's functions it calls each turn (an RNN cell's forward), not by its own lines."""
+    own = loop.location.function
+    called = sum(s.ops - s.internal_ops for s in record.dispatch.sites if s.location.function != own and any(
+        (s.location.path, s.location.line) == (loc.path, loc.line) for loc in loop.lines))
+    return min(1.0, (loop.internal_ops + called) / max(1, loop.ops))
 
 
 def _updates_parameters(record: RunRecord, loop, windows: int) -> bool:

@@ -103,6 +103,17 @@ def change(a: Throughput, b: Throughput, busy: bool = False, waiting: float | No
     return Change(ratio, max(band, floor), measure, waiting)
 
 
+def share_lower_bound(share: float, samples: int, z: float = 1.28) -> float:
+    """The one-sided lower bound (90 % at z=1.28) of a share estimated from `samples` stack
+    samples (Wilson's interval): 5 hits of 21 samples say 24 %, but only that it is above 13 %."""
+    if samples <= 0:
+        return 0.0
+    p, n = min(max(share, 0.0), 1.0), samples
+    centre = p + z * z / (2 * n)
+    spread = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return max(0.0, (centre - spread) / (1 + z * z / n))
+
+
 def waiting_share(*records: RunRecord) -> float | None:
     """The training thread's share of time spent waiting for a CPU, over `records` (pooled)."""
     shares = [r.contention.runqueue_share for r in records if r.contention is not None

@@ -353,3 +353,31 @@ def test_a_print_whose_line_has_a_finding_is_not_costed_again_per_interval():
     facts.earlier = [Finding("TD201", "host-sync", Severity.MEDIUM, "t", "m", Location("optim.py", 43, "<module>"),
                              {}, "", None, "")]
     assert LoggingOverhead().check(rec, facts) == []
+
+
+def test_a_hot_line_from_a_handful_of_samples_is_not_claimed():
+    """6 of 21 samples on a line say 29 % of the step, but as well 18 %: not a finding; a quarter
+    from 200 samples is."""
+    from torchdoctor.rules.hot_lines import HotLine
+
+    rec = sampled(record(step_s=0.1), windows=3, line_hits=[(36, 6)], total_samples=21)
+    assert run(HotLine, rec) == []
+    rec = sampled(record(step_s=0.1), windows=3, line_hits=[(36, 50)], total_samples=200)
+    assert [f.location.line for f in run(HotLine, rec)] == [36]
+
+
+def test_ops_in_the_users_own_cell_function_count_as_called_ops():
+    """makemore's RNN: the loop in RNN.forward calls RNNCell.forward, a function of the user's,
+    whose lines issue most of the ops (only a third inside torch): one call on the batch, or a
+    fused cell, is the fix, not element indexing."""
+    rnn = loop(332, 330, 3 * 96, 3 * 16, param_uses=3 * 48, params=3, lines=[331, 273, 274])
+    rnn.location = Location("train.py", 332, "RNN.forward")
+    rnn.lines = [Location("train.py", 331, "RNN.forward"), Location("train.py", 273, "RNNCell.forward"),
+                 Location("train.py", 274, "RNNCell.forward")]
+    rnn.internal_ops = 3 * 32
+    rec = sampled(record(step_s=0.1), loops=[rnn], line_hits=[(331, 5), (273, 10), (274, 15)], total_samples=100,
+                  sites=[site(331, 3 * 16), site(273, 3 * 16), site(274, 3 * 64, internal=3 * 32)])
+    for s, function in zip(rec.dispatch.sites, ("RNN.forward", "RNNCell.forward", "RNNCell.forward")):
+        s.location = Location("train.py", s.location.line, function)
+    (f,) = run(PythonLoopOps, rec)
+    assert "vmap" in f.fix and "index_copy_" not in f.fix and "inside the functions and modules it calls" in f.message
