@@ -206,7 +206,8 @@ def _finding(hit: Hit, source: SourceFile, facts: Facts, lines: list[str], end: 
         message = _LINE_WORDS.sub(lambda m: f"{m.group(1)} {_cell_line(int(m.group(2)), source)}", message)
     finding = make_finding(rule, title=hit.title, message=message,
                            location=Location(source.display, shown_line, facts.model.function_at(line)),
-                           evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity)
+                           evidence=evidence, speedup=None, basis=STATIC_BASIS, severity=hit.severity,
+                           fix=hit.advice)
     fixes = (earlier_fixes or []) + _fixes(hit, source, lines)
     notebook_fix = source.cells is not None and _has_fix(hit)
     return LintFinding(finding, column, shown_end, cell, fixes, notebook_fix, lines[line - 1].strip())

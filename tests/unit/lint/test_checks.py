@@ -351,3 +351,27 @@ for t in range(500):
         w2.grad.zero_()
 w1.grad.zero_()
 """) == {("TD303", 12): "low"}  # one finding for the two gradients zeroed side by side
+
+
+def test_a_loop_that_calls_a_cell_each_turn_gets_the_one_call_fix_not_element_indexing(tmp_path):
+    from helpers.lint_files import lint
+
+    result = lint(tmp_path, """
+        import torch, torch.nn as nn
+        class RNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cell = nn.RNNCell(8, 8)
+            def forward(self, x):
+                h = torch.zeros(x.shape[0], 8)
+                for t in range(x.shape[1]):
+                    h = self.cell(x[:, t], h)
+                return h
+        model = RNN()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(100):
+            model(torch.randn(4, 16, 8)).sum().backward()
+            opt.step()
+        """)
+    (loop,) = [f for f in result.findings if f.code == "TD301"]
+    assert "nn.GRU" in loop.finding.fix and "index_copy_" not in loop.finding.fix

@@ -34,6 +34,7 @@ class Hit:
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: FixAction | None = None
     fix_target: ast.Call | None = None  # the call the fix rewrites (defaults to `node`)
+    advice: str | None = None  # the fix to print when the rule's general one does not fit this shape
 
 
 class Check:

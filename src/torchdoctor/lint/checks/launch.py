@@ -28,6 +28,7 @@ from torchdoctor.lint.model import (
 from torchdoctor.lint.names import dotted, short_source
 from torchdoctor.lint.turn_ops import TurnOps
 from torchdoctor.lint.values import Unknown, bind
+from torchdoctor.rules.launch import CALLS_FIX
 
 
 class PythonLoopOps(Check):
@@ -57,7 +58,9 @@ class PythonLoopOps(Check):
                       f"the loop at line {loop.line} runs over {over} and every turn runs "
                       f"`{short_source(found.op, 40)}`, inside {region.via}: a few small ops (plus their autograd "
                       f"nodes) per turn, every step; {_TURN_ADVICE[found.shape]}", Severity.MEDIUM,
-                      {"loop_line": loop.line, "iterates": over, "shape": found.shape})
+                      {"loop_line": loop.line, "iterates": over, "shape": found.shape},
+                      # a call per turn (a cell, an embedding): one call on all items, not element indexing
+                      advice=CALLS_FIX if isinstance(found.op, ast.Call) else None)
 
     def _elements(self, facts: Facts) -> Iterator[Hit]:
         """Loops over a tensor dimension that read or write one element per iteration."""
