@@ -171,9 +171,16 @@ class ProbedRun:
         info.training_loops = [Location(display_path(f), line, function) for f, function, line in session.training_loops]
         if session.training_started is not None:
             info.startup_s = session.training_started - session.t0
-        record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))
+        steps = list(session.steps)
+        for step in steps:  # kept as torch's shape tuple during the run: lists in the record
+            if step.batch_shape is not None and type(step.batch_shape) is not list:
+                step.batch_shape = [int(d) for d in step.batch_shape]
+        record = RunRecord(run=info, environment=read_environment(), steps=steps)
         if not record.steps:
             record.unfinished_step = session.unfinished_step()
+            open_step = record.unfinished_step
+            if open_step is not None and open_step.batch_shape is not None:
+                open_step.batch_shape = [int(d) for d in open_step.batch_shape]
         self.knobs.contribute(record)
         record.source_files = executed_user_files(self.script_path, self._modules_before)
         self.probes.contribute(record)
