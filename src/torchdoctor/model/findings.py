@@ -77,6 +77,7 @@ class RunSummary:
     peak_memory_bytes: int | None = None
     gpu_metrics_missing: str | None = None  # why the GPU rows are empty, when they are
     machine_busy: str | None = None  # set when other processes took the CPU: timings less reliable
+    doctor_cost: str | None = None  # the doctor's own cost in this run, in one line (diagnosis/doctor_cost.py)
 
 
 @dataclass

@@ -11,10 +11,12 @@ user's code runs under it:
 - in a closure optimizer's step (`optimizer.step(closure)`: LBFGS, Lightning), probes with
   `per_closure` stop after the first closure evaluation, one forward and backward, which is
   what their measurement needs;
-- across the run: at most `run_share` of the run's expected wall time (the time so far plus
-  the remaining steps at the baseline step), and never less than one step's allowance, so a
-  probe always gets one sample; a window that finds its run budget spent is skipped and its
-  steps are measured clean instead.
+- across the run: its first step always (within the step's allowance), so every probe gets a
+  sample; more steps only while its active time stays under `run_share` of the run's expected
+  wall time (the time so far, start-up included, plus the remaining steps at the baseline
+  step), or `run_min_s` when that is more: a short run is diagnosed whole, since its samples
+  cost less than a second. A window step that finds the run budget spent is skipped and
+  measured clean instead.
 
 Budgets are decided at safe points only (a step boundary, a closure's end, `backward()`'s end,
 a DataLoader batch, a module call while a window is open): never inside a torch mode.
@@ -39,7 +41,8 @@ class WindowBudget:
     name: str  # the session attribute of the probe ("sampler", "memory", ...)
     step_factor: float  # active time within a step: at most this many baseline steps...
     step_min_s: float  # ...and never less than this
-    run_share: float  # active time across the run: at most this share of the expected run
+    run_share: float  # active time across the run: at most this share of the expected run...
+    run_min_s: float = 0.5  # ...and never less than this: a short run's samples stay whole
     per_closure: bool = False  # in a closure step: stop after the first closure evaluation
     used_s: float = 0.0  # active time so far, all steps
     opened_at: float | None = None  # when its current stretch began (None: not active)
@@ -56,13 +59,14 @@ class WindowBudget:
         return max(self.step_factor * baseline_s, self.step_min_s)
 
     def run_allowance(self, baseline_s: float | None, expected_run_s: float | None) -> float | None:
+        """Active seconds allowed across the run, past the first step (None: no baseline yet)."""
         if baseline_s is None or expected_run_s is None:
             return None
-        return max(self.run_share * expected_run_s, self.step_allowance(baseline_s) or 0.0)
+        return max(self.run_share * expected_run_s, self.run_min_s)
 
     def may_open(self, baseline_s: float | None, expected_run_s: float | None) -> bool:
         allowed = self.run_allowance(baseline_s, expected_run_s)
-        return allowed is None or self.used_s < allowed
+        return not self.steps or allowed is None or self.used_s < allowed
 
     def start(self, now: float) -> None:
         if self.opened_at is None:
@@ -84,18 +88,24 @@ class WindowBudget:
         step = self.step_allowance(baseline_s)
         if step is not None and self.in_step(now) > step:
             return True
+        if not self.steps:  # its first step: the step's allowance alone bounds it
+            return False
         run = self.run_allowance(baseline_s, expected_run_s)
         running = self.used_s + (now - self.opened_at if self.opened_at is not None else 0.0)
         return run is not None and running > run
 
 
 def default_budgets() -> dict[str, WindowBudget]:
-    """The budgets `torchdoctor run` uses (see README, "The doctor's own cost")."""
+    """The budgets `torchdoctor run` uses (README, "The doctor's own cost"). The run shares keep a
+    short default run's samples whole (three op-sampled steps at up to ~3x a step each on 30
+    steps) and stop what would cost more: a probe many times slower than the step, long steps."""
     return {
-        "memory": WindowBudget("memory", step_factor=3.0, step_min_s=0.05, run_share=0.01, per_closure=True),
+        # the warm-up steps, before any baseline: only a closure step's length bounds it
+        "memory": WindowBudget("memory", step_factor=3.0, step_min_s=0.05, run_share=0.3, per_closure=True),
         # whole steps, however many ops: its counts are per step; only a pathological step is cut
-        "sampler": WindowBudget("sampler", step_factor=8.0, step_min_s=0.05, run_share=0.01),
-        "backward_timer": WindowBudget("backward_timer", step_factor=4.0, step_min_s=0.05, run_share=0.003),
-        "line_sampler": WindowBudget("line_sampler", step_factor=2.0, step_min_s=0.05, run_share=0.1),
-        "profiler": WindowBudget("profiler", step_factor=4.0, step_min_s=0.05, run_share=0.02),
+        "sampler": WindowBudget("sampler", step_factor=8.0, step_min_s=0.5, run_share=0.3),
+        "backward_timer": WindowBudget("backward_timer", step_factor=4.0, step_min_s=0.5, run_share=0.1,
+                                       run_min_s=0.2),
+        "line_sampler": WindowBudget("line_sampler", step_factor=2.0, step_min_s=0.5, run_share=0.3),
+        "profiler": WindowBudget("profiler", step_factor=4.0, step_min_s=0.5, run_share=0.2),
     }

@@ -27,6 +27,7 @@ from torchdoctor.version import __version__
 from torchdoctor.model.limits import Limits
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import ProbeNote, RunInfo, RunRecord
+from torchdoctor.run.cost import doctor_cost
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
 from torchdoctor.run.probes.env import read_environment
@@ -86,9 +87,12 @@ class ProbedRun:
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)
         self._modules_before: set[str] = set()
+        self._install_s = 0.0  # putting the probes in
+        self._left_at: float | None = None  # when the code ended: taking them out and summarising follow
 
     # ---- around the code -----------------------------------------------------------------
     def __enter__(self) -> "ProbedRun":
+        entered = time.perf_counter()
         self._modules_before = set() if self.options.imported_before else set(sys.modules)
         # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
         self.knobs.install("inner")
@@ -99,10 +103,12 @@ class ProbedRun:
         except BaseException:
             self._uninstall()
             raise
+        self._install_s = time.perf_counter() - entered
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         """Stop watching and take the probes out. A StopRun, ours, ends here."""
+        self._left_at = time.perf_counter()
         if exc is not None:
             try:
                 self.note_failure(exc)
@@ -184,6 +190,11 @@ class ProbedRun:
         self.knobs.contribute(record)
         record.source_files = executed_user_files(self.script_path, self._modules_before)
         self.probes.contribute(record)
+        sampler = self.probes.sampler
+        record.doctor_cost = doctor_cost(
+            record.steps, session.budgets, session.baseline_s, session.expected_run_s(),
+            eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, install_s=self._install_s,
+            finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0)
         if self.options.knobs.get("compile"):
             record.probe_notes.append(
                 ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))

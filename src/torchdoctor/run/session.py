@@ -337,9 +337,11 @@ class RunSession:
         for name, probe, chosen in windows:
             if next_index in chosen:
                 budget = self.budgets.get(name)
-                if not probe.active and budget is not None and budget.used_s > 0 \
-                        and not budget.may_open(self.baseline_s, self.expected_run_s()):
+                if budget is not None and not budget.may_open(self.baseline_s, self.expected_run_s()):
                     budget.skipped.append(next_index)  # its run budget is spent: this step stays clean
+                    if probe.active:
+                        probe.deactivate()
+                        self.window_closed(name)
                     continue
                 probe.activate("train")  # counts one more window when already active
                 if probe.active:
