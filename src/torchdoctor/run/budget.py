@@ -96,16 +96,16 @@ class WindowBudget:
 
 
 def default_budgets() -> dict[str, WindowBudget]:
-    """The budgets `torchdoctor run` uses (README, "The doctor's own cost"). The run shares keep a
-    short default run's samples whole (three op-sampled steps at up to ~3x a step each on 30
-    steps) and stop what would cost more: a probe many times slower than the step, long steps."""
+    """The budgets `torchdoctor run` uses (README, "The doctor's own cost"). A short run keeps its
+    samples whole (the floor: half a second of each probe); a long one gives each probe a tenth
+    of its time at most, and a step many times the baseline is sampled partly."""
     return {
         # the warm-up steps, before any baseline: only a closure step's length bounds it
-        "memory": WindowBudget("memory", step_factor=3.0, step_min_s=0.05, run_share=0.3, per_closure=True),
+        "memory": WindowBudget("memory", step_factor=3.0, step_min_s=0.05, run_share=0.1, per_closure=True),
         # whole steps, however many ops: its counts are per step; only a pathological step is cut
-        "sampler": WindowBudget("sampler", step_factor=8.0, step_min_s=0.5, run_share=0.3),
-        "backward_timer": WindowBudget("backward_timer", step_factor=4.0, step_min_s=0.5, run_share=0.1,
+        "sampler": WindowBudget("sampler", step_factor=8.0, step_min_s=0.5, run_share=0.1),
+        "backward_timer": WindowBudget("backward_timer", step_factor=4.0, step_min_s=0.5, run_share=0.05,
                                        run_min_s=0.2),
-        "line_sampler": WindowBudget("line_sampler", step_factor=2.0, step_min_s=0.5, run_share=0.3),
-        "profiler": WindowBudget("profiler", step_factor=4.0, step_min_s=0.5, run_share=0.2),
+        "line_sampler": WindowBudget("line_sampler", step_factor=2.0, step_min_s=0.5, run_share=0.1),
+        "profiler": WindowBudget("profiler", step_factor=4.0, step_min_s=0.5, run_share=0.1),
     }

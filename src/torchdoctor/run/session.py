@@ -214,6 +214,7 @@ class RunSession:
         seconds = self.clock() - self.eval_started
         self.eval_started = None
         self.ledger.add("eval", seconds, in_eval=False)
+        self.notify("on_eval_exit")
         return seconds
 
     def note_heavy_probe(self) -> None:

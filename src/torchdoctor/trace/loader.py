@@ -24,6 +24,7 @@ from typing import BinaryIO, Callable, Iterator
 
 import msgspec
 
+from torchdoctor.machine.memory import available_memory_bytes
 from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.errors import InputError
 from torchdoctor.trace.events import (
@@ -69,15 +70,10 @@ class LoadedTrace:
 
 
 def default_memory_budget() -> int:
-    """Half of the memory available now (Linux), else 4 GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4 << 30
+    """Half of the memory this process may still take (machine/memory.py: what the machine has
+    available, what its cgroup and its address-space limit allow), else 4 GiB."""
+    left = available_memory_bytes()
+    return left // 2 if left is not None else 4 << 30
 
 
 def load_trace(path: Path, *, max_memory_bytes: int | None = None) -> LoadedTrace:

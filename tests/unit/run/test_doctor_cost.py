@@ -241,3 +241,27 @@ def test_a_record_without_the_cost_still_renders():
     assert report.summary.doctor_cost is None
     assert all(t.title != "The doctor's own cost" for t in report.tables)
     assert render(report, "text")
+
+
+def test_an_evaluation_inside_a_sampled_step_runs_without_the_training_modes(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    probed = _probed(tmp_path, memory_steps=0)
+    seen = {}
+    with probed:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.eval()  # the first evaluation: the one the sampler samples (bounded)
+        model(torch.ones(1, 4))
+        model.train()
+        for step in range(1, 5):
+            loss = model(torch.ones(3, 4)).sum()
+            loss.backward()
+            if step == 3:  # the op sampler's first step (warm-up 1, one clean step)
+                seen["training"] = torch._C._len_torch_function_stack()
+                model.eval()
+                seen["evaluating"] = torch._C._len_torch_function_stack()
+                model(torch.ones(1, 4))
+                model.train()
+                seen["resumed"] = torch._C._len_torch_function_stack()
+            opt.step()
+    assert seen == {"training": 1, "evaluating": 0, "resumed": 1}
+    assert probed.probes.sampler.train_windows >= 1 and probed.session.steps[2].probes == ["sampler"]

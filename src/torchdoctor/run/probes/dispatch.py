@@ -127,6 +127,7 @@ class DispatchSampler:
         self.eval_cut = False  # the evaluation's sample stopped at its time bound
         self._eval_started: float | None = None
         self._eval_hook = None
+        self._paused = False  # the training window stepped aside for an evaluation
         self.patches = PatchSet()
         self.phase: str | None = None
         self.train_windows = 0
@@ -183,6 +184,7 @@ class DispatchSampler:
         self.on_activate()
 
     def deactivate(self) -> None:
+        self._paused = False
         if not self._modes:
             return
         while self._modes:
@@ -242,12 +244,25 @@ class DispatchSampler:
         self._params_learned += 1
 
     def on_eval_enter(self) -> None:
+        """An evaluation begins (`model.eval()`, a safe point). In a sampled training step the
+        training modes step aside, so the evaluation runs at plain speed (its ops are not the
+        step's anyway) except the first evaluation's bounded sample."""
+        if self.phase == "train" and self.can_stop_now():
+            while self._modes:
+                self._modes.pop().__exit__(None, None, None)
+            self.phase, self._paused = None, True
         if not self._modes and self.eval_windows == 0:
             self.activate("eval")
 
     def on_eval_exit(self) -> None:
         if self.phase == "eval":
             self.deactivate()
+        if self._paused and not self._modes:  # back to the training step it stepped aside in
+            self._paused = False
+            self.phase, self.last_end = "train", None
+            for mode in (_ApiWatcher(self), _OpCounter(self)):
+                mode.__enter__()
+                self._modes.append(mode)
 
     def _calibrate(self) -> None:
         """Measure how much time the two modes add to a site, per op.

@@ -129,10 +129,10 @@ class PhaseProbe:
     def close_eval(self) -> None:
         if self._eval_site is None:
             return
-        seconds = self.session.exit_eval()
-        self._record(self._eval_site, self._eval_began, seconds)
+        site, began = self._eval_site, self._eval_began
         self._eval_site = self._eval_began = None
-        self.session.notify("on_eval_exit")
+        seconds = self.session.exit_eval()  # tells the probes (on_eval_exit)
+        self._record(site, began, seconds)
 
     def _wrap_train(self, original):
         probe = self
