@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 
 from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import StepSample
-from torchdoctor.run.budget import LABELS, WindowBudget, default_budgets
+from torchdoctor.run.budget import WindowBudget, default_budgets
 from torchdoctor.run.process import current_pid
 
 CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
@@ -406,9 +406,6 @@ class RunSession:
                 budget.why_partial[index] = "closure" if closure_cut else (
                     "step" if budget.in_step(now) > (budget.step_allowance(baseline) or 0) else "run")
         self.ledger.doctor_s += self.clock() - now
-
-    def probe_labels(self) -> dict[str, str]:
-        return dict(LABELS)
 
     # ---- stopping -----------------------------------------------------------------
     def elapsed(self) -> float:
