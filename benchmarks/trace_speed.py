@@ -290,8 +290,59 @@ def generate(path: Path, events: int, plan: str, seed: int) -> None:
     print(f"generated {path} ({int(out.split()[-1]):,} events)", flush=True)
 
 
+def bounded_rows(sizes: list[int], limit_mib: int, work: Path, repeats: int) -> list[dict]:
+    """`torchdoctor trace` on traces larger than the memory it may use: the process runs under
+    an address-space limit (`ulimit -v`, RLIMIT_AS), which its memory budget reads, so it
+    streams the file (trace/streamed.py). Peak RSS against the file's size."""
+    rows = []
+    for n in sizes:
+        path = work / f"bounded_{n}.json"
+        if not path.exists():
+            generate(path, n, "PLAN", seed=3)
+        limited = ["bash", "-c", f"ulimit -v {limit_mib * 1024} && exec \"$0\" \"$@\"", sys.executable, "-m",
+                   "torchdoctor", "trace", str(path), "--format", "json"]
+        row = {"events": n, "file_mib": round(path.stat().st_size / 2**20, 1), "limit_mib": limit_mib,
+               "torchdoctor": run_repeated(limited, repeats)}
+        out = subprocess.run(limited, capture_output=True, text=True)
+        row["streamed"] = "streamed:" in out.stdout
+        print("bounded", n, row, flush=True)
+        rows.append(row)
+        path.unlink()  # several GB: never left behind
+    return rows
+
+
+def side_by_side(sizes: list[int], hta_target: Path, label: str, work: Path, repeats: int) -> list[dict]:
+    """Both tools on the same files in the same run: torchdoctor, then HTA installed in
+    `hta_target` (pip install --target, run with this interpreter and that folder on its path)."""
+    compile_torchdoctor_bytecode()
+    hta_cmd = ["env", f"PYTHONPATH={hta_target}", sys.executable, "-c", HTA_SCRIPT]
+    rows = []
+    for n in sizes:
+        path = work / f"trace_{n}.json"
+        if not path.exists():
+            generate(path, n, "PLAN", seed=1)
+        row = {"events": n, "file_mib": round(path.stat().st_size / 2**20, 1),
+               "torchdoctor": run_repeated([sys.executable, "-m", "torchdoctor", "trace", str(path), "--format", "json"],
+                                           repeats),
+               label: run_repeated([*hta_cmd, str(path)], repeats)}
+        if row[label]["exit"] == 0:
+            row["speedup"] = round(row[label]["wall_s"] / row["torchdoctor"]["wall_s"], 1)
+            row["memory_ratio"] = round(row["torchdoctor"]["peak_mib"] / row[label]["peak_mib"], 3)
+            row[label]["result"] = {k: v for k, v in row[label]["result"].items() if k.endswith("_s")}
+        print(n, {k: v for k, v in row.items() if k not in ("torchdoctor", label)}, flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["side-by-side", "bounded"],
+                    help="run one section and add it to the existing results (the other sections are kept)")
+    ap.add_argument("--hta-target", type=Path, help="side-by-side: a folder HTA (traceinsight) was pip-installed into")
+    ap.add_argument("--hta-label", default="traceinsight 0.6.1", help="side-by-side: the HTA package and version")
+    ap.add_argument("--bounded", type=int, nargs="+", default=[7_000_000],
+                    help="bounded: trace sizes in events (~280 bytes of JSON each: 7M is ~2 GB)")
+    ap.add_argument("--limit-mib", type=int, default=1024, help="bounded: the address-space limit of the process")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
     ap.add_argument("--hta-max-events", type=int, default=3_000_000,
                     help="run HTA only on traces up to this many events (it needs ~10x our time and memory)")
@@ -301,6 +352,21 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trace_speed.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        doc = json.loads(args.out.read_text()) if args.out.exists() else {}
+        section = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+                   "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+        if args.only == "side-by-side":
+            section["tools"] = {"torchdoctor": "this checkout", "hta": args.hta_label}
+            section["rows"] = side_by_side(args.sizes, args.hta_target, args.hta_label, args.work, args.repeats)
+            doc["side_by_side"] = section
+        else:
+            section["rows"] = bounded_rows(args.bounded, args.limit_mib, args.work, args.repeats)
+            doc["memory_bounded"] = section
+        section["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return
     hta_py = hta_python(args.hta_venv)
     compile_torchdoctor_bytecode()
     ours_cmd = [sys.executable, "-m", "torchdoctor", "trace", "--format", "json"]

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from torchdoctor.errors import EXIT_TERMINATED
 from torchdoctor.version import __version__
+from torchdoctor.diagnosis.doctor_cost import doctor_cost_line, doctor_cost_table
 from torchdoctor.diagnosis.environment import environment_table
 from torchdoctor.diagnosis.figures import run_figures
 from torchdoctor.diagnosis.library_calls import library_sync_note
@@ -126,6 +127,10 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     wall = wall_time_table(record)
     if wall is not None:
         report.tables.append(wall)
+    report.summary.doctor_cost = doctor_cost_line(record, report.summary.step_time_p50_s)
+    cost = doctor_cost_table(record)
+    if cost is not None:
+        report.tables.append(cost)
     report.tables.extend(_knob_tables(record))
     report.tables.extend(memory_tables(record))
     report.tables.extend(rank_tables(record, facts.job))

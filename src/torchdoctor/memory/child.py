@@ -25,7 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-TRIAL_SCHEDULE = {"sampled_steps": 0, "backward_steps": 0, "profiled_steps": 0, "line_steps": 0}
+# a trial measures memory alone: every warm-up step accounted whole, whatever it costs (no budgets)
+TRIAL_SCHEDULE = {"sampled_steps": 0, "backward_steps": 0, "profiled_steps": 0, "line_steps": 0, "budgets": False}
 VERDICT_FILE = "verdict.json"
 
 

@@ -80,6 +80,7 @@ class RunSummary:
     machine_busy: str | None = None  # set when other processes took the CPU: timings less reliable
     ranks: int = 1  # processes of a multi-rank run (a merged report)
     ended: str | None = None  # how a run that crashed, stalled, exited or was stopped ended, in one line
+    doctor_cost: str | None = None  # the doctor's own cost in this run, in one line (diagnosis/doctor_cost.py)
 
 
 @dataclass

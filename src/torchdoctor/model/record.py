@@ -26,9 +26,13 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    phase occurrences; placement, library and text of calls and lines; functions_seen; contention
 # 5: memory (the breakdown, an out-of-memory failure), batch_scaling (`torchdoctor memory`);
 #    distributed (one rank's DDP, collectives, communication check), ranks (a merged multi-rank run)
-# 7: compile (torch.compile: compile events, recompiles, graph breaks, graphs per step); distributed.fsdp
 # 6: OpSite.fp32_matmul_ops_cuda (TD402's line); DispatchSample.loops (TD301 by loop, not by line); ApiCall.loop_line; LineHits.called_from; StaticFinding.reached
-SCHEMA_VERSION = 7
+# 7: compile (torch.compile: compile events, recompiles, graph breaks, graphs per step); distributed.fsdp
+# 8: the doctor's own cost: StepSample.doctor_s, .probes, .partial (time inside the doctor's hooks in the
+#    step, the window probes that ran in it, those stopped partway); doctor_cost (DoctorCost: per probe, its
+#    steps, partial steps, budget and measured cost; the hooks' time per unmeasured step; the first step's ratio);
+#    LoaderStats.cpu_timed_wait_s (the CPU time in next() is read on a share of the batches)
+SCHEMA_VERSION = 8
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -77,6 +81,9 @@ class StepSample:
     logging_s: Seconds = 0.0
     gpu_s: Seconds | None = None  # CUDA-event time between step boundaries, when on CUDA
     batch_shape: list[int] | None = None  # the step's (last) training batch's first tensor: growth shows here
+    doctor_s: Seconds = 0.0  # time inside the doctor's own hooks in this step (measured there; 0: older records)
+    probes: list[str] = field(default_factory=list)  # window probes that ran in it (run/budget.py names)
+    partial: list[str] = field(default_factory=list)  # of those, the ones stopped partway (budget spent)
 
     @property
     def duration_s(self) -> float:
@@ -104,6 +111,9 @@ class LoaderStats:
     # CPU time of the training thread inside next(): with num_workers=0 this tells loading
     # that computes (needs cores) from loading that waits on storage (workers overlap it freely)
     wait_cpu_s: Seconds | None = None  # None: not measured (records before schema 3)
+    # the wall time of the batches whose CPU time was read (a share of them, to keep next() cheap);
+    # None: every batch's was (records before schema 8)
+    cpu_timed_wait_s: Seconds | None = None
     batches_in_eval: Count = 0
     batches_to_cuda: Count = 0  # batches later copied to CUDA (seen by the sampler)
     # next() in the sampled steps: its wall time, and how much of it the loading thread spent
@@ -405,6 +415,45 @@ class LossTrace:
 
 
 @dataclass
+class ProbeCost:
+    """What one costly probe cost the run: the steps it ran in and how much slower they were."""
+
+    probe: str  # run/budget.py name: memory, sampler, backward_timer, line_sampler, profiler, eval_sampler
+    label: str  # as reports print it ("op sampler")
+    steps: list[int] = field(default_factory=list)  # steps it ran in, whole or partly
+    partial: list[int] = field(default_factory=list)  # steps it stopped partway, its budget spent
+    skipped: list[int] = field(default_factory=list)  # steps of its window left clean: run budget spent
+    active_s: Seconds = 0.0  # wall time the user's code ran under it
+    # median over its steps of (step / median unmeasured step); None: no unmeasured step to compare with
+    step_ratio: float | None = None
+    added_s: float | None = None  # what it added in all, from its steps' excess over the unmeasured median
+    budget_run_s: Seconds | None = None  # its budget across the run (active time); None: not budgeted
+    budget_step_s: Seconds | None = None  # its budget within one step
+    note: str = ""  # what it covered when partial ("1 of 20 closure evaluations"), what the ratio includes
+
+
+@dataclass
+class DoctorCost:
+    """The doctor's own cost in this run, measured in it, so no number has to be guessed as the
+    script's or the doctor's: the hooks in every step, the costly probes in their steps."""
+
+    unmeasured_steps: Count = 0  # steps no costly probe ran in (warm-up and measured)
+    hook_s_per_step: Seconds | None = None  # median time inside the hooks per such step (measured in the hooks)
+    hook_s_p90: Seconds | None = None
+    sampled_steps: Count = 0  # steps a costly probe ran in: left out of timings
+    probes: list[ProbeCost] = field(default_factory=list)
+    first_step_s: Seconds | None = None
+    first_step_ratio: float | None = None  # step 1 / median unmeasured step (first-step work included)
+    first_step_probes: list[str] = field(default_factory=list)  # probes that ran in step 1
+    added_s: float | None = None  # the doctor's time added to the steps: hooks + probes' excess
+    steps_s: Seconds = 0.0  # the steps' wall time, all of them
+    install_s: Seconds = 0.0  # putting the probes in, before the script ran
+    finish_s: Seconds = 0.0  # taking them out and summarising, after it (not in the script's wall time)
+    method: str = ("hooks: time measured inside them, per step; a probe: its steps against the median "
+                   "unmeasured step")
+
+
+@dataclass
 class RankView:
     """One rank of a merged multi-rank run, as the cross-rank rules compare it (the rank's
     full record stays in RUN_DIR/rank-K/record.json)."""
@@ -466,6 +515,7 @@ class RunRecord:
     ranks: list[RankView] = field(default_factory=list)  # every rank, in a merged multi-rank run
     losses: LossTrace | None = None  # what the script passed to backward(), for the numerics guard
     compile: CompileInfo | None = None  # torch.compile in this run (None: the script did not compile)
+    doctor_cost: DoctorCost | None = None  # what the doctor's own probes cost this run (schema 8)
 
     @property
     def measured_steps(self) -> list[StepSample]:

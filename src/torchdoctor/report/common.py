@@ -103,6 +103,8 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("device", s.device),
     ]
     rows += gpu_rows(s)
+    if s.doctor_cost:
+        rows.append(("doctor's own cost", s.doctor_cost))
     return rows
 
 

@@ -67,9 +67,13 @@ CPU_BOUND_LOADING_SHARE = 0.5
 
 def loading_cpu_share(loader: LoaderStats) -> float | None:
     """CPU time / wall time of loading done in the training process (num_workers=0), or None."""
-    if loader.num_workers > 0 or loader.wait_cpu_s is None or loader.wait_total_s <= 0:
+    if loader.num_workers > 0 or loader.wait_cpu_s is None:
         return None
-    return min(1.0, loader.wait_cpu_s / loader.wait_total_s)
+    # the CPU time is read on a share of the batches (schema 8); older records: on all of them
+    timed = loader.cpu_timed_wait_s if loader.cpu_timed_wait_s is not None else loader.wait_total_s
+    if timed <= 0:
+        return None
+    return min(1.0, loader.wait_cpu_s / timed)
 
 
 # Loading that spent this share of its wait ready to run but without a CPU was starved by other

@@ -28,6 +28,7 @@ from torchdoctor.version import __version__
 from torchdoctor.model.limits import Limits
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import ProbeNote, RunInfo, RunRecord
+from torchdoctor.run.cost import doctor_cost
 from torchdoctor.run.knobs.apply import KnobSet
 from torchdoctor.run.knobs.base import KnobContext
 from torchdoctor.run.probes.env import read_environment
@@ -89,9 +90,12 @@ class ProbedRun:
         session.subscribe(self.watchdog)
         self._modules_before: set[str] = set()
         self.signals = None  # run/signals.py's StopSignals, when installed
+        self._install_s = 0.0  # putting the probes in
+        self._left_at: float | None = None  # when the code ended: taking them out and summarising follow
 
     # ---- around the code -----------------------------------------------------------------
     def __enter__(self) -> "ProbedRun":
+        entered = time.perf_counter()
         self._modules_before = set() if self.options.imported_before else set(sys.modules)
         # Knob patches nest around the probes' (see KnobGroup.layer): inner, probes, outer.
         self.knobs.install("inner")
@@ -102,6 +106,7 @@ class ProbedRun:
         except BaseException:
             self._uninstall()
             raise
+        self._install_s = time.perf_counter() - entered
         self.signals = current_signals()
         if self.signals is not None:  # SIGTERM and Ctrl-C stop this run (installed by the command or watch())
             self.signals.attach(self.session)
@@ -110,6 +115,7 @@ class ProbedRun:
     def __exit__(self, exc_type, exc, tb) -> bool:
         """Stop watching and take the probes out. A StopRun, ours, ends here. From now on a
         stop signal does not interrupt the writing of what was measured."""
+        self._left_at = time.perf_counter()
         if self.signals is not None:
             self.signals.quiet = True
         if exc is not None:
@@ -190,12 +196,24 @@ class ProbedRun:
         info.training_loops = [Location(display_path(f), line, function) for f, function, line in session.training_loops]
         if session.training_started is not None:
             info.startup_s = session.training_started - session.t0
-        record = RunRecord(run=info, environment=read_environment(), steps=list(session.steps))
+        steps = list(session.steps)
+        for step in steps:  # kept as torch's shape tuple during the run: lists in the record
+            if step.batch_shape is not None and type(step.batch_shape) is not list:
+                step.batch_shape = [int(d) for d in step.batch_shape]
+        record = RunRecord(run=info, environment=read_environment(), steps=steps)
         if not record.steps:
             record.unfinished_step = session.unfinished_step()
+            open_step = record.unfinished_step
+            if open_step is not None and open_step.batch_shape is not None:
+                open_step.batch_shape = [int(d) for d in open_step.batch_shape]
         self.knobs.contribute(record)
         record.source_files = executed_user_files(self.script_path, self._modules_before)
         self.probes.contribute(record)
+        sampler = self.probes.sampler
+        record.doctor_cost = doctor_cost(
+            record.steps, session.budgets, session.baseline_s, session.expected_run_s(),
+            eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, install_s=self._install_s,
+            finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0)
         if self.options.knobs.get("compile"):
             record.probe_notes.append(
                 ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))

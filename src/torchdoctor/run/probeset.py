@@ -30,7 +30,7 @@ from torchdoctor.run.probes.phases import PhaseProbe
 from torchdoctor.run.probes.profiler import ProfilerWindow
 from torchdoctor.run.probes.steps import StepProbe
 from torchdoctor.run.ranks.spawned import SpawnProbe
-from torchdoctor.run.session import RunSession
+from torchdoctor.run.session import DONE, RunSession
 
 TRACE_FILE = "trace.json.gz"
 
@@ -52,8 +52,10 @@ class ProbeSet:
         self.trace = trace
         clock = session.clock
         self.gpu = GpuProbe(clock, t0=session.t0)
-        self.sampler = DispatchSampler(clock, on_activate=session.note_heavy_probe,
-                                       outside_step=session.outside_training_step)
+        self.sampler = DispatchSampler(clock, on_activate=lambda: session.window_opened("sampler"),
+                                       on_deactivate=lambda: session.window_closed("sampler"),
+                                       outside_step=session.outside_training_step,
+                                       baseline=lambda: session.baseline_s)
         self.backward = BackwardTimer(clock, candidates=self.sampler.busiest_lines,
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
@@ -76,9 +78,13 @@ class ProbeSet:
             session.subscribe(listener)
         self._installed: list[Probe] = []
 
-    def on_step(self, step: StepSample) -> None:
+    def on_step(self, step: StepSample):
         if self.session.profiler is None and (self.trace or (self.trace is None and self.gpu.cuda_in_use)):
             self.session.profiler = self.profiler
+        if self.session.profiler is not None or self.trace is False or (
+                self.trace is None and not self.gpu._cuda_available):
+            return DONE  # decided: the profiler window runs, or never will
+        return None
 
     def install(self) -> None:
         for probe in self.probes:

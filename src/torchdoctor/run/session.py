@@ -10,15 +10,22 @@ ends) steps once per `backward()` instead: the backward-to-backward interval.
 
 from __future__ import annotations
 
-import os
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from torchdoctor.model.limits import Limits
 from torchdoctor.model.record import StepSample
+from torchdoctor.run.budget import WindowBudget, default_budgets
+from torchdoctor.run.process import current_pid
 
 CATEGORIES = ("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")
+_ZERO = dict.fromkeys(CATEGORIES, 0.0)
+# A handler of on_step may return DONE: it needs no more steps (a GPU probe on a machine without
+# CUDA, a window probe whose window is behind), and is called no more: an unmeasured step then
+# costs only the handlers that still need it.
+DONE = object()
 # Events the session passes on to every probe that defines a handler of that name:
 # on_step(StepSample), on_batch(in_eval: bool), on_eval_enter(), on_eval_exit(),
 # on_stop(reason: str): a stop was requested (the watchdog enforces it);
@@ -64,6 +71,7 @@ class SessionConfig(Limits):
     # an emulated device of this many bytes of tensors: an allocation beyond it fails as an
     # out-of-memory error would, in the accounted steps (memory trials and benchmarks)
     memory_limit_bytes: int | None = None
+    budgets: bool = True  # False: every window runs its whole schedule, whatever it costs (tests, trials)
 
 
 class StepLedger:
@@ -77,17 +85,28 @@ class StepLedger:
         self.reset()
 
     def reset(self) -> None:
-        self.seconds = dict.fromkeys(CATEGORIES, 0.0)
+        self.seconds = _ZERO.copy()
         self.samples: int | None = None
-        self.batch_shape: list[int] | None = None  # the step's last training batch's first tensor
+        # the step's last training batch's first tensor (or its shape): read as a list by shape()
+        self.batch_shape = None
         self.micro_batches = 0
         self.closure_calls = 0
         self.heavy_probe_ran = False
+        self.doctor_s = 0.0  # time inside the doctor's own hooks in this interval
+        self.probes: set[str] = set()  # window probes that ran in it
+        self.partial: set[str] = set()  # ...and those stopped partway, their budget spent
 
     def add(self, category: str, seconds: float, in_eval: bool) -> None:
         if in_eval and category != "eval":
             return
         self.seconds[category] += seconds
+
+    def shape(self) -> list[int] | None:
+        """The last training batch's first tensor's shape (kept as the tensor: one read a step)."""
+        held = self.batch_shape
+        if held is None:
+            return None
+        return [int(d) for d in (held.shape if hasattr(held, "shape") else held)]
 
     def add_samples(self, n: int) -> None:
         self.samples = (self.samples or 0) + n
@@ -108,7 +127,7 @@ class RunSession:
         self.t0 = clock()
         # a process forked from the script's (multiprocessing.Process with fork) inherits the probes:
         # there they must neither count steps nor stop anything, so the user's workers run as written
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.ledger = StepLedger()
         self.steps: list[StepSample] = []
         self.interval_start = self.t0
@@ -147,18 +166,30 @@ class RunSession:
         after += config.profiled_steps
         self.line_at = set(range(after, min(after + config.line_steps, last)))
         self._line_limit = after + max(config.line_steps, config.steps // 2)  # half the steps stay clean
+        # every step some window is planned for (the line window adds its steps as it grows)
+        self._planned = self.memory_at | self.sample_at | self.backward_at | self.profile_at | self.line_at
+        # What each window probe may spend (run/budget.py); None: whole schedules, whatever they cost
+        self.budgets: dict[str, WindowBudget] = default_budgets() if config.budgets else {}
+        self._open: set[str] = set()  # window probes active now, by session attribute name
+        self._clean: list[float] = []  # durations of the steps measured clean so far
+        self.baseline_s: float | None = None  # their median: what a step costs without the doctor
+        self.closure_guess_s: float | None = None  # before any clean step: the shortest closure evaluation
+        self.setup_s = 0.0  # the doctor's own time before the script ran (install) and in it outside steps
 
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
         """Pass each event on to `listener`'s handler of the same name, if it has one."""
         for event in EVENTS:
             handler = getattr(listener, event, None)
-            if handler is not None:
+            if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
                 self._listeners[event].append(handler)
 
     def notify(self, event: str, *args) -> None:
-        for handler in self._listeners[event]:
-            handler(*args)
+        handlers = self._listeners[event]
+        for handler in handlers:
+            if handler(*args) is DONE:
+                self._listeners[event] = [h for h in handlers if h is not handler]
+                handlers = self._listeners[event]
 
     @property
     def in_eval(self) -> bool:
@@ -184,9 +215,11 @@ class RunSession:
         seconds = self.clock() - self.eval_started
         self.eval_started = None
         self.ledger.add("eval", seconds, in_eval=False)
+        self.notify("on_eval_exit")
         return seconds
 
     def note_heavy_probe(self) -> None:
+        """A costly probe ran in this interval outside any window (an evaluation sampled)."""
         self.ledger.heavy_probe_ran = True
 
     def note_training_activity(self, kind: str = "") -> None:
@@ -199,12 +232,12 @@ class RunSession:
                 self.notify("on_training_start", kind)
 
     def forked(self) -> bool:
-        return os.getpid() != self.pid
+        return current_pid() != self.pid
 
     def on_optimizer_step(self) -> None:
-        if self.forked():
-            return
         """The primary optimizer finished a step."""
+        if current_pid() != self.pid:
+            return
         if self.step_source is None:
             self.step_source = OPTIMIZER
         if self.step_source == OPTIMIZER:
@@ -212,7 +245,7 @@ class RunSession:
 
     def on_backward_done(self) -> None:
         """A `backward()` returned: a step when no optimizer exists to define one."""
-        if self.forked():
+        if current_pid() != self.pid:
             return
         self.backward_calls += 1
         self.ledger.micro_batches += 1
@@ -223,19 +256,57 @@ class RunSession:
 
     def _close_step(self) -> None:
         """Close the open interval as one step and plan the next."""
-        self.raise_if_stopping()  # a script that swallowed the stop records no more steps
-        if self.stop_reason is not None:  # stopped by flag: the caller is ending the loop
-            return
+        if self.stop_reason is not None:
+            self.raise_if_stopping()  # a script that swallowed the stop records no more steps
+            return  # stopped by flag: the caller is ending the loop
         now = self.clock()
         if self.eval_started is not None:  # a step inside an eval region: split it here
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
             self.eval_started = now
         index = len(self.steps) + 1
+        ledger = self.ledger
+        if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
+            # no window ran in this step nor opens in the next: the lean path, what an unmeasured step costs
+            warmup = index <= self.config.warmup
+            sample = self._step_sample(index, now, warmup=warmup, sampled=False)
+            self.steps.append(sample)
+            if not warmup:
+                clean = self._clean
+                clean.append(now - self.interval_start)
+                if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
+                    self.baseline_s = statistics.median(clean[-64:])
+            ledger.reset()
+            self.interval_start = now
+            self.notify("on_step", sample)
+        else:
+            self._close_windowed_step(index, now)
+        if index - self.config.warmup >= self.config.steps:
+            self.stop("step-limit")
+        if now - self.t0 > self.config.max_seconds:
+            self.check_time()
+        # the doctor's time after the step's end belongs to the next interval
+        self.ledger.doctor_s += self.clock() - now
+
+    def _close_windowed_step(self, index: int, now: float) -> None:
+        ledger = self.ledger
         windows = self._windows()
+        for name in self._open:
+            budget = self.budgets.get(name)
+            if budget is not None:
+                budget.stop(now)
+                budget.start(now)  # still open: its time from here is the next step's
+        ledger.probes.update(name for name, probe, _ in windows if probe.active)
         sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
-                                   sampled=self.ledger.heavy_probe_ran or any(p.active for p, _ in windows))
+                                   sampled=ledger.heavy_probe_ran or bool(ledger.probes))
         self.steps.append(sample)
-        self.ledger.reset()
+        for name in sample.probes:
+            budget = self.budgets.get(name)
+            if budget is not None:
+                budget.steps.append(index)
+        for budget in self.budgets.values():
+            budget.step_used_s = 0.0
+        self._note_clean(sample)
+        ledger.reset()
         self.interval_start = now
         self.notify("on_step", sample)
         lines = self.line_sampler
@@ -247,30 +318,102 @@ class RunSession:
             last = self.config.warmup + self.config.steps
             if index + 1 not in self.line_at and lines.wants_more() and index + 1 < min(self._line_limit, last):
                 self.line_at.add(index + 1)
+                self._planned.add(index + 1)
         self._schedule(index + 1, windows)
-        if index - self.config.warmup >= self.config.steps:
-            self.stop("step-limit")
-        self.check_time()
 
-    def _windows(self) -> list[tuple[WindowProbe, set[int]]]:
+    def _note_clean(self, sample: StepSample) -> None:
+        if not sample.warmup and not sample.sampled:
+            clean = self._clean
+            clean.append(sample.end - sample.start)
+            if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
+                self.baseline_s = statistics.median(clean[-64:])
+
+    def _windows(self) -> list[tuple[str, WindowProbe, set[int]]]:
         # the memory window first: it closes before another window's modes open on the same step
-        pairs = ((self.memory, self.memory_at), (self.sampler, self.sample_at), (self.backward_timer, self.backward_at),
-                 (self.line_sampler, self.line_at), (self.profiler, self.profile_at))
-        return [(probe, chosen) for probe, chosen in pairs if probe is not None]
+        triples = (("memory", self.memory, self.memory_at), ("sampler", self.sampler, self.sample_at),
+                   ("backward_timer", self.backward_timer, self.backward_at),
+                   ("line_sampler", self.line_sampler, self.line_at), ("profiler", self.profiler, self.profile_at))
+        return [(name, probe, chosen) for name, probe, chosen in triples if probe is not None]
 
     def _schedule(self, next_index: int, windows) -> None:
-        for probe, chosen in windows:
+        for name, probe, chosen in windows:
             if next_index in chosen:
+                budget = self.budgets.get(name)
+                if budget is not None and not budget.may_open(self.baseline_s, self.expected_run_s()):
+                    budget.skipped.append(next_index)  # its run budget is spent: this step stays clean
+                    if probe.active:
+                        probe.deactivate()
+                        self.window_closed(name)
+                    continue
                 probe.activate("train")  # counts one more window when already active
-            elif next_index not in chosen and probe.active:
+                if probe.active:
+                    self.window_opened(name)
+            elif probe.active:
                 probe.deactivate()
+                self.window_closed(name)
+
+    # ---- budgets (run/budget.py) --------------------------------------------------
+    def expected_run_s(self) -> float | None:
+        """The run's wall time if the remaining steps take the baseline step each."""
+        if self.baseline_s is None:
+            return None
+        remaining = max(0, self.config.warmup + self.config.steps - len(self.steps))
+        return self.elapsed() + remaining * self.baseline_s
+
+    def window_opened(self, name: str) -> None:
+        """A window probe became active (by the schedule, or by itself: memory at training start)."""
+        self.ledger.heavy_probe_ran = True
+        self.ledger.probes.add(name)
+        self._open.add(name)
+        budget = self.budgets.get(name)
+        if budget is not None:
+            budget.start(self.clock())
+
+    def window_closed(self, name: str) -> None:
+        self._open.discard(name)
+        budget = self.budgets.get(name)
+        if budget is not None:
+            budget.stop(self.clock())
+
+    def checkpoint(self, closure_s: float | None = None) -> None:
+        """A safe point: no torch mode's handler is running (a closure evaluation or a
+        `backward()` returned, a batch is about to load, a module is called). A window whose
+        budget in this step or run is spent stops here, and the step is marked partial for it.
+        `closure_s`: a closure evaluation just ended, having taken that long."""
+        if closure_s is not None and self.baseline_s is None:
+            guess = self.closure_guess_s
+            self.closure_guess_s = closure_s if guess is None else min(guess, closure_s)
+        if not self._open:
+            return
+        now = self.clock()
+        baseline = self.baseline_s if self.baseline_s is not None else self.closure_guess_s
+        expected = self.expected_run_s()
+        for name in tuple(self._open):
+            budget = self.budgets.get(name)
+            probe = getattr(self, name, None)
+            if budget is None or probe is None or not probe.active:
+                continue
+            # a closure optimizer that evaluates its closure several times a step (LBFGS): one
+            # evaluation is a whole forward and backward, all a per-closure probe needs
+            closure_cut = closure_s is not None and budget.per_closure and bool(self.steps) \
+                and self.steps[-1].closure_calls > 1
+            if (closure_cut or budget.over(now, baseline, expected)) \
+                    and getattr(probe, "can_stop_now", _always)():
+                probe.deactivate()
+                self.window_closed(name)
+                index = len(self.steps) + 1
+                self.ledger.partial.add(name)
+                budget.partial.append(index)
+                budget.why_partial[index] = "closure" if closure_cut else (
+                    "step" if budget.in_step(now) > (budget.step_allowance(baseline) or 0) else "run")
+        self.ledger.doctor_s += self.clock() - now
 
     # ---- stopping -----------------------------------------------------------------
     def elapsed(self) -> float:
         return self.clock() - self.t0
 
     def check_time(self) -> None:
-        if self.forked():
+        if current_pid() != self.pid:
             return
         if self.elapsed() > self.config.max_seconds:
             self.stop("time-limit")
@@ -300,15 +443,32 @@ class RunSession:
         """The interval from `interval_start` to `now` as step `index`, from the ledger's counts."""
         ledger = self.ledger
         sec = ledger.seconds
-        return StepSample(index=index, start=self.interval_start - self.t0, end=now - self.t0,
-                          warmup=warmup, sampled=sampled, micro_batches=ledger.micro_batches,
-                          closure_calls=ledger.closure_calls, samples=ledger.samples, batch_shape=ledger.batch_shape,
-                          data_wait_s=sec["data_wait"], backward_s=sec["backward"], optimizer_s=sec["optimizer"],
-                          zero_grad_s=sec["zero_grad"], eval_s=sec["eval"], checkpoint_s=sec["checkpoint"],
-                          logging_s=sec["logging"])
+        sample = object.__new__(StepSample)  # every field set here: a dict is cheaper than __init__'s calls
+        sample.__dict__ = {
+            "index": index, "start": self.interval_start - self.t0, "end": now - self.t0, "warmup": warmup,
+            "sampled": sampled, "micro_batches": ledger.micro_batches, "closure_calls": ledger.closure_calls,
+            "samples": ledger.samples, "data_wait_s": sec["data_wait"], "backward_s": sec["backward"],
+            "optimizer_s": sec["optimizer"], "zero_grad_s": sec["zero_grad"], "eval_s": sec["eval"],
+            "checkpoint_s": sec["checkpoint"], "logging_s": sec["logging"], "gpu_s": None,
+            # the shape as torch gives it (a tuple): made a list once, when the record is built
+            "batch_shape": _shape_of(ledger.batch_shape), "doctor_s": ledger.doctor_s,
+            "probes": sorted(ledger.probes) if ledger.probes else [],
+            "partial": sorted(ledger.partial) if ledger.partial else []}
+        return sample
 
     def raise_if_stopping(self) -> None:
         """Probes call this at safe points so a script that swallowed StopRun still ends."""
-        if self.stop_reason is not None and self.raise_on_stop and not self.forked():
+        if self.stop_reason is not None and self.raise_on_stop and current_pid() == self.pid:
             self.stop_raises += 1
             raise StopRun(self.stop_reason)
+
+
+def _always() -> bool:
+    return True
+
+
+def _shape_of(held):
+    """A batch's shape as a tuple: of the tensor the loader probe kept, or as given."""
+    if held is None:
+        return None
+    return held.shape if hasattr(held, "shape") else tuple(held)

@@ -1,7 +1,8 @@
 """One trace file per rank in, one TraceSummary out: load, cut into steps, analyse each device.
 
-Files are analysed one at a time and only their summaries are kept, so several large rank
-files need no more memory than the largest one.
+Only each file's summary is kept. Several rank files are analysed in parallel processes, the
+memory budget shared between them; a file whose events would not fit its budget is streamed
+(trace/streamed.py): its memory is then bounded whatever its size.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from torchdoctor.trace.joins import Joins
 from torchdoctor.trace.kernels import (
     COMM, COMPUTE, COPY, CollectiveCall, collective_calls, collective_stats, kernel_kind, kernel_totals,
 )
-from torchdoctor.trace.loader import LoadedTrace, load_trace
+from torchdoctor.machine.cpus import usable_cpus
+from torchdoctor.trace.loader import LoadedTrace, TraceTooLarge, default_memory_budget, fits_in_memory, load_trace
 from torchdoctor.model.trace_summary import (
     Breakdown, DeviceSummary, HostSummary, IdleSiteSummary, LateRank, RankSummary, StepSummary, TraceSummary,
 )
 from torchdoctor.trace.timeline import DeviceUnions, Union, merge, union
 from torchdoctor.trace.transfers import transfers
-from torchdoctor.trace.windows import Window, step_windows
+from torchdoctor.trace.windows import Window, Windows, step_windows
 
 _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 # A collective where no rank waited longer than this for the last one: they arrived together
@@ -45,15 +47,23 @@ class _RankResult:
     summary: RankSummary
     calls: list[tuple[str, CollectiveCall]] = field(default_factory=list)  # (step label, call)
     declared_rank: int | None = None
+    device_calls: dict[int, list[CollectiveCall]] = field(default_factory=dict)  # per device: a streamed merge
 
 
-def analyze_trace_files(paths: list[Path], *, max_memory_bytes: int | None = None) -> TraceSummary:
-    """Analyse one Kineto trace per rank (one file is fine). Raises InputError for unreadable
-    files and for rank sets that cannot belong to one run."""
+def analyze_trace_files(paths: list[Path], *, max_memory_bytes: int | None = None,
+                        jobs: int | None = None) -> TraceSummary:
+    """Analyse one Kineto trace per rank (one file is fine). Several files are analysed in
+    parallel processes (`jobs`, default: one per usable CPU), the memory budget shared between
+    them; a file larger than its budget is streamed (trace/streamed.py). Raises InputError for
+    unreadable files and for rank sets that cannot belong to one run."""
     if not paths:
         raise InputError("no trace file given; usage: torchdoctor trace TRACE.json[.gz] [MORE_RANKS...]")
-    with _collector_paused():
-        results = [_analyze_file(load_trace(Path(p), max_memory_bytes=max_memory_bytes)) for p in paths]
+    budget = max_memory_bytes if max_memory_bytes is not None else default_memory_budget()
+    workers = min(len(paths), jobs if jobs is not None else usable_cpus() or 1)
+    if workers > 1:
+        results = _in_parallel([Path(p) for p in paths], budget // workers, workers)
+    else:
+        results = [analyze_path(Path(p), budget) for p in paths]
     summary = TraceSummary(ranks=[r.summary for r in results])
     _assign_ranks(results, summary)
     if len(results) > 1:
@@ -74,17 +84,54 @@ def _collector_paused():
             gc.enable()
 
 
+def analyze_path(path: Path, budget: int) -> _RankResult:
+    """One rank's file: decoded whole when its events fit the budget, else streamed."""
+    try:
+        fits = fits_in_memory(path, budget)
+    except OSError:  # missing, unreadable: load_trace says so in one line
+        fits = True
+    if fits:
+        try:
+            with _collector_paused():
+                return _analyze_file(load_trace(path, max_memory_bytes=budget))
+        except TraceTooLarge:  # more events than its size suggested: stream it after all
+            pass
+    from torchdoctor.trace.streamed import analyze_streamed  # a module of this floor, loaded when needed
+
+    return analyze_streamed(path, budget)
+
+
+def _in_parallel(paths: list[Path], budget_each: int, workers: int) -> list[_RankResult]:
+    """One process per file at a time, `workers` at once; results in the order given. A
+    failure in one (an InputError) is raised as it would be in this process."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    # spawn: the parent may hold threads (a live progress line) that fork would copy half-way
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(analyze_path, paths, [budget_each] * len(paths)))
+
+
 def _analyze_file(loaded: LoadedTrace) -> _RankResult:
+    return analyze_events(loaded, step_windows(loaded.events))
+
+
+def analyze_events(loaded: LoadedTrace, wins: Windows, t0: float | None = None,
+                   own: tuple[float, float] | None = None, span: tuple[float, float] | None = None) -> _RankResult:
+    """The trace's analysis over the step windows `wins` (all of the trace's, or a group of
+    them when it is streamed: `t0` is then the first window's start of the whole trace, and
+    only GPU events starting in `own` count in the totals; the others are context, for the
+    idle time at the group's edges, judged over `span`)."""
     events = loaded.events
     dist = loaded.distributed
     declared = _as_int(dist.rank) if dist is not None else None
     world = _as_int(dist.world_size) if dist is not None else None
-    wins = step_windows(events)
     rank = RankSummary(path=str(loaded.path), rank=declared if declared is not None else 0, world_size=world,
                        events=events.events, window_kind=wins.kind, steps=len(wins.windows),
                        cpu_only=not events.gpu, has_stacks=bool(events.python), notes=list(wins.notes))
     joins = Joins.build(events)
-    t0 = wins.windows[0].start if wins.windows else 0.0  # step start times are shown from here
+    if t0 is None:
+        t0 = wins.windows[0].start if wins.windows else 0.0  # step start times are shown from here
     rank.host = _host_summary(events, joins, wins.windows)
     result = _RankResult(rank, declared_rank=declared)
     if not events.gpu:
@@ -102,9 +149,10 @@ def _analyze_file(loaded: LoadedTrace) -> _RankResult:
         dataloader = dataloader_union(events.annotations)
         for device, device_events in sorted(by_device.items()):
             dev, calls = _analyze_device(device, device_events, props.get(device), wins.windows, joins, blocking,
-                                         dataloader, t0)
+                                         dataloader, t0, own, span)
             rank.devices.append(dev)
             result.calls.extend(calls)
+            result.device_calls[device] = [c for _, c in calls]
     if not rank.has_stacks:
         rank.notes.append("no python_function events (recorded without with_stack=True): causes are traced to "
                           "aten ops, not to source lines")
@@ -117,7 +165,8 @@ def _analyze_file(loaded: LoadedTrace) -> _RankResult:
 
 
 def _analyze_device(device: int, evs: list, props, windows: list[Window], joins: Joins, blocking, dataloader: Union,
-                    t0: float) -> tuple[DeviceSummary, list[tuple[str, CollectiveCall]]]:
+                    t0: float, own: tuple[float, float] | None = None, span: tuple[float, float] | None = None
+                    ) -> tuple[DeviceSummary, list[tuple[str, CollectiveCall]]]:
     evs.sort(key=_TS)
     starts = list(map(_TS, evs))
     ends = [s + d for s, d in zip(starts, map(_DUR, evs))]
@@ -129,9 +178,11 @@ def _analyze_device(device: int, evs: list, props, windows: list[Window], joins:
                           busy=busy, comm=comm)
     cap = [props.computeMajor, props.computeMinor] if props is not None and props.computeMajor is not None else None
     dev = DeviceSummary(device=device, name=props.name if props is not None else None, compute_capability=cap,
-                        total=Breakdown(), busy_us=busy.total(), comm_total_us=comm.total(),
+                        total=Breakdown(), busy_us=busy.total() if own is None else busy.covered(*own),
+                        comm_total_us=comm.total() if own is None else comm.covered(*own),
                         comm_overlap=unions.comm_overlap())
-    idle = classify_idle(busy, evs, windows, joins, blocking, dataloader)
+    owned = evs if own is None else [e for e in evs if own[0] <= e.ts < own[1]]
+    idle = classify_idle(busy, evs, windows, joins, blocking, dataloader, span)
     per_window_kernels = _kernels_per_window(starts, evs, kinds, windows)
     for w, causes, (count, med) in zip(windows, idle.per_window, per_window_kernels):
         b = unions.breakdown(w.start, w.end)
@@ -143,12 +194,12 @@ def _analyze_device(device: int, evs: list, props, windows: list[Window], joins:
     dev.idle_sites = [IdleSiteSummary(cause=s.cause, kind=s.kind, op=s.op, location=s.location, count=s.count,
                                       idle_us=s.idle_us) for s in idle.sites]
     dev.launch = idle.launch_stats()
-    dev.transfers = transfers(evs, joins)
-    totals = kernel_totals(evs)
+    dev.transfers = transfers(owned, joins)
+    totals = kernel_totals(owned)
     dev.top_kernels, dev.kernels = totals.top, totals.kernels
     dev.matmul_fp32_us, dev.matmul_lowp_us = totals.matmul_us["fp32"], totals.matmul_us["low"]
     dev.matmul_unknown_us = totals.matmul_us["unknown"]
-    calls = collective_calls(evs)
+    calls = collective_calls(owned)
     dev.collectives = collective_stats(calls)
     return dev, [(_window_of_launch(c, joins, windows), c) for c in calls]
 

@@ -141,8 +141,10 @@ def dataloader_union(annotations: list[RawEvent]) -> Union:
 
 
 def classify_idle(busy: Union, device_events: list[RawEvent], windows: list[Window], joins: Joins,
-                  blocking: list[Blocking], dataloader: Union) -> IdleResult:
-    """Attribute every idle stretch inside the windows to a cause (module docstring)."""
+                  blocking: list[Blocking], dataloader: Union, span: tuple[float, float] | None = None) -> IdleResult:
+    """Attribute every idle stretch inside the windows to a cause (module docstring). `span`:
+    where the idle stretches are looked for, when wider than the windows (a streamed trace's
+    group of steps: a stretch that crosses into the next group is judged whole)."""
     result = IdleResult(per_window=[defaultdict(float) for _ in windows])
     if not windows:
         return result
@@ -153,10 +155,11 @@ def classify_idle(busy: Union, device_events: list[RawEvent], windows: list[Wind
     openers = busy.openers
     n_busy, n_win = len(busy), len(windows)
     launch_of, covered = joins.runtime_by_corr.get, dataloader.covered
-    pending: list[tuple[str, RawEvent, float]] = []  # (cause, host call, idle µs), resolved below
+    pending: list[tuple[str, RawEvent, float, int]] = []  # (cause, host call, idle µs, gaps), resolved below
     gpu_wait: dict[str, list] = {}  # kernel waited for → [gaps, µs]
     w = 0
-    for g0, g1, k in gaps(busy, w_starts[0], w_ends[-1]):
+    lo, hi = span if span is not None else (w_starts[0], w_ends[-1])
+    for g0, g1, k in gaps(busy, lo, hi):
         nxt = device_events[openers[k]] if k < n_busy else None
         launch = launch_of(nxt.args.correlation) if nxt is not None else None
         block = _blocking_at(blocking, block_ends, g0, g1) if blocking else None
@@ -189,17 +192,20 @@ def classify_idle(busy: Union, device_events: list[RawEvent], windows: list[Wind
             v += 1
         if not_data <= 0:
             continue
+        # a stretch that began before these windows was counted with the windows it began in
+        # (a streamed trace's previous group): here it only adds its time
+        counted = 1 if g0 >= w_starts[0] else 0
         if cause == SYNC:
-            pending.append((SYNC, block.event, not_data))
+            pending.append((SYNC, block.event, not_data, counted))
         elif cause == LAUNCH or (cause == HOST and launch is not None):
-            pending.append((cause, launch, not_data))
-            if cause == LAUNCH:
+            pending.append((cause, launch, not_data, counted))
+            if cause == LAUNCH and counted:
                 result.launch_gaps_us.append(g1 - g0)
                 result.launch_kernel_us.append(nxt.dur)
                 result.launch_call_us.append(launch.dur)
         elif cause == GPU_WAIT:
             entry = gpu_wait.setdefault(nxt.name, [0, 0.0])
-            entry[0] += 1
+            entry[0] += counted
             entry[1] += not_data
     sites = _resolve_sites(pending, joins)
     sites.extend(IdleSite(GPU_WAIT, GPU_WAIT, name, None, n, us) for name, (n, us) in gpu_wait.items())
@@ -217,13 +223,13 @@ def _blocking_at(blocking: list[Blocking], ends: list[float], g0: float, g1: flo
     return None
 
 
-def _resolve_sites(pending: list[tuple[str, RawEvent, float]], joins: Joins) -> list[IdleSite]:
+def _resolve_sites(pending: list[tuple[str, RawEvent, float, int]], joins: Joins) -> list[IdleSite]:
     """Join the host calls behind sync and launch gaps to their ops and user frames, and sum
     the idle time per (cause, kind, op, frame)."""
     totals: dict[tuple, list] = {}  # (cause, kind, op, frame) → [location, gaps, µs]
     kinds: dict[tuple, tuple[str, str]] = {}  # (innermost op, call, frame) → sync (kind, op label)
     user_frame, op_of = joins.user_frame, joins.op_of
-    for cause, call, idle in pending:
+    for cause, call, idle, counted in pending:
         loc = user_frame(call)
         launcher = op_of(call)
         inner = launcher.name if launcher is not None else call.name
@@ -242,7 +248,7 @@ def _resolve_sites(pending: list[tuple[str, RawEvent, float]], joins: Joins) -> 
         entry = totals.get(key)
         if entry is None:
             entry = totals[key] = [loc, 0, 0.0]
-        entry[1] += 1
+        entry[1] += counted
         entry[2] += idle
     return [IdleSite(cause, kind, op, loc, n, us) for (cause, kind, op, _), (loc, n, us) in totals.items()]
 

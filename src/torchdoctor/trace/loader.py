@@ -21,10 +21,11 @@ from itertools import islice
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import msgspec
 
+from torchdoctor.machine.memory import available_memory_bytes
 from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.model.untrusted import open_untrusted
 from torchdoctor.errors import InputError
@@ -71,15 +72,10 @@ class LoadedTrace:
 
 
 def default_memory_budget() -> int:
-    """Half of the memory available now (Linux), else 4 GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4 << 30
+    """Half of the memory this process may still take (machine/memory.py: what the machine has
+    available, what its cgroup and its address-space limit allow), else 4 GiB."""
+    left = available_memory_bytes()
+    return left // 2 if left is not None else 4 << 30
 
 
 def load_trace(path: Path, *, max_memory_bytes: int | None = None) -> LoadedTrace:
@@ -243,11 +239,52 @@ def _decode_in_place(buf: bytearray, opener: int, closer: int) -> TraceEvents:
         buf[opener], buf[closer] = saved
 
 
-def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard) -> LoadedTrace:
+def stream_trace(path: Path, sink: Callable[[TraceEvents], None]) -> LoadedTrace:
+    """Decode the trace chunk by chunk, handing each chunk's events to `sink` and keeping none:
+    memory stays at one chunk (~8 MiB of JSON) whatever the file's size. The LoadedTrace that
+    comes back has the metadata and the event count, and no events."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        compressed = fh.read(2) == GZIP_MAGIC
+    return _load_sequential(path, _Reader(path, compressed), _MemoryGuard(path, 1 << 62), sink=sink)
+
+
+def uncompressed_size(path: Path) -> int:
+    """The JSON's size: the file's, or for gzip the size its trailer records (modulo 4 GiB: a
+    gzip file over that says less; the guard still stops it once decoded)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if fh.read(2) != GZIP_MAGIC or size < 18:
+            return size
+        fh.seek(-4, 2)
+        return max(size, int.from_bytes(fh.read(4), "little"))
+
+
+def fits_in_memory(path: Path, max_memory_bytes: int | None = None) -> bool:
+    """Whether the trace's events, estimated from its size, fit the memory budget."""
+    budget = max_memory_bytes if max_memory_bytes is not None else default_memory_budget()
+    return uncompressed_size(Path(path)) // 300 * MEMORY_PER_EVENT <= budget
+
+
+class _Counting(TraceEvents):
+    """What a streamed load keeps: the counts, not the events."""
+
+    def __init__(self, sink: Callable[[TraceEvents], None]) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def merge(self, chunk: TraceEvents) -> None:
+        self.events += chunk.events
+        self.skipped_no_time += chunk.skipped_no_time
+        self.sink(chunk)
+
+
+def _load_sequential(path: Path, reader: _Reader, guard: _MemoryGuard,
+                     sink: Callable[[TraceEvents], None] | None = None) -> LoadedTrace:
     try:
         buf, pos, object_format, head = _events_start(path, reader)
         opener = pos - 1  # the `[`: the byte before the first undecoded event
-        out = TraceEvents()
+        out = TraceEvents() if sink is None else _Counting(sink)
         consumed = reader.offset - len(buf)  # file offset of buf[0]
         # The metadata at the start of a trace has no `cat` and needs the slower generic
         # decode: cut a small first piece around it, so the rest decodes typed.

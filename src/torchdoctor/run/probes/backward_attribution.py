@@ -10,7 +10,6 @@ for the mode, so the backward timings are not inflated by it.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections import defaultdict
 from typing import Callable
@@ -20,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from torchdoctor.run.probes.frames import display_path, frame_line, user_frame
 from torchdoctor.model.record import RunRecord
+from torchdoctor.run.process import current_pid
 
 
 class _NodeTagger(TorchFunctionMode):
@@ -32,7 +32,7 @@ class _NodeTagger(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         timer = self.timer
-        if os.getpid() == timer.pid and torch.is_grad_enabled():
+        if current_pid() == timer.pid and torch.is_grad_enabled():
             user, _ = user_frame(sys._getframe(1))
             if user is not None:
                 key = (user.f_code.co_filename, frame_line(user))
@@ -51,7 +51,7 @@ class BackwardTimer:
         self.clock = clock
         self.find_candidates = candidates
         self.on_activate = on_activate
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.candidates: set[tuple[str, int]] = set()
         self.windows = 0
         self.seconds: dict[tuple[str, int], float] = defaultdict(float)
@@ -75,6 +75,11 @@ class BackwardTimer:
         self._mode = _NodeTagger(self)
         self._mode.__enter__()
         self.on_activate()
+
+    def can_stop_now(self) -> bool:
+        """Its function mode on top of the stack (a user's own mode entered later leaves first)."""
+        top = torch._C._len_torch_function_stack()
+        return self._mode is not None and top > 0 and torch._C._get_function_stack_at(top - 1) is self._mode
 
     def deactivate(self) -> None:
         if self._mode is not None:

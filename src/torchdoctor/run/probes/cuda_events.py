@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
+from torchdoctor.run.session import DONE
 
 MAX_EVENTS = 10_000
 
@@ -28,9 +29,11 @@ class CudaStepEvents:
         if note:
             record.probe_notes.append(ProbeNote(self.name, note))
 
-    def on_step(self, step: StepSample) -> None:
-        if not (self._cuda_available and torch.cuda.is_initialized()):
-            return
+    def on_step(self, step: StepSample):
+        if not self._cuda_available:
+            return DONE  # no CUDA on this machine: no step will need this
+        if not torch.cuda.is_initialized():
+            return None
         if len(self.events) < MAX_EVENTS:
             event = torch.cuda.Event(enable_timing=True)
             event.record()

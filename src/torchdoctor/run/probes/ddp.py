@@ -32,7 +32,7 @@ from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.frames import caller_location, frame_line, location_of, own_caller_location, user_frame
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.comm import slow_link
-from torchdoctor.run.session import RunSession
+from torchdoctor.run.session import DONE, RunSession
 
 NS = 1e-9
 TIMESTAMPS = ("backward_compute_time_start", "backward_compute_time_end", "backward_comm_time_start",
@@ -73,15 +73,16 @@ class DdpProbe:
         self.patches.wrap(DistributedDataParallel, "no_sync", self._wrap_no_sync)
         self.patches.wrap(DistributedDataParallel, "_post_forward", functools.partial(self._timed, "post_forward_s"))
         self.patches.wrap(DistributedDataParallel, "_sync_buffers", functools.partial(self._timed, "buffer_sync_s"))
-        self.patches.wrap(torch.autograd, "backward", self._wrap_backward)
+        self._backward_patched = False  # torch.autograd.backward is wrapped once a DDP model exists
 
     def uninstall(self) -> None:
         self.patches.restore()
 
-    def on_step(self, step: StepSample) -> None:
+    def on_step(self, step: StepSample):
         if step.index == self.session.config.warmup + 1:
             for tracked in self.tracked:  # the buffers' state when measuring starts
                 tracked.buffer_sum = _buffer_sum(tracked.ddp)
+        return DONE if step.index > self.session.config.warmup else None
 
     # ---- DDP construction and forward ----------------------------------------------------------
     def _wrap_init(self, original):
@@ -90,6 +91,9 @@ class DdpProbe:
         @functools.wraps(original)
         def __init__(ddp, *args, **kwargs):
             original(ddp, *args, **kwargs)
+            if not probe._backward_patched:  # every backward() of a run without DDP stays unwrapped
+                probe._backward_patched = True
+                probe.patches.wrap(torch.autograd, "backward", probe._wrap_backward)
             try:
                 probe._track(ddp, own_caller_location())
             except Exception as exc:  # never break the user's DDP for a measurement

@@ -9,7 +9,6 @@ inside sampled windows; those steps are excluded from timing statistics.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from collections import Counter
@@ -26,9 +25,13 @@ from torchdoctor.run.probes.frames import display_path, frame_line, library_of, 
 from torchdoctor.run.probes.loops import enclosing_loop, loop_of
 from torchdoctor.run.probes.placement import on_device, parameter_storages, propagate
 from torchdoctor.run.probes.patching import PatchSet
+from torchdoctor.run.process import current_pid
 from torchdoctor.model.record import ApiCall, Location, LoopSite, OpSite, RunRecord
 
 EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
+# An evaluation without DataLoader batches (a generation loop) is sampled for this long at most,
+# or one baseline step when that is longer: the rest of it runs at plain speed
+EVAL_SAMPLE_MIN_S = 0.05
 MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead
 CALIBRATION_OPS = 200
 CALIBRATION_REPEATS = 5
@@ -77,9 +80,14 @@ class _ApiWatcher(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name in _WATCHED and args and os.getpid() == self.sampler.pid:
-            self.sampler._record_api(name, args, kwargs, sys._getframe(1))
-        out = func(*args, **kwargs)
+        sampler = self.sampler
+        if name in _WATCHED and args and current_pid() == sampler.pid:
+            sampler._record_api(name, args, kwargs, sys._getframe(1))
+        sampler.handling += 1  # inside a handler: no safe point for taking the modes out
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            sampler.handling -= 1
         propagate(name, args, kwargs, out)
         return out
 
@@ -103,20 +111,31 @@ class _OpCounter(TorchDispatchMode):
         sampler = self.sampler
         started = sampler.clock()
         out = func(*args, **(kwargs or {}))
-        if os.getpid() == sampler.pid:
+        if current_pid() == sampler.pid:
             sampler._record_op(func, args, out, started, sampler.clock(), sys._getframe(1))
         return out
 
 
 class DispatchSampler:
     name = "dispatch"
+    # not a session listener for batches: the loader probe calls on_batch while the sampler is active
+    listens_to_batches = False
 
     def __init__(self, clock: Callable[[], float], on_activate: Callable[[], None] = lambda: None,
-                 outside_step: Callable[[], bool] = lambda: False):
+                 outside_step: Callable[[], bool] = lambda: False, on_deactivate: Callable[[], None] = lambda: None,
+                 baseline: Callable[[], float | None] = lambda: None):
         self.clock = clock
         self.on_activate = on_activate
+        self.on_deactivate = on_deactivate
+        self.baseline = baseline  # the median unmeasured step so far (the eval sample's time bound)
         self.outside_step = outside_step  # evaluation or data loading: not the step's ops
-        self.pid = os.getpid()
+        self.pid = current_pid()
+        self.handling = 0  # inside the function mode's handler now (depth)
+        self.eval_sampled_s = 0.0  # wall time evaluation code ran under the sampler
+        self.eval_cut = False  # the evaluation's sample stopped at its time bound
+        self._eval_started: float | None = None
+        self._eval_hook = None
+        self._paused = False  # the training window stepped aside for an evaluation
         self.patches = PatchSet()
         self.phase: str | None = None
         self.train_windows = 0
@@ -155,8 +174,6 @@ class DispatchSampler:
             if phase == "train" and self.phase == "train":
                 self.train_windows += 1
             return
-        if phase == "train" and not self._calibrated:
-            self._calibrate()
         self.phase = phase
         self.last_end = None
         watcher = _ApiWatcher(self)
@@ -169,20 +186,59 @@ class DispatchSampler:
             self._modes.append(counter)
         else:
             self.eval_windows += 1
+            self._eval_started = self.clock()
+            # a generation loop may take no batch: each module call is a safe point to end the sample
+            self._eval_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._eval_module_called)
         self.on_activate()
 
     def deactivate(self) -> None:
+        self._paused = False
+        if not self._modes:
+            return
         while self._modes:
             self._modes.pop().__exit__(None, None, None)
+        if self._eval_started is not None:
+            self.eval_sampled_s += self.clock() - self._eval_started
+            self._eval_started = None
+        if self._eval_hook is not None:
+            self._eval_hook.remove()
+            self._eval_hook = None
         self.phase = None
+        self.on_deactivate()
+
+    def can_stop_now(self) -> bool:
+        """At a safe point: outside the handler, and the modes on top of their stacks (a
+        user's own mode entered after ours must leave first)."""
+        if self.handling or not self._modes:
+            return False
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        top = torch._C._len_torch_function_stack()
+        if top == 0 or torch._C._get_function_stack_at(top - 1) is not self._modes[0]:
+            return False
+        return len(self._modes) < 2 or _get_current_dispatch_mode() is self._modes[1]
 
     def on_batch(self, in_eval: bool) -> None:
-        """A DataLoader batch arrived: sample the first few batches of the first eval."""
+        """A DataLoader batch arrived (the loader probe calls this while the sampler is active):
+        sample the first few batches of the first eval."""
         self.last_end = None  # data-loading time is not loop overhead of the next op
         if in_eval and self.phase == "eval":
             self.eval_batches += 1
             if self.eval_batches > EVAL_BATCHES_SAMPLED:
                 self.deactivate()
+            else:
+                self._eval_module_called(None, None)
+
+    def _eval_module_called(self, module, args) -> None:
+        """A module is called in the sampled evaluation: past its time bound, the sample ends
+        here and the rest of the evaluation runs at plain speed."""
+        started = self._eval_started
+        if started is None or current_pid() != self.pid:
+            return
+        baseline = self.baseline()
+        if self.clock() - started > max(EVAL_SAMPLE_MIN_S, baseline or 0.0) and self.can_stop_now():
+            self.eval_cut = True
+            self.deactivate()
 
     @property
     def wants_parameters(self) -> bool:
@@ -196,12 +252,25 @@ class DispatchSampler:
         self._params_learned += 1
 
     def on_eval_enter(self) -> None:
+        """An evaluation begins (`model.eval()`, a safe point). In a sampled training step the
+        training modes step aside, so the evaluation runs at plain speed (its ops are not the
+        step's anyway) except the first evaluation's bounded sample."""
+        if self.phase == "train" and self.can_stop_now():
+            while self._modes:
+                self._modes.pop().__exit__(None, None, None)
+            self.phase, self._paused = None, True
         if not self._modes and self.eval_windows == 0:
             self.activate("eval")
 
     def on_eval_exit(self) -> None:
         if self.phase == "eval":
             self.deactivate()
+        if self._paused and not self._modes:  # back to the training step it stepped aside in
+            self._paused = False
+            self.phase, self.last_end = "train", None
+            for mode in (_ApiWatcher(self), _OpCounter(self)):
+                mode.__enter__()
+                self._modes.append(mode)
 
     def _calibrate(self) -> None:
         """Measure how much time the two modes add to a site, per op.
@@ -362,7 +431,7 @@ class DispatchSampler:
         sampler = self
 
         def synchronize(*args, **kwargs):
-            if sampler.active and os.getpid() == sampler.pid:
+            if sampler.active and current_pid() == sampler.pid:
                 key, _ = sampler._key(sys._getframe(1))
                 sampler._count(key, "torch.cuda.synchronize", "explicit-sync", "cuda", {})
             return original(*args, **kwargs)
@@ -379,6 +448,8 @@ class DispatchSampler:
 
     # ---- result ----------------------------------------------------------------------------
     def contribute(self, record: RunRecord) -> None:
+        if self.train_windows and not self._calibrated:
+            self._calibrate()  # after the script: the modes' cost per op, measured on no step of it
         sample = record.dispatch
         sampled = [s for s in record.steps if s.sampled and not s.warmup]
         clean = [s.duration_s for s in record.measured_steps]

@@ -10,6 +10,7 @@ import torch
 from torchdoctor.run.probes.cuda_memory import read_cuda_memory, reset_peak
 from torchdoctor.run.probes.nvml import NvmlSampler, sample_device
 from torchdoctor.model.record import NvmlRecord, ProbeNote, RunRecord, StepSample
+from torchdoctor.run.session import DONE
 
 
 class GpuProbe:
@@ -41,8 +42,10 @@ class GpuProbe:
 
     def on_step(self, step: StepSample | None = None) -> None:
         """Called at each step end; starts sampling at the first step that used CUDA."""
-        if self.device_index is not None or not self._cuda_available:
-            return
+        if not self._cuda_available:
+            return DONE  # no CUDA on this machine: no step will need this
+        if self.device_index is not None:
+            return DONE
         cuda = self.torch.cuda
         if not cuda.is_initialized():
             return

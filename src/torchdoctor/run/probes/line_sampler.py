@@ -71,6 +71,7 @@ class LineSampler:
         self.note: str | None = None
         self._last = 0.0
         self._previous_handler = None
+        self._eval_paused = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -125,6 +126,20 @@ class LineSampler:
         if self.mode == "signal":
             signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
 
+    def on_eval_enter(self) -> None:
+        """An evaluation inside the window runs at plain speed: the timer slows to coverage
+        until training resumes (lines sampled in an evaluation were only ever left out)."""
+        if self.recording and self.mode == "signal":
+            signal.setitimer(signal.ITIMER_REAL, COVERAGE_INTERVAL_S, COVERAGE_INTERVAL_S)
+            self._eval_paused = True
+
+    def on_eval_exit(self) -> None:
+        if self._eval_paused:
+            self._eval_paused = False
+            self._last = self.clock()  # the evaluation's time is no line's
+            if self.recording and self.mode == "signal":
+                signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+
     def wants_more(self) -> bool:
         """Too little time sampled yet to judge a line by (the steps are fast)."""
         return self.total_s < WINDOW_MIN_S
@@ -175,7 +190,7 @@ class LineSampler:
             self._take(sys._current_frames().get(self.target_ident))
 
     def _take(self, frame) -> None:
-        if not self.recording:
+        if not self.recording or self._eval_paused:
             self._note_functions(frame)
             return
         now = self.clock()

@@ -11,7 +11,6 @@ optimizer states, the allocator's figures and largest blocks on CUDA.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Callable, Iterable
 
@@ -29,7 +28,8 @@ from torchdoctor.run.probes.frames import USER, classify_file, display_path
 from torchdoctor.run.probes.memory_ledger import (LARGEST_KEPT, StepAccount, StorageLedger, _op_name, first_line,
                                                   innermost_user_location, is_out_of_memory, out_of_memory_in_chain,
                                                   requested_bytes)
-from torchdoctor.run.session import RunSession
+from torchdoctor.run.process import current_pid
+from torchdoctor.run.session import DONE, RunSession
 
 try:
     import resource
@@ -59,11 +59,11 @@ class _LedgerMode(TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
-            if os.getpid() == probe.pid and is_out_of_memory(exc):
+            if current_pid() == probe.pid and is_out_of_memory(exc):
                 probe.ledger.capture_failure(_op_name(func), sys._getframe(1), probe.parts_now)
                 probe.failed_op = _shapes(func, args, kwargs)
             raise
-        if os.getpid() == probe.pid:  # not in a DataLoader worker forked while the window was open
+        if current_pid() == probe.pid:  # not in a DataLoader worker forked while the window was open
             ledger = probe.ledger
             before = ledger.total
             ledger.on_outputs(func, args, kwargs, out, sys._getframe(1))
@@ -115,7 +115,7 @@ class MemoryProbe:
         self.session = session
         self.optimizers = optimizers
         self.torch = torch_module
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.ledger = StorageLedger()
         self.accounts: list[StepAccount] = []
         self.failure: OomEvent | None = None
@@ -156,7 +156,7 @@ class MemoryProbe:
         if self._active:
             return
         self._active = True
-        self.session.note_heavy_probe()
+        self.session.window_opened("memory")
         self._hold_all()
         self.ledger.start()
         nn_modules = torch.nn.modules.module
@@ -192,6 +192,13 @@ class MemoryProbe:
         self.ledger.close()
         if self.history:
             cuda_memory.stop_history(self.torch)
+        self.session.window_closed("memory")
+
+    def can_stop_now(self) -> bool:
+        """Its dispatch mode on top of the stack (a user's own mode entered later leaves first)."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        return self._mode is not None and _get_current_dispatch_mode() is self._mode
 
     def pause_module_hooks(self):
         """Take the module hooks out while compiled code runs (Dynamo would trace them into the
@@ -214,18 +221,18 @@ class MemoryProbe:
 
     # ---- hooks (only while the window is open) ------------------------------------------
     def _enter(self, module, args):
-        if os.getpid() == self.pid:
+        if current_pid() == self.pid:
             self.ledger.enter_module(module, args)
 
     def _leave(self, module, args, output):
-        if os.getpid() == self.pid:
+        if current_pid() == self.pid:
             self.ledger.leave_module(module)
 
     def _optimizer_step(self, optimizer, args, kwargs):
         self.ledger.on_optimizer()
 
     def _pack(self, tensor):
-        if os.getpid() == self.pid:
+        if current_pid() == self.pid:
             self.ledger.on_saved(tensor)
         return tensor
 
@@ -233,9 +240,10 @@ class MemoryProbe:
         self.ledger.on_backward()
         return tensor
 
-    def on_step(self, step: StepSample) -> None:
+    def on_step(self, step: StepSample):
         if not self._active:
-            return
+            # its window is behind (the last accounted step has closed): no later step needs this
+            return DONE if step.index >= max(self.session.memory_at, default=0) else None
         # The window opened inside step 1: it saw the whole step only when it opened at the loader,
         # or when the forward came after (autograd saved tensors in the window)
         complete = step.index > 1 or self._opened_by in ("batch", "optimizer") or self.ledger.saved_in_step > 0
@@ -308,7 +316,7 @@ class MemoryProbe:
         event = OomEvent(device="cuda" if "CUDA" in str(exc) or type(exc).__name__ == "OutOfMemoryError" else "cpu",
                          message=message, requested_bytes=requested_bytes(str(exc)),
                          step=len(self.session.steps) + 1, batch_size=self.session.ledger.samples)
-        event.batch_shape = self.session.ledger.batch_shape
+        event.batch_shape = self.session.ledger.shape()
         if self.failed_op is not None:
             event.shape, event.dtype, event.input_shapes = self.failed_op
         if event.batch_size:

@@ -51,6 +51,7 @@ class PhaseProbe:
         self._eval_began: tuple[int, float] | None = None
         self._busy = False  # a print inside logging (or the reverse) is timed once
         self._pyplot_patched = False
+        self._pending: list[_Site] = []  # sites called in the step in progress
 
     @property
     def stats(self) -> dict[tuple, PhaseStats]:
@@ -77,14 +78,18 @@ class PhaseProbe:
 
     def on_step(self, step: StepSample) -> None:
         """A step closed: its phase time counts as in the measured steps if it was one."""
-        self._patch_pyplot()  # imported by the script after the probes went in (at its top, usually)
+        if not self._pyplot_patched and "matplotlib.pyplot" in sys.modules:
+            self._patch_pyplot()  # imported by the script after the probes went in (at its top, usually)
+        if not self._pending:
+            return
         measured = not step.warmup
-        for site in self.sites.values():
+        for site in self._pending:
             if site.pending_calls:
                 if measured:
                     site.stats.in_measured_steps_s += site.pending_s
                     site.stats.calls_in_measured += site.pending_calls
                 site.pending_s, site.pending_calls = 0.0, 0
+        self._pending.clear()
 
     def contribute(self, record: RunRecord) -> None:
         self.close_eval()
@@ -108,6 +113,8 @@ class PhaseProbe:
         stats.calls += 1
         stats.total_s += seconds
         site.pending_s += seconds
+        if not site.pending_calls:
+            self._pending.append(site)
         site.pending_calls += 1
         if len(stats.occurrences) < MAX_OCCURRENCES:
             after_step, at = began
@@ -122,10 +129,10 @@ class PhaseProbe:
     def close_eval(self) -> None:
         if self._eval_site is None:
             return
-        seconds = self.session.exit_eval()
-        self._record(self._eval_site, self._eval_began, seconds)
+        site, began = self._eval_site, self._eval_began
         self._eval_site = self._eval_began = None
-        self.session.notify("on_eval_exit")
+        seconds = self.session.exit_eval()  # tells the probes (on_eval_exit)
+        self._record(site, began, seconds)
 
     def _wrap_train(self, original):
         probe = self

@@ -75,8 +75,9 @@ class StepProbe:
     def _keep_loss(self, tensors) -> None:
         """Keep (a detached view of) the one-element tensor passed to backward(): its value is
         read when the run ends, so the steps carry no sync and no new op."""
-        tensor = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
-        if len(self._losses) >= MAX_LOSSES or not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
+        tensor = tensors[0] if type(tensors) in (list, tuple) and len(tensors) == 1 else tensors
+        if len(self._losses) >= MAX_LOSSES or not (type(tensor) is torch.Tensor or isinstance(tensor, torch.Tensor)) \
+                or tensor.numel() != 1:
             self._losses_dropped += 1
             return
         self._losses.append((len(self.session.steps) + 1, tensor.detach()))
@@ -127,22 +128,26 @@ class StepProbe:
         return __init__
 
     def _pre_step(self, optimizer: Optimizer, args, kwargs):
-        self._step_started[id(optimizer)] = self.session.clock()
+        session = self.session
+        entered = session.clock()
+        self._step_started[id(optimizer)] = entered
         self._closure_s[id(optimizer)] = 0.0
-        info = self._info(optimizer)
+        info = self._last_info if optimizer is self._last_optimizer else self._info(optimizer)
         if info.step_location is None:
             frame, _ = user_frame(sys._getframe(1))
             info.step_location = location_of(frame) if frame is not None else None
         # torch passes the hook the step's own arguments, the optimizer first: (opt, closure)
         position = 1 if args and args[0] is optimizer else 0
-        closure = args[position] if len(args) > position else kwargs.get("closure")
-        if not callable(closure):
+        closure = args[position] if len(args) > position else (kwargs.get("closure") if kwargs else None)
+        if closure is None or not callable(closure):
+            session.ledger.doctor_s += session.clock() - entered
             return None
         code = getattr(closure, "__code__", None)
         if info.closure is None and code is not None:
             info.closure = Location(display_path(code.co_filename), code.co_firstlineno,
                                     getattr(code, "co_qualname", code.co_name))
         timed = self._timed_closure(closure, id(optimizer))
+        session.ledger.doctor_s += session.clock() - entered
         # The hook may hand the step new arguments: the same closure, timed.
         if len(args) > position:
             return (*args[:position], timed, *args[position + 1:]), kwargs
@@ -156,102 +161,138 @@ class StepProbe:
             try:
                 return closure(*args, **kwargs)
             finally:
-                spent[key] = spent.get(key, 0.0) + session.clock() - started
+                ended = session.clock()
+                spent[key] = spent.get(key, 0.0) + ended - started
                 session.ledger.closure_calls += 1
+                # a closure evaluation is a whole forward and backward: a safe point to stop a
+                # window that has spent its budget in this long step
+                session.checkpoint(closure_s=ended - started)
+                session.ledger.doctor_s += session.clock() - ended
 
         return timed
 
     def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
+        session = self.session
+        entered = session.clock()
         started = self._step_started.pop(id(optimizer), None)
         inside_closure = self._closure_s.pop(id(optimizer), 0.0)
         if started is not None:
-            self.session.add_time("optimizer", max(0.0, self.session.clock() - started - inside_closure))
-        info = self._info(optimizer)
+            session.add_time("optimizer", max(0.0, entered - started - inside_closure))
+        info = self._last_info if optimizer is self._last_optimizer else self._info(optimizer)
         info.step_calls += 1
-        if info.step_calls == 1:  # the loops around any optimizer's step() are training loops (an actor's too)
-            self.session.training_loops += [t for t in loops_around(sys._getframe())
-                                            if t not in self.session.training_loops]
-        if info.step_calls == 1 and optimizer.param_groups:
+        if info.step_calls == 1:
+            self._first_step(optimizer, info)
+        if self.primary is None:
+            self.primary = weakref.ref(optimizer)
+        session.ledger.doctor_s += session.clock() - entered  # the step's close times itself
+        if self.primary() is optimizer:
+            if session.loop_location is None:
+                session.loop_location = info.step_location
+            session.on_optimizer_step()
+
+    def _first_step(self, optimizer: Optimizer, info: OptimizerInfo) -> None:
+        # the loops around any optimizer's step() are training loops (an actor's too)
+        self.session.training_loops += [t for t in loops_around(sys._getframe(2))
+                                        if t not in self.session.training_loops]
+        if optimizer.param_groups:
             # What the step ran with: a param group can differ from the constructor's defaults
             # (set by the script, or by a `--set foreach=...` knob just before this step).
             group = optimizer.param_groups[0]
             info.foreach, info.fused = group.get("foreach", info.foreach), group.get("fused", info.fused)
-        if self.primary is None:
-            self.primary = weakref.ref(optimizer)
-        if self.primary() is optimizer:
-            if self.session.loop_location is None:
-                self.session.loop_location = info.step_location
-            self.session.on_optimizer_step()
 
     # ---- zero_grad and backward ---------------------------------------------------
     def _wrap_zero_grad(self, original):
         probe = self
+        session = self.session
 
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
-            probe.session.note_training_activity()
-            started = probe.session.clock()
+            entered = session.clock()
+            if session.training_started is None:
+                session.note_training_activity()
+            if session._open:
+                session.checkpoint()
+            started = session.clock()
             try:
                 return original(obj, set_to_none, *args, **kwargs)
             finally:
-                seconds = probe.session.clock() - started
-                probe.session.add_time("zero_grad", seconds)
+                ended = session.clock()
+                seconds = ended - started
+                session.add_time("zero_grad", seconds)
                 if isinstance(obj, Optimizer):
-                    info = probe._info(obj)
+                    info = probe._last_info if obj is probe._last_optimizer else probe._info(obj)
                     info.zero_grad_calls += 1
                     info.zero_grad_total_s += seconds
                     info.zero_grad_set_to_none = bool(set_to_none)
                     if info.zero_grad_location is None:
                         info.zero_grad_location = caller_location()
+                session.ledger.doctor_s += (started - entered) + (session.clock() - ended)
 
         return zero_grad
 
     def _wrap_backward(self, original):
-        session, probe = self.session, self
+        """`torch.autograd.backward(...)` called directly; from `loss.backward()` the method's
+        wrapper below has done the work already."""
+        probe = self
 
         @functools.wraps(original)
         def backward(*args, **kwargs):
-            session.exit_eval()  # training resumed: an eval region left open ends here
-            session.note_training_activity("backward")
-            if session.loop_location is None and session.optimizers_created == 0:
-                session.loop_location = caller_location()  # the loop, should backward() define the step
-            if not session.backward_loops_seen:  # a micro-batch loop around backward() is the step's own
-                session.backward_loops_seen = True
-                session.training_loops += [t for t in loops_around(sys._getframe()) if t not in session.training_loops]
-            probe._keep_loss(args[0] if args else kwargs.get("tensors"))
-            sampler = session.sampler
-            if sampler is not None and getattr(sampler, "wants_parameters", False):
-                sampler.note_backward(args[0] if args else kwargs.get("tensors"))
-            started = session.clock()
-            try:
-                result = original(*args, **kwargs)
-            finally:
-                session.add_time("backward", session.clock() - started)
-            if not probe._in_tensor_backward:  # called directly: nothing outside will close the step
-                session.on_backward_done()  # after the call: a failed backward is no step
-            return result
+            if probe._in_tensor_backward:
+                return original(*args, **kwargs)
+            tensors = args[0] if args else kwargs.get("tensors")
+            return probe._timed_backward(original, tensors, args, kwargs)
 
         return backward
 
     def _wrap_tensor_backward(self, original):
-        """`loss.backward()` runs torch.autograd.backward inside torch's handling of a
-        TorchFunctionMode (the op sampler's) when one is active. A step closed in there would
-        switch the sampler's modes while torch is between pushing and popping them, so the
-        step closes here, once the method has returned."""
+        """`loss.backward()`. With a TorchFunctionMode active (the op sampler's) the method runs
+        again inside torch's handling of the mode: a step closed in there would switch the
+        sampler's modes while torch is between pushing and popping them, so the outermost call
+        does the work and closes the step once the method has returned."""
         probe = self
 
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
-            probe._in_tensor_backward += 1
-            try:
-                result = original(tensor, *args, **kwargs)
-            finally:
-                probe._in_tensor_backward -= 1
-            if not probe._in_tensor_backward:
-                probe.session.on_backward_done()
-            return result
+            if probe._in_tensor_backward:
+                return original(tensor, *args, **kwargs)
+            return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
 
         return backward
+
+    def _timed_backward(self, original, tensors, args, kwargs):
+        session = self.session
+        entered = session.clock()
+        if session.eval_started is not None:
+            session.exit_eval()  # training resumed: an eval region left open ends here
+        if not session.backward_loops_seen:
+            self._first_backward()
+        self._keep_loss(tensors)
+        sampler = session.sampler
+        if sampler is not None and getattr(sampler, "wants_parameters", False):
+            sampler.note_backward(tensors)
+        self._in_tensor_backward += 1
+        started = session.clock()
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            ended = session.clock()
+            self._in_tensor_backward -= 1
+            if session.eval_started is None:
+                session.ledger.seconds["backward"] += ended - started
+        # outside every torch mode's handler: a safe point, then the step may close
+        if session._open:
+            session.checkpoint()
+        session.ledger.doctor_s += (started - entered) + (session.clock() - ended)
+        session.on_backward_done()  # after the call: a failed backward is no step
+        return result
+
+    def _first_backward(self) -> None:
+        session = self.session
+        session.note_training_activity("backward")
+        if session.loop_location is None and session.optimizers_created == 0:
+            session.loop_location = caller_location()  # the loop, should backward() define the step
+        session.backward_loops_seen = True  # a micro-batch loop around backward() is the step's own
+        session.training_loops += [t for t in loops_around(sys._getframe()) if t not in session.training_loops]
 
 
 def _describe(optimizer: Optimizer, created_at) -> OptimizerInfo:
