@@ -393,6 +393,8 @@ class RunSession:
             probe = getattr(self, name, None)
             if budget is None or probe is None or not probe.active:
                 continue
+            if getattr(probe, "sampling_evaluation", False):
+                continue  # the evaluation's own sample, bounded by its batches and time, not the training window's
             # a closure optimizer that evaluates its closure several times a step (LBFGS): one
             # evaluation is a whole forward and backward, all a per-closure probe needs
             closure_cut = closure_s is not None and budget.per_closure and bool(self.steps) \

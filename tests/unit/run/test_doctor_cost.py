@@ -202,6 +202,34 @@ def test_a_generation_loop_in_evaluation_is_sampled_for_a_bounded_time_then_runs
     assert torch._C._len_torch_function_stack() == 0
 
 
+def test_an_evaluation_inside_a_sampled_step_keeps_its_sample_when_the_training_window_is_spent(tmp_path):
+    """The first evaluation is sampled (a `.cpu()` per batch is a habit only it shows) even when it
+    falls in an op-sampled step whose budget runs out: the training window steps aside, and its
+    spent budget cuts it after the evaluation, not the evaluation's own sample."""
+    model = torch.nn.Linear(4, 2)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(12, 4)), batch_size=4)
+    probed = _probed(tmp_path, memory_steps=0, sampled_steps=1, backward_steps=0, line_steps=0, profiled_steps=0)
+    with probed:
+        budget = probed.session.budgets["sampler"]
+        budget.over = lambda *args: True  # spent from the first safe point on
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            loss = model(torch.ones(3, 4)).sum()
+            if step == 1:  # the sampled step: an evaluation inside it
+                model.eval()
+                with torch.no_grad():
+                    for (x,) in loader:
+                        model(x).argmax(-1).cpu()
+                model.train()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    sampler = probed.probes.sampler
+    assert sampler.eval_windows == 1 and sampler.eval_batches == 3 and not sampler.eval_cut
+    assert budget.partial  # the training window was cut, after the evaluation
+    assert torch._C._len_torch_function_stack() == 0
+
+
 # ---- every report shows it ---------------------------------------------------------------------
 def _record_with_cost():
     rec = record(step_s=0.01, steps=10, warmup=2)

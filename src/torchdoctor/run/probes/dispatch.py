@@ -218,6 +218,12 @@ class DispatchSampler:
             return False
         return len(self._modes) < 2 or _get_current_dispatch_mode() is self._modes[1]
 
+    @property
+    def sampling_evaluation(self) -> bool:
+        """The first evaluation's sample is running: bounded by its own batches and time, so a
+        training window's spent budget does not cut it (the training modes stepped aside)."""
+        return self.phase == "eval"
+
     def on_batch(self, in_eval: bool) -> None:
         """A DataLoader batch arrived (the loader probe calls this while the sampler is active):
         sample the first few batches of the first eval."""
