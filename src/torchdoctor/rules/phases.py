@@ -212,6 +212,16 @@ class FrequentCheckpoint(_IntervalPhaseRule):
     )
 
 
+TENSOR_FORMATTING = {"__format__", "__repr__"}  # printing a tensor: f"{loss}", print(grad)
+
+
+def _formats_tensors(finding: Finding) -> bool:
+    """A host-sync finding whose reads are a tensor's formatting (an f-string or print of the
+    tensor): on a CPU the formatting is what the print costs, so the print is still costed."""
+    apis = finding.evidence.get("apis") if isinstance(finding.evidence, dict) else None
+    return bool(apis) and all(str(api).strip(".()") in TENSOR_FORMATTING for api in apis)
+
+
 class LoggingOverhead(Rule):
     code = "TD703"
     slug = "logging-overhead"
@@ -231,8 +241,10 @@ class LoggingOverhead(Rule):
     reduction_factor = 10
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        # a print whose line already has a finding (`print(loss.item())`: the sync) is that finding's
-        taken = frozenset((f.location.path, f.location.line) for f in facts.earlier if f.location is not None)
+        # a print whose line already has a finding (`print(loss.item())`: the sync) is that finding's,
+        # unless that finding is the print formatting a tensor: the formatting is the print's own cost
+        taken = frozenset((f.location.path, f.location.line) for f in facts.earlier
+                          if f.location is not None and not _formats_tensors(f))
         sites = [p for p in record.phases if p.kind == "logging" and p.calls_in_measured >= MIN_REPEATS_IN_WINDOW
                  and not (p.location and (p.location.path, p.location.line) in taken)]
         wall = sum(s.duration_s for s in facts.window)

@@ -381,3 +381,20 @@ def test_ops_in_the_users_own_cell_function_count_as_called_ops():
         s.location = Location("train.py", s.location.line, function)
     (f,) = run(PythonLoopOps, rec)
     assert "vmap" in f.fix and "index_copy_" not in f.fix and "inside the functions and modules it calls" in f.message
+
+
+def test_a_print_that_formats_a_tensor_is_still_costed_beside_its_sync_finding():
+    """`print(f"loss {loss} grad {w.grad}")`: TD201 says the formatting would sync a GPU; on a CPU
+    the formatting is the print's own measured cost, so TD703 still sizes it."""
+    from torchdoctor.model.findings import Finding, Severity
+
+    rec = record(step_s=0.01)
+    rec.phases = [PhaseStats("logging", Location("train.py", 33, "<module>"), calls=30, total_s=0.3,
+                             occurrences=[PhaseOccurrence(after_step=i, t=0.1 * i, seconds=0.01) for i in range(30)])]
+    facts = RunFacts.of(rec)
+    sync = Finding("TD201", "host-sync", Severity.MEDIUM, "t", "m", Location("train.py", 33, "<module>"),
+                   {"apis": ["__format__"]}, "", None, "")
+    facts.earlier = [sync]
+    assert [f.location.line for f in LoggingOverhead().check(rec, facts)] == [33]
+    sync.evidence["apis"] = ["__format__", ".item()"]  # an .item() read too: the line's finding is the sync
+    assert LoggingOverhead().check(rec, facts) == []
