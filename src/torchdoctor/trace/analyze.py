@@ -190,7 +190,7 @@ def _analyze_device(device: int, evs: list, props, windows: list[Window], joins:
         dev.steps.append(StepSummary(label=w.label, start_us=w.start - t0, breakdown=b,
                                      dataloader_us=dataloader.covered(w.start, w.end), kernels=count,
                                      median_kernel_us=med))
-        _accumulate(dev.total, b)
+        add_breakdown(dev.total, b)
     dev.idle_sites = [IdleSiteSummary(cause=s.cause, kind=s.kind, op=s.op, location=s.location, count=s.count,
                                       idle_us=s.idle_us) for s in idle.sites]
     dev.launch = idle.launch_stats()
@@ -204,7 +204,8 @@ def _analyze_device(device: int, evs: list, props, windows: list[Window], joins:
     return dev, [(_window_of_launch(c, joins, windows), c) for c in calls]
 
 
-def _accumulate(total: Breakdown, b: Breakdown) -> None:
+def add_breakdown(total: Breakdown, b: Breakdown) -> None:
+    """Adds one window's (or one group of steps') breakdown to a running total."""
     total.window_us += b.window_us
     total.compute_us += b.compute_us
     total.comm_us += b.comm_us

@@ -33,7 +33,7 @@ import msgspec
 from torchdoctor.errors import InputError
 from torchdoctor.model.trace_summary import (Breakdown, DeviceSummary, HostSummary, IdleSiteSummary, KernelStat,
                                              RankSummary, TransferSummary)
-from torchdoctor.trace.analyze import _RankResult, analyze_events
+from torchdoctor.trace.analyze import _RankResult, add_breakdown, analyze_events
 from torchdoctor.trace.events import (KEPT_TYPES, OPTIMIZER_STEP_PREFIX, STEP_RE, Annotation, CpuOp, Kernel,
                                       TraceEvents, group_events)
 from torchdoctor.trace.kernels import collective_stats
@@ -204,16 +204,6 @@ def _merge_hosts(hosts: list[HostSummary]) -> HostSummary:
     return out
 
 
-def _add(total: Breakdown, b: Breakdown) -> None:
-    total.window_us += b.window_us
-    total.compute_us += b.compute_us
-    total.comm_us += b.comm_us
-    total.copy_us += b.copy_us
-    total.idle_us += b.idle_us
-    for c, v in b.idle_by_cause_us.items():
-        total.idle_by_cause_us[c] = total.idle_by_cause_us.get(c, 0.0) + v
-
-
 def _merge_devices(parts: list[DeviceSummary], calls: list) -> DeviceSummary:
     first = parts[0]
     out = DeviceSummary(device=first.device, name=first.name, compute_capability=first.compute_capability,
@@ -224,7 +214,7 @@ def _merge_devices(parts: list[DeviceSummary], calls: list) -> DeviceSummary:
     comm_overlapped = 0.0
     for d in parts:
         out.steps += d.steps
-        _add(out.total, d.total)
+        add_breakdown(out.total, d.total)
         out.kernels += d.kernels
         out.busy_us += d.busy_us
         out.matmul_fp32_us += d.matmul_fp32_us

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from helpers.clock import FakeClock
 from helpers.records import record
 
 from torchdoctor.diagnosis.run import analyze
@@ -15,17 +16,6 @@ from torchdoctor.report import render
 from torchdoctor.run.budget import WindowBudget
 from torchdoctor.run.cost import doctor_cost
 from torchdoctor.run.session import RunSession, SessionConfig
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
 
 
 class FakeWindow:

@@ -1,19 +1,9 @@
 """RunSession with an injected clock: step intervals, categories, sampling schedule, stop."""
 
 import pytest
+from helpers.clock import FakeClock
 
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
 
 
 class FakeWindow:
