@@ -43,6 +43,17 @@ for step in range(40):
     opt.step()
 """
 
+# the first evaluation falls in the measured steps, where the doctor samples it: its batches
+# (a DataLoader) bound that sample, and nothing of the doctor's may enter the compiled graphs
+CLEAN_EVAL = CLEAN.replace("    opt.step()\n", """    opt.step()
+    if step == 5:
+        model.eval()
+        with torch.no_grad():
+            for (xb,) in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(24, 16)), batch_size=8):
+                model(xb).argmax(-1).cpu()
+        model.train()
+""")
+
 RECOMPILES = """
 import torch
 from torch import nn
@@ -137,3 +148,15 @@ def test_a_graph_break_on_item_is_found_at_its_line(tmp_path):
     assert finding["evidence"]["host_sync"] is True and finding["evidence"]["graphs_per_step"] == 2
     assert "Tensor.item()" in finding["title"]
     assert len(counters["graph_break"]) == 1  # Dynamo's own count: the script's break, none of the doctor's
+
+
+def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone(tmp_path):
+    """The doctor's first-evaluation sample ends at a module call through a global module hook;
+    Dynamo would trace that hook into the compiled graphs (a graph break on the doctor's clock,
+    frames compiled again, other numerics). With compiled code in use the hook is not installed."""
+    assert "if step == 5:" in CLEAN_EVAL
+    _, under = _run(tmp_path, CLEAN_EVAL)
+    (tmp_path / "counters.json").unlink()
+    _, alone = _run(tmp_path, CLEAN_EVAL, doctor=False)
+    assert not under.get("graph_break"), under.get("graph_break")
+    assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"]

@@ -512,6 +512,12 @@ def _called_module(frame, stop) -> str:
     return ""
 
 
+def compiled_code_in_use() -> bool:
+    """The script has compiled code (Dynamo loaded and a frame compiled): a global module hook
+    of the doctor's would be traced into its graphs, a graph break of the doctor's making."""
+    return "torch._dynamo" in sys.modules and _frames_compiled()
+
+
 def _frames_compiled() -> bool:
     """Dynamo has compiled something in this process already."""
     try:

@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdoctor.run.probes.compile import compiled_code_in_use
 from torchdoctor.run.probes.calls import (DATA_DEPENDENT_APIS, DEVICE_TO_HOST_APIS, HOST_SYNC_APIS, MATMUL_OPS,
                                           TRANSFER_APIS, classify_call, first_tensor, matmul_flops)
 from torchdoctor.run.probes.frames import display_path, frame_line, library_of, source_text, user_frame
@@ -187,8 +188,11 @@ class DispatchSampler:
         else:
             self.eval_windows += 1
             self._eval_started = self.clock()
-            # a generation loop may take no batch: each module call is a safe point to end the sample
-            self._eval_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._eval_module_called)
+            # a generation loop may take no batch: each module call is a safe point to end the sample;
+            # not in a script with compiled code, where Dynamo would trace the hook into the graphs
+            # (a graph break, other numerics): its batches alone bound the sample there
+            if not compiled_code_in_use():
+                self._eval_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._eval_module_called)
         self.on_activate()
 
     def deactivate(self) -> None:
