@@ -155,8 +155,12 @@ def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_doe
     Dynamo would trace that hook into the compiled graphs (a graph break on the doctor's clock,
     frames compiled again, other numerics). With compiled code in use the hook is not installed."""
     assert "if step == 5:" in CLEAN_EVAL
-    _, under = _run(tmp_path, CLEAN_EVAL)
+    out, under = _run(tmp_path, CLEAN_EVAL)
     (tmp_path / "counters.json").unlink()
     _, alone = _run(tmp_path, CLEAN_EVAL, doctor=False)
     assert not under.get("graph_break"), under.get("graph_break")
     assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"]
+    # compiling in the first steps, under memory accounting, is the script's cost, not the probe's
+    record = json.loads((out / "record.json").read_text())
+    memory = next(p for p in record["doctor_cost"]["probes"] if p["probe"] == "memory")
+    assert "compiling in its steps is the script's" in memory["note"]

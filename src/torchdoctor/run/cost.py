@@ -15,7 +15,11 @@ EVAL_SAMPLER = "eval_sampler"
 
 def doctor_cost(steps: list[StepSample], budgets: dict[str, WindowBudget], baseline_s: float | None,
                 expected_run_s: float | None, eval_sampled_s: float = 0.0, eval_cut: bool = False,
-                install_s: float = 0.0, finish_s: float = 0.0) -> DoctorCost:
+                install_s: float = 0.0, finish_s: float = 0.0,
+                script_own_s: dict[int, float] | None = None) -> DoctorCost:
+    """`script_own_s`: seconds of the script's own one-off work in a step (torch.compile compiling),
+    which a probe's step is not charged with."""
+    own = script_own_s or {}
     cost = DoctorCost(install_s=round(install_s, 6), finish_s=round(finish_s, 6))
     if not steps:
         return cost
@@ -53,8 +57,11 @@ def doctor_cost(steps: list[StepSample], budgets: dict[str, WindowBudget], basel
             if reasons:
                 row.note = "stopped partway: " + ", ".join(_WHY[r] for r in reasons)
         if ran and median:
-            row.step_ratio = round(statistics.median(s.duration_s / median for s in ran), 3)
-            row.added_s = round(sum(max(0.0, s.duration_s - median) for s in ran), 6)
+            row.step_ratio = round(statistics.median(max(0.0, s.duration_s - own.get(s.index, 0.0)) / median
+                                                     for s in ran), 3)
+            row.added_s = round(sum(max(0.0, s.duration_s - own.get(s.index, 0.0) - median) for s in ran), 6)
+            if any(own.get(s.index) for s in ran):
+                row.note = "; ".join(filter(None, [row.note, "compiling in its steps is the script's, left out"]))
             added += row.added_s
             if any(s.warmup for s in ran):
                 row.note = "; ".join(filter(None, [row.note, "warm-up steps: their ratio includes the script's own "

@@ -213,7 +213,8 @@ class ProbedRun:
         record.doctor_cost = doctor_cost(
             record.steps, session.budgets, session.baseline_s, session.expected_run_s(),
             eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, install_s=self._install_s,
-            finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0)
+            finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0,
+            script_own_s=_compiling_by_step(record))
         if self.options.knobs.get("compile"):
             record.probe_notes.append(
                 ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
@@ -246,3 +247,11 @@ def _save(record: RunRecord, run_dir: Path) -> int:
 
     record.save(run_dir / RECORD_FILE)
     return 0
+
+
+def _compiling_by_step(record: RunRecord) -> dict[int, float]:
+    """Seconds torch.compile spent compiling in each step: the script's own work, whatever the probes."""
+    by_step: dict[int, float] = {}
+    for event in record.compile.events if record.compile is not None else ():
+        by_step[event.step] = by_step.get(event.step, 0.0) + event.seconds
+    return by_step

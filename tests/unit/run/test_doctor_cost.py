@@ -140,6 +140,18 @@ def test_without_budgets_every_window_runs_its_whole_schedule():
     assert session.sampler.active and session.budgets == {}
 
 
+def test_compiling_in_a_probes_step_is_the_scripts_not_the_probes():
+    """torch.compile compiling for 100 s in step 1, under memory accounting: the probe is charged
+    with the step's excess over the median once the compile is left out, not with the compile."""
+    steps = [_step(1, 100.5, ["memory"], warmup=True), *[_step(i, 0.25) for i in range(2, 8)]]
+    charged = doctor_cost(steps, {}, baseline_s=0.25, expected_run_s=110.0)
+    fair = doctor_cost(steps, {}, baseline_s=0.25, expected_run_s=110.0, script_own_s={1: 100.0})
+    (memory,) = fair.probes
+    assert charged.probes[0].added_s == pytest.approx(100.25)
+    assert memory.added_s == pytest.approx(0.25) and memory.step_ratio == pytest.approx(2.0)
+    assert "compiling in its steps is the script's" in memory.note
+
+
 # ---- the real probes ---------------------------------------------------------------------------
 def _probed(tmp_path, **schedule):
     from torchdoctor.run.probed import ProbedRun, ProbeOptions
