@@ -22,6 +22,9 @@ TF32_MAJOR = 8  # Ampere and newer have TF32
 # small CNN or MLP step issues a few dozen to a couple of hundred ops.
 COMPILE_MIN_OPS_PER_STEP = 500
 COMPILE_SMALL_OP_NUMEL = 64 * 1024
+# An op's fixed cost (dispatch, a kernel launch) is ~5-20 µs: when the step's time per op is ten
+# times that, arithmetic (a few large matmuls among many small ops), not overhead, sets the pace
+COMPILE_MAX_STEP_S_PER_OP = 200e-6
 
 
 class SmallBatch(Rule):
@@ -183,13 +186,18 @@ class CompileCandidate(Rule):
         numel = _op_weighted_median_numel(d.sites)
         if per_step < COMPILE_MIN_OPS_PER_STEP or numel > COMPILE_SMALL_OP_NUMEL:
             return []
+        per_op_s = facts.step_s / per_step if facts.step_s else None
+        if per_op_s is not None and per_op_s > COMPILE_MAX_STEP_S_PER_OP:
+            return []  # the step's time is in large ops: fusing the small ones around them saves little
+        pace = (f" (the step takes {per_op_s * 1e6:.0f} µs per op)" if per_op_s is not None else "")
         return [self.finding(
             title=f"{per_step:.0f} ops per step of {numel:,} elements (median): a candidate for torch.compile",
             message=(f"The sampled steps issued {per_step:.0f} aten ops each, the typical one over {numel:,} "
-                     f"elements: per-op overhead, not arithmetic, sets the pace. A compiler can fuse chains of "
-                     f"such ops into few kernels."),
+                     f"elements{pace}: per-op overhead, not arithmetic, sets the pace. A compiler can fuse "
+                     f"chains of such ops into few kernels."),
             location=None,
-            evidence={"ops_per_step": round(per_step, 1), "median_numel": numel, "sampled_steps": d.sampled_steps},
+            evidence={"ops_per_step": round(per_step, 1), "median_numel": numel, "sampled_steps": d.sampled_steps,
+                      "step_us_per_op": round(per_op_s * 1e6, 1) if per_op_s is not None else None},
             speedup=None,
             basis="not estimated: what fusion gains depends on the model; measure it with "
                   "`torchdoctor run --set compile=true` or `torchdoctor tune`",

@@ -2,6 +2,7 @@
 recompile limit), TD406 graph breaks, TD404 silent on a compiled script, compiling in the
 wall-time table."""
 
+import pytest
 from helpers.records import loader, record, sampled, site
 
 from torchdoctor.diagnosis.wall_time import wall_time_table
@@ -107,6 +108,18 @@ def test_td404_is_silent_when_the_script_compiles():
     assert CompileCandidate().check(rec, RunFacts.of(rec))  # a candidate, uncompiled
     rec.compile = CompileInfo(compiled_at=[Location("train.py", 8, "<module>")], events=[_event("0/0", 1)])
     assert CompileCandidate().check(rec, RunFacts.of(rec)) == []
+
+
+def test_td404_is_silent_when_large_ops_set_the_pace():
+    """1,000 small ops in a 10 ms step (10 µs each): overhead sets the pace; the same ops in a 12 s
+    step (llm.c's GPT-2 on a CPU: ~4 ms per op) spend it in a few large matmuls."""
+    rec = sampled(record(steps=10, step_s=0.01), sites=[site(10, 3000)], windows=3)
+    rec.dispatch.total_ops = 3000
+    (finding,) = CompileCandidate().check(rec, RunFacts.of(rec))
+    assert finding.evidence["step_us_per_op"] == pytest.approx(10.0)  # 3,000 ops over 3 sampled steps
+    slow = sampled(record(steps=10, step_s=12.0), sites=[site(10, 3000)], windows=3)
+    slow.dispatch.total_ops = 3000
+    assert CompileCandidate().check(slow, RunFacts.of(slow)) == []
 
 
 def test_compiling_is_a_row_of_the_wall_time_table():
