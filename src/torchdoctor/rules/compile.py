@@ -9,6 +9,8 @@ the changing value comes from (the training batches' shapes, the line that compu
 
 from __future__ import annotations
 
+from collections import Counter
+
 import re
 from dataclasses import dataclass, field
 
@@ -224,7 +226,11 @@ class Recompilation(Rule):
         guards = _merge_guards(recompiles)
         main = guards[0] if guards else Guard("other", "a guard")
         name = frame.name()
-        call = frame.first.called_from
+        # where the recompiling calls came from (an evaluation, a generate()), else the first compile's call
+        sites = Counter(str(e.called_from) for e in recompiles if e.called_from is not None)
+        busiest = next((e for e in recompiles if sites and str(e.called_from) == sites.most_common(1)[0][0]), None)
+        call = busiest.called_from if busiest is not None else frame.first.called_from
+        call_text = busiest.call_text if busiest is not None else frame.first.call_text
         seconds = frame.seconds(recompiles)
         value_from, shapes = _batch_source(record, main)
         value_from = main.value_line or value_from
@@ -237,7 +243,7 @@ class Recompilation(Rule):
         elif value_from is not None:
             message += f" The changing value comes from {value_from}."
         if call is not None:
-            message += f" Called at {call}" + (f": `{frame.first.call_text}`." if frame.first.call_text else ".")
+            message += f" Called at {call}" + (f": `{call_text}`." if call_text else ".")
         evidence = {"function": name, "compiles": len(frame.events), "recompiles": len(recompiles),
                     "recompile_s": round(seconds, 3), "guards": [g.raw for g in guards][:4],
                     "plain": plain, "recompile_s_in_measured_steps": round(inside, 3),
@@ -259,8 +265,14 @@ class Recompilation(Rule):
         speedup = amdahl(measured_s, inside) if measured_s > 0 and inside > 0 else None
         if speedup is not None and speedup < MIN_REPORTED_SPEEDUP:
             speedup = None
+        # grad mode has two values: its variant compiles once a run, however long, not per step
+        once = bool(guards) and all(g.kind == "grad-mode" for g in guards)
+        if once:
+            speedup = None
         severity = severity_for(speedup) if speedup is not None else Severity.LOW
-        basis = (f"measured: {inside:.2f} s of the measured steps' {measured_s:.2f} s were recompiling "
+        basis = ("measured: Dynamo's compile events; a grad-mode variant (an evaluation under `torch.no_grad()`) "
+                 "compiles once a run, so its cost does not grow with the run's length" if once else
+                 f"measured: {inside:.2f} s of the measured steps' {measured_s:.2f} s were recompiling "
                  "(Dynamo's compile callbacks); removing them is the estimate"
                  if speedup is not None else
                  "measured: Dynamo's compile events; the recompiles fell before the measured steps, so a longer "

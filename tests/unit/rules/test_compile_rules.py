@@ -131,3 +131,17 @@ def test_compiling_is_a_row_of_the_wall_time_table():
     (row,) = [r for r in table.rows if "compiling" in r[0]]
     assert row[1] == 1.2 and row[2] == "40%"
     assert "Net.forward" not in row[3] and "forward called at train.py:40" in row[3] and "2 compiles" in row[3]
+
+
+def test_a_grad_mode_recompile_in_an_evaluation_is_placed_there_and_paid_once():
+    """An evaluation under `torch.no_grad()` recompiles the model once (grad mode): the finding
+    points at the evaluation's call, not the training call, and is not ranked as a per-step cost."""
+    rec = record(step_s=0.1, steps=10, warmup=2)
+    evaluation = Location("train.py", 80, "evaluate")
+    recompile = _event("0/1", 6, seconds=3.0, reason="0/0: GLOBAL_STATE changed: grad_mode ")
+    recompile.called_from, recompile.call_text = evaluation, "logits = model(x_val)"
+    rec.compile = CompileInfo(events=[_event("0/0", 1), recompile])
+    (finding,) = Recompilation().check(rec, RunFacts.of(rec))
+    assert finding.location == evaluation and "`logits = model(x_val)`" in finding.message
+    assert finding.severity == Severity.LOW and finding.estimated_speedup is None
+    assert "compiles once a run" in finding.estimate_basis
