@@ -398,3 +398,19 @@ def test_a_print_that_formats_a_tensor_is_still_costed_beside_its_sync_finding()
     assert [f.location.line for f in LoggingOverhead().check(rec, facts)] == [33]
     sync.evidence["apis"] = ["__format__", ".item()"]  # an .item() read too: the line's finding is the sync
     assert LoggingOverhead().check(rec, facts) == []
+
+
+def test_one_slow_print_among_fast_ones_is_not_the_rate():
+    """Six prints in 30 steps of 1 ms: the first took 4.5 ms (its first write to a pipe), the others
+    70 µs. At the typical call time printing is ~1.4 % of the steps, not 16 %: no finding."""
+    rec = record(step_s=0.001, steps=30)
+    seconds = [0.0045] + [0.00007] * 5
+    rec.phases = [PhaseStats("logging", Location("main.py", 45, "<module>"), calls=6, total_s=sum(seconds),
+                             in_measured_steps_s=sum(seconds), calls_in_measured=6,
+                             occurrences=[PhaseOccurrence(after_step=5 * (i + 1), t=0.005 * (i + 1), seconds=s)
+                                          for i, s in enumerate(seconds)])]
+    assert run(LoggingOverhead, rec) == []
+    for occurrence in rec.phases[0].occurrences:  # every print that slow: a real cost
+        occurrence.seconds = 0.0045
+    rec.phases[0].in_measured_steps_s = 0.027
+    assert [f.code for f in run(LoggingOverhead, rec)] == ["TD703"]
