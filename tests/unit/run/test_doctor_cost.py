@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from helpers.clock import FakeClock
+from helpers.session_fakes import FakeClock, FakeWindow
 from helpers.records import record
 
 from torchdoctor.diagnosis.run import analyze
@@ -16,19 +16,6 @@ from torchdoctor.report import render
 from torchdoctor.run.budget import WindowBudget
 from torchdoctor.run.cost import doctor_cost
 from torchdoctor.run.session import RunSession, SessionConfig
-
-
-class FakeWindow:
-    def __init__(self, session=None, name=""):
-        self.active = False
-        self.activations = 0
-
-    def activate(self, phase):
-        self.active = True
-        self.activations += 1
-
-    def deactivate(self):
-        self.active = False
 
 
 def _step(index, seconds, probes=(), partial=(), doctor_s=0.0, warmup=False):

@@ -1,22 +1,9 @@
 """RunSession with an injected clock: step intervals, categories, sampling schedule, stop."""
 
 import pytest
-from helpers.clock import FakeClock
+from helpers.session_fakes import FakeClock, FakeWindow
 
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
-
-
-class FakeWindow:
-    def __init__(self):
-        self.active = False
-        self.activations = 0
-
-    def activate(self, phase):
-        self.active = True
-        self.activations += 1
-
-    def deactivate(self):
-        self.active = False
 
 
 def test_step_intervals_and_categories_are_exact():
