@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from torchdoctor.model.findings import Finding, Severity
@@ -225,6 +226,10 @@ class LoopCost:
             line_s, timing = sum(map(profile.line_share, hits)) * facts.step_s, LINE_SAMPLER_BASIS
         else:  # too few stack samples landed there to size it (many short ops): the ops' own timing
             line_s, timing = min(ops_time_s / windows, facts.step_s), DISPATCH_BASIS
+        # the node hooks that time backward slow it: never more than the clean steps' whole backward
+        clean = [st.backward_s for st in facts.window if not st.sampled and st.backward_s > 0]
+        if clean:
+            backward_s = min(backward_s, statistics.median(clean))
         per_op = line_s / ops_per_step
         # the vectorized version: one op per op kind, forward and backward
         after = per_op * max(1, op_kinds) * (2 if backward_s else 1)
