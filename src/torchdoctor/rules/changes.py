@@ -55,8 +55,9 @@ def busy_machine_explains(change: ChangePoint) -> bool:
 def _level_line(change: ChangePoint) -> str:
     b, a = change.before, change.after
     return (f"the median step went from {ms(b.median):.2f} ms (spread ±{ms(b.spread):.2f} ms over the {b.steps} steps "
-            f"before it) to {ms(a.median):.2f} ms over the {a.steps} steps after; the test needed a shift above "
-            f"{ms(change.threshold):.2f} ms ({K_SPREAD:g} spreads of the steps before it, or 3 % of the step)")
+            f"before it) to {ms(a.median):.2f} ms over the {a.steps} steps after; the test needed the fast quarter "
+            f"of the steps to move by more than {ms(change.threshold):.2f} ms ({K_SPREAD:g} spreads of the steps "
+            "before it, or 3 % of the step), in nearly every step after it")
 
 
 class _ShiftRule(Rule):

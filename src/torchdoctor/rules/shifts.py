@@ -5,19 +5,23 @@ The test, on a series (step time, data wait) of steps measured clean:
 
 - the reference is the REFERENCE_STEPS steps before the last RECENT_STEPS (never before the
   previous change: a level is compared with its own stretch only);
-- its level is the median, its noise the robust spread (1.4826 x the median absolute deviation,
-  the standard deviation of a normal series, unmoved by the odd spike of a busy machine);
-- the recent steps' median must differ from the reference's by more than K_SPREAD spreads
-  (and by more than MIN_SHIFT_SHARE of the step, below which no change is worth a finding), and
+- its level is its fast quarter (the LEVEL_QUANTILE), its noise the robust spread (1.4826 x the
+  median absolute deviation, the standard deviation of a normal series, unmoved by the odd spike).
+  The fast quarter, not the median: on a shared machine other processes preempt the training
+  thread for a slice of some steps (a 2.7 ms step then takes 6.7 ms), and the share of such steps
+  comes and goes with the neighbours' load, moving the median between the two modes while the
+  script did nothing different; the script's own change moves every step, its fast ones too;
+- the recent steps' level must differ from the reference's by more than K_SPREAD spreads (and by
+  more than MIN_SHIFT_SHARE of the step, below which no change is worth a finding), and
   PERSIST_SHARE of the recent steps must lie beyond half the shift: one slow step, or a few, is
   noise; a new level is not;
 - where it began: the split of reference + recent into two stretches with the least squared
   error about their two means (the change-point estimate of a single step change), on values
   clipped to the series' 5-95 % range so a spike cannot pull it.
 
-Memory creep: the high-water mark rose in most of the last MEMORY_CHECKS checks (not a one-off
-jump) by more than MEMORY_MIN_GROWTH_BYTES, and at its rate it reaches the limit within
-MEMORY_HORIZON_S.
+Memory creep: the high-water mark rose in most of the last MEMORY_CHECKS checks, spread over at
+least MEMORY_MIN_SPAN_S (not a one-off jump, not the start filling its caches), by more than
+MEMORY_MIN_GROWTH_BYTES, and at its rate it reaches the limit within MEMORY_HORIZON_S.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ MIN_SHIFT_SHARE = 0.03
 REFERENCE_STEPS = 100  # the steps whose spread is the noise (at most; at least MIN_REFERENCE)
 MIN_REFERENCE = 30
 RECENT_STEPS = 20  # the new level must hold over this many steps
-PERSIST_SHARE = 0.75  # ... this share of them beyond half the shift
+PERSIST_SHARE = 0.9  # ... this share of them beyond half the shift
+LEVEL_QUANTILE = 0.25
 MEMORY_CHECKS = 8  # memory: growth in most of the last this many checks
 MEMORY_MIN_GROWTH_BYTES = 64 * 1024 * 1024
+# ... over at least this long: the first minute of a run fills caches, allocator pools and datasets
+MEMORY_MIN_SPAN_S = 60.0
 MEMORY_HORIZON_S = 24 * 3600.0  # a creep that would reach the limit within a day is reported
 
 
@@ -59,6 +66,11 @@ def spread(values: list[float]) -> float:
         return 0.0
     m = statistics.median(values)
     return 1.4826 * statistics.median(abs(v - m) for v in values)
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def best_split(values: list[float]) -> int:
@@ -92,10 +104,10 @@ def recent_shift(values: list[float], scale: float | None = None, recent: int = 
         return None
     ref = values[max(0, n - recent - reference):n - recent]
     tail = values[n - recent:]
-    before, noise = statistics.median(ref), spread(ref)
-    after = statistics.median(tail)
+    before, noise = quantile(ref, LEVEL_QUANTILE), spread(ref)
+    after = quantile(tail, LEVEL_QUANTILE)
     shift = after - before
-    floor = MIN_SHIFT_SHARE * (scale if scale is not None else before)
+    floor = MIN_SHIFT_SHARE * (scale if scale is not None else statistics.median(ref))
     threshold = max(K_SPREAD * noise, floor)
     if abs(shift) <= threshold:
         return None
@@ -135,7 +147,9 @@ def memory_creep(times: list[float], high_water: list[int], limit: int | None) -
     if grown < MEMORY_MIN_GROWTH_BYTES or times[-1] <= times[0]:
         return None
     span = times[-1] - times[-(MEMORY_CHECKS + 1)]
-    rate = (last[-1] - last[0]) / span if span > 0 else 0.0
+    if span < MEMORY_MIN_SPAN_S:
+        return None
+    rate = (last[-1] - last[0]) / span
     if rate <= 0:
         return None
     left = None if limit is None else max(0.0, (limit - high_water[-1]) / rate)

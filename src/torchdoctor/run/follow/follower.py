@@ -51,6 +51,7 @@ WINDOW_SHARE = 0.02  # later windows' extra time: at most this share of the run'
 STALL_FACTOR = 100.0
 STALL_MIN_S = 60.0
 BLACKBOX_POINTS = 50  # the black box keeps the last this many steps' figures
+MEMORY_CHECK_S = 8.0  # the memory high-water mark is kept this often (its maximum in between)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Follower:
         self._mem: list[int] = []
         self._mem_reported = False
         self._last_step_t: float | None = None
+        self._first_measured_t: float | None = None  # when the first step after the warm-up ended
         self._longest_gap = 0.0
         self._last_flush = 0.0
         self._exported_step = 0
@@ -206,6 +208,8 @@ class Follower:
                                   sampled=sampled, warmup=warmup)
             new.append(point)
             self._window_step(point, probes)
+            if not warmup and self._first_measured_t is None:
+                self._first_measured_t = end
             if self._last_step_t is not None and not warmup:
                 self._longest_gap = max(self._longest_gap, end - self._last_step_t)
             self._last_step_t = end
@@ -232,7 +236,9 @@ class Follower:
         mark = self._high_water()
         if mark is None:
             return
-        if not self._mem or now - self._mem_t[-1] >= max(1.0, self.options.every_s / 2):
+        if self._first_measured_t is None:  # the warm-up fills caches and pools: memory is watched after it
+            return
+        if not self._mem or now - self._mem_t[-1] >= max(MEMORY_CHECK_S, self.options.every_s / 2):
             self._mem_t.append(now)
             self._mem.append(mark)
             if len(self._mem) > 4096:  # bounded: every other old check
