@@ -203,3 +203,39 @@ def test_report_works_on_a_live_directory_and_sigterm_leaves_the_black_box(tmp_p
     box = record["follow"]["blackbox"]
     assert box["reason"] == "signal" and "SIGTERM" in box["message"]
     assert any(t["main"] and t["frames"] for t in box["threads"])
+
+
+WATCHED = """
+import json, sys, torch, torchdoctor
+from torch import nn
+model = nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 16)
+try:
+    with torchdoctor.watch(out=sys.argv[1], follow=True, follow_every_s=0.5) as doc:
+        for i in range(250):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 239:
+                raise ValueError("bad batch at step 240")
+except ValueError:
+    pass
+print(json.dumps({"steps": len(doc.record.steps), "status": doc.record.run.status,
+                  "box": doc.record.follow.blackbox.reason, "where": doc.record.follow.blackbox.where.line}))
+"""
+
+
+def test_watch_follow_runs_the_block_to_its_end_with_the_black_box(tmp_path):
+    script = tmp_path / "watched.py"
+    script.write_text(WATCHED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # no step limit (30 by default without follow): the block ran until it raised at its 240th step
+    assert result == {"steps": 240, "status": "crashed", "box": "exception",
+                      "where": WATCHED.splitlines().index('                raise ValueError("bad batch at step 240")') + 1}
+    assert (tmp_path / "run" / "timeline.jsonl").exists()
