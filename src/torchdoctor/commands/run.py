@@ -102,8 +102,8 @@ def main(argv: Sequence[str]) -> int:
     from torchdoctor.model.layout import create_run_dir
 
     check_target(target, module)
+    follow = _follow_options(opts) if opts.follow else None  # a missing exporter library: before the directory
     run_dir = create_run_dir(opts.out, target)
-    follow = _follow_options(opts, run_dir) if opts.follow else None
     progress = RunProgress(total_steps=0 if opts.follow else opts.steps, warmup=opts.warmup,
                            enabled=False if follow is not None and follow.panel is not None else None)
     with _script_output_kept_off_stdout(opts.format == "json") as report_stream:
@@ -146,7 +146,7 @@ def _resolve_limits(opts) -> None:
         opts.max_seconds = FOLLOW_MAX_SECONDS if opts.follow else DEFAULT_MAX_SECONDS
 
 
-def _follow_options(opts, run_dir: Path):
+def _follow_options(opts):
     """What --follow does besides the timeline: the exporters and the live panel (run/follow/)."""
     from torchdoctor.run.follow.follower import FollowOptions
 
@@ -155,7 +155,7 @@ def _follow_options(opts, run_dir: Path):
         from torchdoctor.integrations.exporters import make_exporters
 
         follow.sinks = make_exporters(tensorboard=opts.tensorboard, prometheus_port=opts.prometheus_port,
-                                      prometheus_textfile=opts.prometheus_textfile, run_dir=run_dir)
+                                      prometheus_textfile=opts.prometheus_textfile)
     if opts.live is not False and opts.format != "json":
         from torchdoctor.run.follow.panel import LivePanel
 

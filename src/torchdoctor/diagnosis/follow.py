@@ -57,6 +57,8 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
     follow = record.follow
     if follow is None:
         return
+    if report.summary is not None:  # the record keeps the start and the end of a long job (run/follow/kept.py)
+        report.summary.steps_total = max(report.summary.steps_total, follow.steps)
     changes = shift_changes(follow)
     for i, change in enumerate(changes):
         end = changes[i + 1].step if i + 1 < len(changes) else None
@@ -190,6 +192,9 @@ def _cost_note(record: RunRecord, follow: FollowRecord) -> str:
              f"usual time ({share:.2%} of the run; bound {follow.window_share:.0%})")
     if follow.windows_skipped:
         text += f"; {follow.windows_skipped} periodic windows skipped, the bound spent"
+    if follow.steps_dropped:
+        text += (f". The record keeps the first and the last steps; {follow.steps_dropped:,} steps in between are in "
+                 "the timeline only")
     if follow.exports:
         text += f". Also sent to: {', '.join(follow.exports)}"
     return text + "."

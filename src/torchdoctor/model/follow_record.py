@@ -132,6 +132,7 @@ class FollowRecord:
     timeline_file: str = "timeline.jsonl"
     every_s: Seconds = 10.0  # the timeline is appended (and flushed) this often
     steps: Count = 0  # steps seen in all
+    steps_dropped: Count = 0  # of the record's `steps`: the middle of a long job (the timeline has them all)
     points: list[TimelinePoint] = field(default_factory=list)  # the (thinned) series, as the timeline holds it
     thinned_to: Count = 1  # the largest span of an older point
     windows: list[ProbeWindow] = field(default_factory=list)

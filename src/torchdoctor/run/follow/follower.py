@@ -39,6 +39,7 @@ from torchdoctor.model.layout import LIVE_FILE, TIMELINE_FILE
 from torchdoctor.model.location import Location
 from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
 from torchdoctor.run.follow.blackbox import capture
+from torchdoctor.run.follow.kept import TRIM_EVERY, KeptSteps
 from torchdoctor.run.follow.timeline import Timeline
 
 TICK_S = 0.25  # the follower's thread wakes this often: tests, stall check, window bookkeeping
@@ -75,6 +76,8 @@ class Follower:
                                    window_share=options.window_share)
         self.timeline = Timeline(run_dir / TIMELINE_FILE)
         self.main_ident = threading.get_ident()
+        if not session.steps and type(session.steps) is list:
+            session.steps = KeptSteps()  # len() counts every step; the middle of a long job is dropped
         self._incoming: collections.deque = collections.deque()
         self._lock = threading.Lock()  # the follower's state: its thread vs a black box on the training thread
         self._wake = threading.Event()
@@ -108,6 +111,18 @@ class Follower:
     def on_step(self, s) -> None:
         self._incoming.append((s.index, s.start, s.end, s.data_wait_s, s.backward_s + s.optimizer_s + s.zero_grad_s,
                                s.samples, s.sampled or bool(s.probes), s.warmup, tuple(s.probes)))
+        if s.index % TRIM_EVERY == 0:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Keep the record bounded (run/follow/kept.py): the session's steps, and its clean step
+        durations (the baseline reads the last 64)."""
+        steps = self.session.steps
+        if isinstance(steps, KeptSteps):
+            steps.trim()
+        clean = getattr(self.session, "_clean", None)
+        if isinstance(clean, list) and len(clean) > 4 * TRIM_EVERY:
+            del clean[:-2 * TRIM_EVERY]
 
     def on_failure(self, exc: BaseException) -> None:
         self.black_box("exception", f"{type(exc).__name__}: {exc}".strip()[:500], exc=exc)
@@ -141,6 +156,7 @@ class Follower:
         return self.snapshot()
 
     def snapshot(self, live: bool = False) -> FollowRecord:
+        self.record.steps_dropped = getattr(self.session.steps, "dropped", 0)
         rec = dataclasses.replace(self.record, points=list(self.timeline.points), windows=list(self.record.windows),
                                   changes=list(self.record.changes), thinned_to=self.timeline.thinned_to,
                                   exports=[getattr(s, "describe", lambda: type(s).__name__)() for s in self.options.sinks],

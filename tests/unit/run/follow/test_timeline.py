@@ -49,3 +49,17 @@ def test_a_damaged_line_is_skipped(tmp_path):
     path.write_text('{"step": 1, "t": 0.1, "step_s": 0.01}\n{"step": -2, "t": 0.2, "step_s": 0.01}\nnot json\n'
                     '{"step": 3, "t": 0.3, "step_s": 0.01}\n')
     assert [p.step for p in read_timeline(path)] == [1, 3]
+
+
+def test_kept_steps_count_every_step_and_hold_the_first_and_the_last():
+    from torchdoctor.run.follow.kept import KeptSteps
+
+    steps = KeptSteps()
+    for i in range(1, 5001):
+        steps.append(i)
+        if i % 100 == 0:
+            steps.trim(first=200, last=1000)
+    assert len(steps) == 5000  # the session numbers the next step len(steps) + 1
+    held = list(steps)
+    assert held[:200] == list(range(1, 201)) and held[-1000:] == list(range(4001, 5001))
+    assert len(held) < 200 + 1000 + 1000 and steps[-1] == 5000 and bool(steps)
