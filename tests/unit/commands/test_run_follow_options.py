@@ -40,3 +40,20 @@ def test_a_missing_exporter_library_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pip install 'torchdoctor[prometheus]'" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_live_record_is_one_line_and_exit_2(tmp_path, capsys):
+    """A live directory is a file users pass around too: live.json is read bounded, as record.json."""
+    (tmp_path / "live.json").write_text('{"schema_version": 9, "run": {"script": "x"}, "steps": [{"index": -1}]}')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "live.json" in err and "Traceback" not in err
+
+
+def test_a_live_record_that_is_not_a_regular_file_is_refused(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "live.json")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "live.json" in err

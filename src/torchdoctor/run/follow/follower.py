@@ -79,7 +79,7 @@ class Follower:
         if not session.steps and type(session.steps) is list:
             session.steps = KeptSteps()  # len() counts every step; the middle of a long job is dropped
         self._incoming: collections.deque = collections.deque()
-        self._lock = threading.Lock()  # the follower's state: its thread vs a black box on the training thread
+        self._lock = threading.RLock()  # the follower's state: its thread vs a black box on the training thread
         self._wake = threading.Event()
         self._done = False
         self._thread = threading.Thread(target=self._run, name="torchdoctor-follow", daemon=True)
@@ -189,12 +189,16 @@ class Follower:
             if self._done:
                 return
             try:
-                with self._lock:
-                    self._tick()
+                self.tick()
             except Exception as exc:  # never let the follower's failure reach the training
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 if len(self.errors) > 20:
                     return
+
+    def tick(self) -> None:
+        """The thread's work once: drain, test, plan, check for a stall, write when due."""
+        with self._lock:
+            self._tick()
 
     def _tick(self, final: bool = False) -> None:
         session = self.session
@@ -497,13 +501,9 @@ class Follower:
         base = self.session.baseline_s
         usual = f", the usual step {base * 1000:.1f} ms" if base else ""
         message = f"no step finished for {quiet:.1f} s after step {self.record.steps} (limit {limit:g} s{usual})"
-        self._lock.release()  # black_box takes it
-        try:
-            self.black_box("stall", message)
-            if self.record.blackbox is not None:
-                self.record.blackbox.stall_s, self.record.blackbox.stall_limit_s = round(quiet, 3), limit
-        finally:
-            self._lock.acquire()
+        self.black_box("stall", message)
+        if self.record.blackbox is not None:
+            self.record.blackbox.stall_s, self.record.blackbox.stall_limit_s = round(quiet, 3), limit
         self.session.request_stop("stalled")
 
     # ---- writing -----------------------------------------------------------------------------
