@@ -65,6 +65,12 @@ def test_tensorboard_scalars_and_change_events_and_the_prometheus_textfile(tmp_p
     changes = families["torchdoctor_changes"].samples
     assert any(s.name == "torchdoctor_changes_total" and s.value >= 1 for s in changes)
     assert "Also sent to: TensorBoard" in (out / "report.md").read_text()
+    # the report's findings, as events once the run is diagnosed
+    assert "torchdoctor/findings/text_summary" in texts
+    table = acc.Tensors("torchdoctor/findings/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "follow_slow_loader.py:" in table and ("TD902" in table or "TD903" in table)
+    found = [s for s in families["torchdoctor_finding"].samples if s.labels["code"] in ("TD902", "TD903")]
+    assert found and "follow_slow_loader.py:" in found[0].labels["where"] and found[0].value > 1.5
 
 
 LONG = """
@@ -120,3 +126,60 @@ def test_an_export_without_follow_is_a_one_line_usage_error(tmp_path):
                           env=env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "add --follow" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_otlp_metrics_and_events_reach_a_collector(tmp_path):
+    """An OTLP/HTTP receiver in the test: what arrives is decoded with OpenTelemetry's own protobufs."""
+    import http.server
+    import threading
+
+    metrics_pb = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+    logs_pb = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    received: dict[str, list[bytes]] = {"/v1/metrics": [], "/v1/logs": []}
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.setdefault(self.path, []).append(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "run"
+        done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
+                               "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}", "--out", str(out),
+                               str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-3000:]
+    names, last_step = set(), 0
+    for body in received["/v1/metrics"]:
+        request = metrics_pb.ExportMetricsServiceRequest.FromString(body)
+        for rm in request.resource_metrics:
+            assert any(a.key == "service.name" and a.value.string_value == "torchdoctor" for a in rm.resource.attributes)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    names.add(metric.name)
+                    if metric.name == "torchdoctor.step":
+                        last_step = max(last_step, max(p.as_int or int(p.as_double) for p in metric.gauge.data_points))
+    assert {"torchdoctor.step", "torchdoctor.step_time", "torchdoctor.data_wait", "torchdoctor.samples_per_second",
+            "torchdoctor.memory.high_water", "torchdoctor.changes"} <= names
+    assert last_step == 600
+    records = []
+    for body in received["/v1/logs"]:
+        for rl in logs_pb.ExportLogsServiceRequest.FromString(body).resource_logs:
+            for sl in rl.scope_logs:
+                records += [(r.body.string_value, {a.key: a.value for a in r.attributes}) for r in sl.log_records]
+    changes = [(text, attrs) for text, attrs in records if attrs["torchdoctor.event"].string_value == "change"]
+    assert changes and "changed at step" in changes[0][0]
+    findings = [attrs for _, attrs in records if attrs["torchdoctor.event"].string_value == "finding"]
+    shift = next(a for a in findings if a["torchdoctor.code"].string_value in ("TD902", "TD903"))
+    assert shift["code.filepath"].string_value.endswith("follow_slow_loader.py") and shift["code.lineno"].int_value > 0
+    assert shift["torchdoctor.estimated_speedup"].double_value > 1.5

@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
                              "(pip install 'torchdoctor[prometheus]')")
     follow.add_argument("--prometheus-textfile", type=Path, metavar="FILE",
                         help="write the figures to FILE for node-exporter's textfile collector")
+    follow.add_argument("--otlp-endpoint", metavar="URL",
+                        help="push the figures and events to an OpenTelemetry collector over OTLP/HTTP, e.g. "
+                             "http://localhost:4318 (pip install 'torchdoctor[otlp]')")
     follow.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
                         help="a live panel on stderr (default: on a terminal only, never in pipes or CI)")
     dist = p.add_argument_group("several ranks (through torch.distributed.run, torchrun's launcher)")
@@ -107,8 +110,10 @@ def main(argv: Sequence[str]) -> int:
     progress = RunProgress(total_steps=0 if opts.follow else opts.steps, warmup=opts.warmup,
                            enabled=False if follow is not None and follow.panel is not None else None)
     with _script_output_kept_off_stdout(opts.format == "json") as report_stream:
+        exporters = list(follow.sinks) if follow is not None else []
+
         def finish(record) -> int:
-            return _finish(record, run_dir, opts.format, progress, report_stream)
+            return _finish(record, run_dir, opts.format, progress, report_stream, exporters)
 
         request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
                              steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
@@ -133,7 +138,8 @@ def _resolve_limits(opts) -> None:
     from torchdoctor.model.limits import FOLLOW_MAX_SECONDS, FOLLOW_STEPS
 
     exports = [name for name, value in (("--tensorboard", opts.tensorboard), ("--prometheus-port", opts.prometheus_port),
-                                        ("--prometheus-textfile", opts.prometheus_textfile)) if value is not None]
+                                        ("--prometheus-textfile", opts.prometheus_textfile),
+                                        ("--otlp-endpoint", opts.otlp_endpoint)) if value is not None]
     if exports and not opts.follow:
         raise UsageError(f"{exports[0]} sends a followed run's figures; add --follow")
     if opts.prometheus_port is not None and not 0 < opts.prometheus_port < 65536:
@@ -150,12 +156,13 @@ def _follow_options(opts):
     """What --follow does besides the timeline: the exporters and the live panel (run/follow/)."""
     from torchdoctor.run.follow.follower import FollowOptions
 
-    follow = FollowOptions(every_s=opts.timeline_every, stall_s=opts.stall_timeout)
-    if opts.tensorboard is not None or opts.prometheus_port is not None or opts.prometheus_textfile is not None:
+    # the exporters get the report's findings after the run, then this command closes them (_finish)
+    follow = FollowOptions(every_s=opts.timeline_every, stall_s=opts.stall_timeout, close_sinks=False)
+    if any(v is not None for v in (opts.tensorboard, opts.prometheus_port, opts.prometheus_textfile, opts.otlp_endpoint)):
         from torchdoctor.integrations.exporters import make_exporters
 
         follow.sinks = make_exporters(tensorboard=opts.tensorboard, prometheus_port=opts.prometheus_port,
-                                      prometheus_textfile=opts.prometheus_textfile)
+                                      prometheus_textfile=opts.prometheus_textfile, otlp_endpoint=opts.otlp_endpoint)
     if opts.live is not False and opts.format != "json":
         from torchdoctor.run.follow.panel import LivePanel
 
@@ -194,7 +201,7 @@ class _NoProgress:
         sys.stderr.write(message + "\n")
 
 
-def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
+def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO, exporters=()) -> int:
     """Everything after the script: evidence, diagnosis, the run directory, the printed
     report. Also called from the watchdog's thread when it must end a script that would not
     stop, so it never raises: it returns the exit code."""
@@ -203,6 +210,7 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     from torchdoctor.run.children import end_descendants
 
     report = complete_run(run_dir, record)
+    _close_exporters(exporters, report)
     if record.run.status not in ("completed", "exited"):  # stopped by us: what the script started ends with it
         end_descendants()
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
@@ -215,6 +223,16 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     if code != EXIT_OK and threading.current_thread() is not threading.main_thread():
         sys.stderr.write(f"torchdoctor: error: {_outcome_message(record, run_dir)}\n")
     return code
+
+
+def _close_exporters(exporters, report) -> None:
+    """`--follow`'s exporters: the findings as events, then closed (an exporter's failure only says so)."""
+    for sink in exporters:
+        for method, args in (("on_report", (report,)), ("close", ())):
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - the run directory is written; the export is extra
+                sys.stderr.write(f"torchdoctor: {sink.describe()}: {method} failed: {type(exc).__name__}: {exc}\n")
 
 
 @contextlib.contextmanager
@@ -249,7 +267,7 @@ def _script_output_kept_off_stdout(redirect: bool) -> Iterator[TextIO]:
 
 _VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set", "--nproc-per-node",
                   "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout", "--one-rank", "--timeline-every",
-                  "--tensorboard", "--prometheus-port", "--prometheus-textfile"}
+                  "--tensorboard", "--prometheus-port", "--prometheus-textfile", "--otlp-endpoint"}
 
 
 def _module_split(argv: list[str]) -> int | None:

@@ -63,6 +63,8 @@ class FollowOptions:
     period_s: float = PERIOD_S
     sinks: list[Any] = field(default_factory=list)  # exporters: on_points, on_change, on_blackbox, close
     panel: Any = None  # a live panel: update(state), close()
+    # False: the caller closes the sinks itself, after handing them the report (commands/run.py)
+    close_sinks: bool = True
 
 
 class Follower:
@@ -75,6 +77,7 @@ class Follower:
         self.record = FollowRecord(timeline_file=TIMELINE_FILE, every_s=options.every_s,
                                    window_share=options.window_share)
         self.timeline = Timeline(run_dir / TIMELINE_FILE)
+        self._exports = [getattr(s, "describe", lambda: type(s).__name__)() for s in options.sinks]
         self.main_ident = threading.get_ident()
         if not session.steps and type(session.steps) is list:
             session.steps = KeptSteps()  # len() counts every step; the middle of a long job is dropped
@@ -149,17 +152,25 @@ class Follower:
             with self._lock:
                 self._tick(final=True)
                 self.timeline.flush()
-            for sink in self.options.sinks:
-                self._call(sink, "close")
+            if self.options.close_sinks:
+                self.close_sinks()
             if self.options.panel is not None:
                 self._call(self.options.panel, "close")
         return self.snapshot()
+
+    def close_sinks(self, report=None) -> None:
+        """Hand the exporters the run's report (their findings events), then close them. Safe twice."""
+        sinks, self.options.sinks = list(self.options.sinks), []
+        for sink in sinks:
+            if report is not None:
+                self._call(sink, "on_report", report)
+            self._call(sink, "close")
 
     def snapshot(self, live: bool = False) -> FollowRecord:
         self.record.steps_dropped = getattr(self.session.steps, "dropped", 0)
         rec = dataclasses.replace(self.record, points=list(self.timeline.points), windows=list(self.record.windows),
                                   changes=list(self.record.changes), thinned_to=self.timeline.thinned_to,
-                                  exports=[getattr(s, "describe", lambda: type(s).__name__)() for s in self.options.sinks],
+                                  exports=list(self._exports),
                                   live=live)
         return rec
 
