@@ -191,7 +191,7 @@ def _cost_note(record: RunRecord, follow: FollowRecord) -> str:
     text += (f". Probe windows after the start: {len(later)}, costing {follow.windows_s:.3f} s over their steps' "
              f"usual time ({share:.2%} of the run; bound {follow.window_share:.0%})")
     if follow.windows_skipped:
-        text += f"; {follow.windows_skipped} periodic windows skipped, the bound spent"
+        text += f"; {follow.windows_skipped} windows skipped, the bound spent"
     if follow.steps_dropped:
         text += (f". The record keeps the first and the last steps; {follow.steps_dropped:,} steps in between are in "
                  "the timeline only")

@@ -379,7 +379,12 @@ class Follower:
     def _add_change(self, change: ChangePoint) -> None:
         self.record.changes.append(change)
         index = len(self.record.changes) - 1
-        self._plan_window(AFTER_CHANGE, index)
+        now = self.session.clock() - self.session.t0
+        first = not any(w.reason == AFTER_CHANGE for w in self.record.windows)
+        if first or self.record.windows_s <= self.options.window_share * now:  # the bound; the first change's always
+            self._plan_window(AFTER_CHANGE, index)
+        else:
+            self.record.windows_skipped += 1
         for sink in self.options.sinks:
             self._call(sink, "on_change", change)
 
