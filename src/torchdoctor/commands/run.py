@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
                            "when the ranks share CPU cores or a GPU, or the job took at most 60 s; always; never")
     dist.add_argument("--stall-timeout", type=non_negative(float), default=None, metavar="S",
                       help="stop every rank when none finishes a step for S seconds (default 60; with --follow: "
-                           "100 usual steps, at least 60 s)")
+                           "no step and no batch for 100 usual steps, twice the longest gap seen, at least 300 s)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
     p.add_argument("target", nargs="?", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")

@@ -15,7 +15,7 @@ import traceback
 from types import FrameType, TracebackType
 
 from torchdoctor.model.follow_record import BlackBox, StackFrame, ThreadStack, TimelinePoint
-from torchdoctor.run.probes.frames import DOCTOR, USER, classify_file, display_path, location_of, source_text
+from torchdoctor.run.probes.frames import DOCTOR, USER, classify_file, display_path, source_text
 from torchdoctor.model.paths import library_of
 
 MAX_FRAMES = 64  # per thread, innermost kept
@@ -97,4 +97,3 @@ def capture(reason: str, message: str, main_ident: int, step: int, t: float, las
                     threads=threads, last_points=list(last))
 
 
-__all__ = ["capture", "thread_stacks", "location_of"]

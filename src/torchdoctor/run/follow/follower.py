@@ -47,10 +47,12 @@ WINDOW_MIN_S = 0.25  # a later line window lasts this long at least (the line sa
 WINDOW_MIN_STEPS, WINDOW_MAX_STEPS = 4, 400
 PERIOD_S = 600.0  # a periodic line window this often at most (when the cost bound allows)
 WINDOW_SHARE = 0.02  # later windows' extra time: at most this share of the run's time so far
-# A stall: no step for STALL_FACTOR usual steps, and at least twice the longest gap seen between
-# two steps (an evaluation, a checkpoint), and at least STALL_MIN_S (unless the user gave a limit).
+# A stall: no step and no batch (an evaluation's batches count) for STALL_FACTOR usual steps, twice
+# the longest gap seen between two steps (an evaluation, a checkpoint) and STALL_MIN_S, whichever is
+# longest (unless the user gave --stall-timeout). Stopping a job that was only busy is worse than
+# finding a hang a few minutes late: a first evaluation without a DataLoader may take minutes.
 STALL_FACTOR = 100.0
-STALL_MIN_S = 60.0
+STALL_MIN_S = 300.0
 BLACKBOX_POINTS = 50  # the black box keeps the last this many steps' figures
 MEMORY_CHECK_S = 8.0  # the memory high-water mark is kept this often (its maximum in between)
 
@@ -97,6 +99,7 @@ class Follower:
         self._mem_reported = False
         self._last_step_t: float | None = None
         self._first_measured_t: float | None = None  # when the first step after the warm-up ended
+        self._last_batch_t: float | None = None  # session clock (not since t0) of the last batch
         self._longest_gap = 0.0
         self._last_flush = 0.0
         self._exported_step = 0
@@ -126,6 +129,10 @@ class Follower:
         clean = getattr(self.session, "_clean", None)
         if isinstance(clean, list) and len(clean) > 4 * TRIM_EVERY:
             del clean[:-2 * TRIM_EVERY]
+
+    def on_batch(self, in_eval: bool) -> None:
+        """A batch left a DataLoader (an evaluation's too): the script is not stuck."""
+        self._last_batch_t = self.session.clock()
 
     def on_failure(self, exc: BaseException) -> None:
         self.black_box("exception", f"{type(exc).__name__}: {exc}".strip()[:500], exc=exc)
@@ -283,10 +290,9 @@ class Follower:
             if creep is not None:
                 self._mem_reported = True
                 step = self.record.steps
-                mb = lambda b: float(b)  # noqa: E731 - levels in bytes
                 change = ChangePoint(kind=MEMORY, step=self._step_at(creep.first_t), t=creep.first_t,
-                                     detected_step=step, before=Level(mb(creep.first_bytes), 0.0, 1),
-                                     after=Level(mb(creep.last_bytes), 0.0, 1), threshold=0.0,
+                                     detected_step=step, before=Level(float(creep.first_bytes), 0.0, 1),
+                                     after=Level(float(creep.last_bytes), 0.0, 1), threshold=0.0,
                                      limit_bytes=self.record.memory_limit_bytes, bytes_per_s=creep.rate_bytes_per_s)
                 self._add_change(change)
 
@@ -510,13 +516,17 @@ class Follower:
         limit = self.stall_limit()
         if limit is None:
             return
-        quiet = now - self._last_step_t
+        last = self._last_step_t
+        if self._last_batch_t is not None:
+            last = max(last, self._last_batch_t - self.session.t0)
+        quiet = now - last
         if quiet < limit:
             return
         self._stalled = True
         base = self.session.baseline_s
         usual = f", the usual step {base * 1000:.1f} ms" if base else ""
-        message = f"no step finished for {quiet:.1f} s after step {self.record.steps} (limit {limit:g} s{usual})"
+        message = (f"no step finished for {now - self._last_step_t:.1f} s after step {self.record.steps} (limit "
+                   f"{limit:g} s{usual})")
         self.black_box("stall", message)
         if self.record.blackbox is not None:
             self.record.blackbox.stall_s, self.record.blackbox.stall_limit_s = round(quiet, 3), limit

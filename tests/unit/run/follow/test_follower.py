@@ -127,3 +127,19 @@ def test_the_timeline_and_the_live_record_are_written(tmp_path):
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 21))
     live = json.loads((tmp_path / "live.json").read_text())
     assert live["follow"]["live"] is True and live["follow"]["steps"] == 20
+
+
+def test_batches_of_an_evaluation_are_not_a_stall(tmp_path):
+    session, follower = make(tmp_path, every_s=100.0, stall_s=2.0)
+    for i in range(50):
+        step(session, follower, 0.010)
+    follower.tick()
+    for _ in range(5):  # a long evaluation: no step for 5 s, but its batches keep coming
+        session.now += 1.0
+        follower.on_batch(True)
+        follower.tick()
+    assert session.stop_reason is None and follower.record.blackbox is None
+    session.now += 2.5
+    follower.tick()
+    assert session.stop_reason == "stalled"
+    assert follower.record.blackbox.message.startswith("no step finished for 7.5 s after step 50")
