@@ -14,13 +14,17 @@ from torchdoctor.model.follow_record import AFTER_CHANGE, DATA_WAIT, STEP_TIME, 
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, RunRecord
 from torchdoctor.rules.base import ms
+from torchdoctor.rules.changes import busy_machine_explains
 
 SHIFT_KINDS = (STEP_TIME, DATA_WAIT)
 CHANGE_CODES = ("TD902", "TD903", "TD904")
 
 
 def shift_changes(follow: FollowRecord | None) -> list[ChangePoint]:
-    return sorted((c for c in (follow.changes if follow else []) if c.kind in SHIFT_KINDS), key=lambda c: c.step)
+    """The changes of the script's own steps, where the run is split into stretches: not those the
+    busy machine explains (the script did the same work, only slower)."""
+    return sorted((c for c in (follow.changes if follow else []) if c.kind in SHIFT_KINDS
+                   and not busy_machine_explains(c)), key=lambda c: c.step)
 
 
 def first_stretch(record: RunRecord) -> RunRecord:

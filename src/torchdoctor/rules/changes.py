@@ -60,6 +60,21 @@ def _level_line(change: ChangePoint) -> str:
             "before it, or 3 % of the step), in nearly every step after it")
 
 
+def _one_for_the_machine(findings: list[Finding]) -> list[Finding]:
+    """Changes the busy machine explains, said once: a shared machine's neighbours come and go many
+    times in a long job, and each time is the same news (the first stays, the others listed in it)."""
+    busy = [f for f in findings if f.evidence.get("busy_machine")]
+    if len(busy) < 2:
+        return findings
+    first, rest = busy[0], busy[1:]
+    steps = [f.evidence["from_step"] for f in busy]
+    first.title = f"From step {steps[0]}, other processes slowed the steps {len(busy)} times"
+    first.message += (" It happened again from step " + ", ".join(str(s) for s in steps[1:]) + ", each time with the "
+                      "training thread's wait for a CPU covering the added time.")
+    first.evidence = {**first.evidence, "busy_changes_from_steps": steps}
+    return [f for f in findings if f not in rest]
+
+
 class _ShiftRule(Rule):
     kind = STEP_TIME
 
@@ -97,7 +112,7 @@ class _ShiftRule(Rule):
                       ("other processes' CPU use, not the script's: no fix of the script sizes it" if busy else ""),
                 severity=severity,
             ))
-        return out
+        return _one_for_the_machine(out)
 
     def headline(self, change: ChangePoint, before: float, after: float) -> str:
         verb = "slower" if after > before else "faster"

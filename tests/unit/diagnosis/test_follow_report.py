@@ -101,3 +101,15 @@ def test_a_live_record_says_the_run_is_still_going():
     report = analyze(rec)
     assert report.notes[0].startswith("The run is still going")
     assert any("bound 2%" in n for n in report.notes)
+
+
+def test_a_machine_busy_many_times_is_one_finding():
+    rec = followed(busy=True)
+    again = rec.follow.changes[0]
+    import dataclasses
+
+    rec.follow.changes.append(dataclasses.replace(again, step=450, window=None))
+    report = analyze(rec)
+    shifts = [f for f in report.findings if f.code == "TD902"]
+    assert len(shifts) == 1 and shifts[0].evidence["busy_changes_from_steps"] == [301, 450]
+    assert shifts[0].title == "From step 301, other processes slowed the steps 2 times"
