@@ -73,6 +73,7 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
             finding.title = f"from step {change.step}: {finding.title}"
             finding.evidence = {**finding.evidence, "from_step": change.step}
         _name_the_cause(report, change, later, window)
+        _whole_stretch(report, record, change, end)
         report.findings.extend(later)
     tables = [t for t in (_blackbox_stacks(follow), _last_steps(follow)) if t is not None]
     report.tables[0:0] = tables  # what happened leads the measurements
@@ -123,6 +124,24 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         own.message += " Cause: " + "; ".join(parts) + "."
     elif change.window is None:
         own.message += " No probe window could be sampled after it (the run ended, or the cost bound was spent)."
+
+
+def _whole_stretch(report: Report, record: RunRecord, change: ChangePoint, end: int | None) -> None:
+    """The change's finding was sized at detection, on the steps then; the record has the whole stretch."""
+    import statistics
+
+    code = "TD902" if change.kind == STEP_TIME else "TD903"
+    own = next((f for f in report.findings if f.code == code and f.evidence.get("from_step") == change.step), None)
+    steps = [s for s in record.steps if s.index >= change.step and (end is None or s.index < end)
+             and not s.warmup and not s.sampled]
+    if own is None or len(steps) < 2:
+        return
+    median = statistics.median(s.duration_s for s in steps)
+    wait = statistics.median(s.data_wait_s for s in steps)
+    last = steps[-1].index
+    own.message += (f" Over the whole stretch after it (steps {change.step}-{last}, {len(steps)} measured): median step "
+                    f"{ms(median):.2f} ms, data wait {ms(wait):.2f} ms.")
+    own.evidence = {**own.evidence, "stretch_median_ms": ms(median), "stretch_steps": len(steps)}
 
 
 def _top_line(window: ProbeWindow | None) -> tuple[LineHits, float, float] | None:

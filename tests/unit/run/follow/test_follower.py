@@ -143,3 +143,18 @@ def test_batches_of_an_evaluation_are_not_a_stall(tmp_path):
     follower.tick()
     assert session.stop_reason == "stalled"
     assert follower.record.blackbox.message.startswith("no step finished for 7.5 s after step 50")
+
+
+def test_follow_in_the_api_has_no_limits_unless_given():
+    import pytest
+
+    from torchdoctor.errors import UsageError
+    from torchdoctor.model.limits import DEFAULT_STEPS, FOLLOW_MAX_SECONDS, FOLLOW_STEPS
+    from torchdoctor.run.inprocess import MeasureSpec
+
+    spec = MeasureSpec.of(follow=True)
+    assert spec.follow and spec.steps == FOLLOW_STEPS and spec.max_seconds == FOLLOW_MAX_SECONDS
+    assert MeasureSpec.of(follow=True, steps=500, max_seconds=60).steps == 500
+    assert MeasureSpec.of().steps == DEFAULT_STEPS and not MeasureSpec.of().follow
+    with pytest.raises(UsageError, match="follow_every_s must be a positive number"):
+        MeasureSpec.of(follow=True, follow_every_s=0)
