@@ -239,3 +239,19 @@ def test_watch_follow_runs_the_block_to_its_end_with_the_black_box(tmp_path):
     assert result == {"steps": 240, "status": "crashed", "box": "exception",
                       "where": WATCHED.splitlines().index('                raise ValueError("bad batch at step 240")') + 1}
     assert (tmp_path / "run" / "timeline.jsonl").exists()
+
+
+def test_the_limits_still_hold_under_follow(tmp_path):
+    script = tmp_path / "long.py"
+    script.write_text(LONG)
+    out = tmp_path / "run"
+    done = torchdoctor("run", "--follow", "--max-seconds", "8", "--out", str(out), str(script), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((out / "record.json").read_text())
+    assert record["run"]["status"] == "time-limit" and record["follow"]["blackbox"] is None
+    steps = len(record["steps"])
+    out2 = tmp_path / "run2"
+    done = torchdoctor("run", "--follow", "--steps", "40", "--out", str(out2), str(script), timeout=120)
+    record = json.loads((out2 / "record.json").read_text())
+    assert done.returncode == 0 and record["run"]["status"] == "step-limit" and len(record["steps"]) == 43
+    assert steps > 33  # the first run went on past the default 3 + 30 steps, until its time limit
