@@ -64,7 +64,7 @@ class LivePanel:
                        "wait_ms": wait * 1000, "samples_s": statistics.median(rates) if rates else None,
                        "mem": mem, "changes": len(changes),
                        "last_change": f"{last.kind} changed at step {last.step}" if last else None,
-                       "windows": len(follower.record.windows)}
+                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes)}
 
     # ---- session events (the training thread) ----------------------------------------------------
     def on_step(self, sample) -> None:
@@ -105,6 +105,8 @@ class LivePanel:
         table.add_row("samples/s", f"{state['samples_s']:,.0f}" if state["samples_s"] else "—",
                       "memory (high-water)", format_bytes(state["mem"]) if state["mem"] else "—")
         table.add_row("changes", str(state["changes"]), "probe windows", str(state["windows"]))
+        if state.get("gpu"):
+            table.add_row("GPU", state["gpu"], "", "")
         if state["last_change"]:
             table.add_row("latest", state["last_change"], "", "")
         buffer = io.StringIO()
@@ -127,3 +129,20 @@ class LivePanel:
             self.stream.flush()
         except (OSError, ValueError):
             self._closed = True
+
+
+def _gpu_line(probes) -> str | None:
+    """The GPU's latest NVML sample, when the run uses CUDA and NVML answers (run/probes/nvml.py)."""
+    sampler = getattr(getattr(probes, "gpu", None), "sampler", None)
+    samples = getattr(sampler, "samples", None)
+    if not samples:
+        return None
+    s = samples[-1]
+    parts = []
+    if s.gpu_util is not None:
+        parts.append(f"util {s.gpu_util:.0f}%")
+    if s.power_w is not None:
+        parts.append(f"power {s.power_w:.0f}" + (f"/{s.power_limit_w:.0f} W" if s.power_limit_w else " W"))
+    if s.mem_used_bytes is not None and s.mem_total_bytes:
+        parts.append(f"memory {s.mem_used_bytes / 2**30:.1f}/{s.mem_total_bytes / 2**30:.1f} GiB")
+    return " · ".join(parts) or None
