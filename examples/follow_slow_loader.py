@@ -10,6 +10,7 @@ Fix: load with workers that prefetch (`num_workers=4, persistent_workers=True`),
 shard to faster storage.
 """
 # torchdoctor-example: planted
+# torchdoctor-follow: the change is found by `run --follow` (the accuracy benchmark runs it so)
 import sys
 import time
 
@@ -41,7 +42,7 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-loader = DataLoader(ShardedDataset(STEPS * BATCH), batch_size=BATCH)  # expect: TD902
+loader = DataLoader(ShardedDataset(STEPS * BATCH), batch_size=BATCH)  # expect: TD902, TD101  # lint-expect: TD105
 
 for x, y in loader:
     loss = nn.functional.cross_entropy(model(x), y)
