@@ -14,7 +14,13 @@ For each workload (benchmarks/overhead_workloads/: mlp_wide at width 640, ~10 ms
   thread, the timeline and live.json writes): the median step against the plain runs' median at
   the same indices, in µs added per step, beside the A/A difference;
 - the probe windows: how many steps, and what the record says they cost (`follow.windows_s`, the
-  later windows' excess over the usual step; the bound is 2 % of the run).
+  later windows' excess over the usual step; the bound is 2 % of the run);
+- measured inside the run, free of the other processes' noise: the hooks' time per unmeasured step
+  (`doctor_cost.hook_s_per_step`, the follower's per-step append included) and the follower's own
+  thread's CPU time (`follow.thread_cpu_s`: it holds the GIL while it works, so this is the most it
+  takes from the training thread);
+- the changes found in these stationary runs: those the busy machine explains (said once, low) and
+  any other (none expected: the workload does the same work every step).
 
 The load average before each run goes with the results: other processes on a shared machine
 move step times by more than the effects measured here.
@@ -91,7 +97,14 @@ def followed(script: str, args: tuple, steps: int, tmp: Path, tag: str) -> dict:
                       "windows_s": follow["windows_s"], "changes": [(c["kind"], c["step"]) for c in follow["changes"]],
                       "timeline_points": len(follow["points"]), "wall_s": record["run"]["wall_s"],
                       "timeline_bytes": (run_dir / "timeline.jsonl").stat().st_size,
-                      "hook_s_per_step": (record.get("doctor_cost") or {}).get("hook_s_per_step")}
+                      "hook_s_per_step": (record.get("doctor_cost") or {}).get("hook_s_per_step"),
+                      "thread_cpu_s": follow.get("thread_cpu_s"),
+                      "thread_cpu_share": round(follow.get("thread_cpu_s", 0.0) / record["run"]["wall_s"], 5),
+                      "busy_changes": sum(1 for f in json.loads((run_dir / "report.json").read_text())["findings"]
+                                          for _ in f["evidence"].get("busy_changes_from_steps", [])),
+                      "script_changes": [f["title"] for f in json.loads((run_dir / "report.json").read_text())["findings"]
+                                         if f["code"] in ("TD902", "TD903", "TD904")
+                                         and not f["evidence"].get("busy_machine")]}
     return data
 
 

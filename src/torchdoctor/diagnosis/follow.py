@@ -211,6 +211,9 @@ def _cost_note(record: RunRecord, follow: FollowRecord) -> str:
             f"{follow.every_s:g} s")
     if follow.thinned_to > 1:
         text += f" (older points thinned: one point for up to {follow.thinned_to} steps)"
+    if follow.thread_cpu_s:
+        text += (f"; the follower's thread used {follow.thread_cpu_s:.2f} s of CPU "
+                 f"({follow.thread_cpu_s / wall if wall > 0 else 0:.2%} of the run)")
     text += (f". Probe windows after the start: {len(later)}, costing {follow.windows_s:.3f} s over their steps' "
              f"usual time ({share:.2%} of the run; bound {follow.window_share:.0%})")
     if follow.windows_skipped:

@@ -141,6 +141,7 @@ class FollowRecord:
     window_share: float = 0.02  # the bound: later windows' time at most this share of the run's
     windows_s: Seconds = 0.0  # time spent in windows after the start's
     windows_skipped: Count = 0  # windows not opened, the bound spent
+    thread_cpu_s: Seconds = 0.0  # CPU time of the follower's own thread (it holds the GIL while it works)
     memory_limit_bytes: Count | None = None
     exports: list[str] = field(default_factory=list)  # where the figures were also sent
     live: bool = False  # written while the run was going (live.json): not the run's final record

@@ -208,6 +208,7 @@ class Follower:
                 return
             try:
                 self.tick()
+                self.record.thread_cpu_s = time.thread_time()  # this thread's CPU time, all its ticks
             except Exception as exc:  # never let the follower's failure reach the training
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 if len(self.errors) > 20:
