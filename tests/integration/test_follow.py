@@ -41,9 +41,12 @@ def test_a_loader_that_slows_at_step_300_is_found_there_with_its_cause_at_the_lo
     record = json.loads((out / "record.json").read_text())
     assert record["run"]["status"] == "completed" and len(record["steps"]) == 600  # ran to its end
     # the step time's test (TD902) or the data wait's (TD903): whichever fired first names the change
-    shifts = [f for f in findings(out) if f["code"] in ("TD902", "TD903") and f["severity"] != "info"]
-    assert len(shifts) == 1, [f["title"] for f in findings(out)]
+    # (on a shared machine a later shift can follow it: other processes' load, said as the machine's)
+    shifts = sorted((f for f in findings(out) if f["code"] in ("TD902", "TD903") and f["severity"] != "info"),
+                    key=lambda f: f["evidence"]["from_step"])
+    assert shifts, [f["title"] for f in findings(out)]
     shift = shifts[0]
+    assert not [f for f in shifts if f["evidence"]["from_step"] < 280]  # nothing before the planted change
     assert abs(shift["evidence"]["from_step"] - 300) <= 20
     loader_line = next(i for i, line in enumerate(EXAMPLE.read_text().splitlines(), 1) if "loader = DataLoader(" in line)
     assert shift["location"]["line"] == loader_line

@@ -96,6 +96,7 @@ class Follower:
         self._since_step = 0  # the series start after this step (the last change)
         self._mem_t: list[float] = []
         self._mem: list[int] = []
+        self._mark: int | None = None  # the memory high-water mark at the last tick
         self._mem_reported = False
         self._last_step_t: float | None = None
         self._first_measured_t: float | None = None  # when the first step after the warm-up ended
@@ -223,8 +224,8 @@ class Follower:
         session = self.session
         now = session.clock() - session.t0
         self._read_cpu_wait(now)
-        new = self._drain()
         self._read_memory(now)
+        new = self._drain()
         if new:
             self._test(new)
         self._track_windows(new, final)
@@ -239,7 +240,7 @@ class Follower:
     def _drain(self) -> list[TimelinePoint]:
         """The steps the training thread queued, as timeline points."""
         incoming, new = self._incoming, []
-        mem = self._mem[-1] if self._mem else None
+        mem = self._mark
         while incoming:
             index, start, end, wait, compute, samples, sampled, warmup, probes = incoming.popleft()
             point = TimelinePoint(step=index, t=end, step_s=max(0.0, end - start), data_wait_s=wait,
@@ -275,7 +276,8 @@ class Follower:
         mark = self._high_water()
         if mark is None:
             return
-        if self._first_measured_t is None:  # the warm-up fills caches and pools: memory is watched after it
+        self._mark = mark  # every point's figure
+        if self._first_measured_t is None:  # the warm-up fills caches and pools: the creep test starts after it
             return
         if not self._mem or now - self._mem_t[-1] >= max(MEMORY_CHECK_S, self.options.every_s / 2):
             self._mem_t.append(now)
