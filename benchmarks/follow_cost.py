@@ -6,7 +6,12 @@ For each workload (benchmarks/overhead_workloads/: mlp_wide at width 640, ~10 ms
 
     plain A (N steps), followed (N steps, `run --follow` at its defaults), plain B (N steps)
 
-(odd rounds run B first). Each run is a process of its own, as a user's job would be. Figures:
+(odd rounds run B first), the three in one process of their own, as benchmarks/overhead.py does:
+in separate processes a plain `python` run of these workloads measured ~22 % slower than the same
+script under `torchdoctor run` (bounded or followed alike, a process-level difference that is
+not the doctor's cost), which a comparison across processes would count as the doctor's gain.
+The followed run is `run.runner.execute` with the follow options `run --follow` uses (no live
+panel, no exporter); its record is diagnosed afterwards, outside the timing. Figures:
 
 - the whole run: the followed run's summed step times against the mean of the two plain runs'
   (ratio), with the A/A ratio (plain B against plain A) as its noise twin;
@@ -26,6 +31,7 @@ The load average before each run goes with the results: other processes on a sha
 move step times by more than the effects measured here.
 
     python benchmarks/follow_cost.py [--steps 10000] [--rounds 1] [--only mlp_10ms]
+    (each round runs in a worker process of its own: follow_cost.py --worker NAME STEPS ORDER DIR)
 
 Writes benchmarks/results/follow_cost.json.
 """
@@ -70,23 +76,38 @@ def _load() -> float | None:
 
 
 def plain(script: str, args: tuple, steps: int, tmp: Path, tag: str) -> dict:
+    """In this (worker) process, as `python SCRIPT` would run it."""
+    import runpy
+
     out = tmp / f"{tag}.json"
     load = _load()
-    subprocess.run([sys.executable, str(WORKLOAD_DIR / script), str(out), str(steps), *args], env=_env(), check=True,
-                   capture_output=True, timeout=3600)
+    saved = sys.argv[:]
+    sys.argv[:] = [str(WORKLOAD_DIR / script), str(out), str(steps), *args]
+    try:
+        runpy.run_path(str(WORKLOAD_DIR / script), run_name="__main__")
+    finally:
+        sys.argv[:] = saved
     data = json.loads(out.read_text())
     data["load_before"] = load
     return data
 
 
 def followed(script: str, args: tuple, steps: int, tmp: Path, tag: str) -> dict:
+    """In this (worker) process, under `run --follow`'s options; diagnosed after the timing."""
+    from torchdoctor.model.limits import FOLLOW_MAX_SECONDS, FOLLOW_STEPS
+    from torchdoctor.pipeline import complete_run
+    from torchdoctor.run.follow.follower import FollowOptions
+    from torchdoctor.run.runner import RunRequest, execute
+
     out, run_dir = tmp / f"{tag}.json", tmp / f"{tag}-run"
+    run_dir.mkdir()
     load = _load()
-    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--no-live", "--out", str(run_dir),
-                           str(WORKLOAD_DIR / script), str(out), str(steps), *args], env=_env(), capture_output=True,
-                          text=True, timeout=3600)
-    if done.returncode != 0:
-        raise SystemExit(f"the followed run failed:\n{done.stderr[-3000:]}")
+    request = RunRequest(target=str(WORKLOAD_DIR / script), args=[str(out), str(steps), *args], steps=FOLLOW_STEPS,
+                         max_seconds=FOLLOW_MAX_SECONDS, follow=FollowOptions())
+    record = execute(request, run_dir)
+    if record.run.status != "completed":
+        raise SystemExit(f"the followed run ended {record.run.status!r}: {record.run.error}")
+    complete_run(run_dir, record)
     data = json.loads(out.read_text())
     record = json.loads((run_dir / "record.json").read_text())
     follow = record["follow"]
@@ -133,7 +154,21 @@ def compare(a: dict, f: dict, b: dict, steps: int) -> dict:
     }
 
 
+def worker(name: str, steps: int, order: str, tmp: Path) -> int:
+    """One round of one workload in this process: the runs in `order` ("afb" or "bfa")."""
+    sys.path[:0] = [str(ROOT / "src"), str(WORKLOAD_DIR)]
+    script, args, _ = WORKLOADS[name]
+    runs = {}
+    for tag in order:
+        run = followed if tag == "f" else plain
+        runs[tag] = run(script, args, steps, tmp, f"{name}-{order}-{tag}")
+    (tmp / f"{name}-{order}.json").write_text(json.dumps(runs))
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], int(sys.argv[3]), sys.argv[4], Path(sys.argv[5]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=1)
@@ -147,10 +182,10 @@ def main() -> int:
             script, args, describe = WORKLOADS[name]
             rounds = []
             for r in range(opts.rounds):
-                first, second = ("a", "b") if r % 2 == 0 else ("b", "a")
-                runs = {first: plain(script, args, opts.steps, tmp, f"{name}-{r}-{first}")}
-                runs["f"] = followed(script, args, opts.steps, tmp, f"{name}-{r}-f")
-                runs[second] = plain(script, args, opts.steps, tmp, f"{name}-{r}-{second}")
+                order = "afb" if r % 2 == 0 else "bfa"
+                subprocess.run([sys.executable, __file__, "--worker", name, str(opts.steps), order, str(tmp)],
+                               env=_env(), check=True, timeout=4 * 3600, stdout=subprocess.DEVNULL)
+                runs = json.loads((tmp / f"{name}-{order}.json").read_text())
                 rounds.append(compare(runs["a"], runs["f"], runs["b"], opts.steps))
                 print(name, json.dumps(rounds[-1]), flush=True)
             med = lambda key: statistics.median(r[key] for r in rounds)  # noqa: E731
