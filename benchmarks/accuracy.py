@@ -15,6 +15,7 @@ exact line (see examples/real_shapes/README.md):
   `# torchdoctor-nproc: N`  a DDP script: run with `torchdoctor run --nproc-per-node N` (its ranks
                             through torch.distributed.run); with cuda required, N GPUs are needed
   `# torchdoctor-env: NAME=VALUE`  set for that run (e.g. the simulated slow link's test hook)
+  `# torchdoctor-follow`  run with `torchdoctor run --follow` (to its end: a change along the run)
 
 Writes benchmarks/results/accuracy.json (or --out FILE, rewritten after every example) and
 prints a table. `--only a.py,b.py` runs some; `--jobs N` runs N examples at a time.
@@ -60,6 +61,7 @@ class Example:
     requires: list[str]
     nproc: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    follow: bool = False
     expected: set[Mark] = field(default_factory=set)
     traps: set[Mark] = field(default_factory=set)
     verdicts: set[Mark] = field(default_factory=set)
@@ -74,7 +76,7 @@ class Example:
         nproc = re.search(r"#\s*torchdoctor-nproc:\s*(\d+)", text)
         env = dict(m.split("=", 1) for m in re.findall(r"#\s*torchdoctor-env:\s*(\S+=\S+)", text))
         example = cls(path, set_name, kind.group(1) if kind else "unknown", requires,
-                      int(nproc.group(1)) if nproc else None, env)
+                      int(nproc.group(1)) if nproc else None, env, follow=bool(re.search(r"#\s*torchdoctor-follow", text)))
         for file in [path] + [path.parent / h.strip() for h in (helpers.group(1).split(",") if helpers else [])]:
             example.files.add(file.name)
             for lineno, line in enumerate(file.read_text().splitlines(), 1):
@@ -105,7 +107,8 @@ def diagnose(example: Example, out: Path) -> list[dict]:
         env.setdefault("OMP_NUM_THREADS", "1")  # their README's advice for a shared 2-core machine
     env.update(example.env)
     ranks = ["--nproc-per-node", str(example.nproc)] if example.nproc else []
-    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", *STEPS, *ranks, "--out", str(out), "--format",
+    limits = ["--follow", "--no-live"] if example.follow else STEPS
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", *limits, *ranks, "--out", str(out), "--format",
                            "json", str(example.path.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env=env)
     try:

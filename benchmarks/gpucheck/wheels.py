@@ -35,7 +35,9 @@ GPU_MACHINE_HAS = frozenset({
 # Test requirements the GPU check never uses, so never carried: Playwright drives the system
 # Chromium in the HTML report's browser test, which the GPU machine lacks (the test skips there);
 # accelerate serves only the Hugging Face callback's CPU tests, which are not `-m gpu` (they skip without it).
-NOT_NEEDED_ON_GPU = frozenset({"playwright", "accelerate"})
+# The follow exporters' readers (tensorboard, prometheus_client, OpenTelemetry) serve CPU tests that skip without them.
+NOT_NEEDED_ON_GPU = frozenset({"playwright", "accelerate", "tensorboard", "prometheus-client", "opentelemetry-sdk",
+                               "opentelemetry-exporter-otlp-proto-http"})
 PREPARED = "prepared.json"
 PROJECT_VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 DEVICE_COMMAND = 'PYTHONUNBUFFERED=1 python3 dev.py gpu --out "$OUT"'

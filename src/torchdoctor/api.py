@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Sequence
 
-from torchdoctor.model.limits import DEFAULT_MAX_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP
+from torchdoctor.model.limits import DEFAULT_WARMUP
 from torchdoctor.errors import InputError, UsageError
 from torchdoctor.model.findings import Report
 
@@ -67,9 +67,9 @@ def _codes(values: Sequence[str] | str | None) -> list[str] | None:
     return None if values is None else [values] if isinstance(values, str) else list(values)
 
 
-def watch(steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None, *,
-          max_seconds: float = DEFAULT_MAX_SECONDS, stop: bool = True, trace: bool | None = None,
-          knobs: Sequence[str] = ()) -> Watch:
+def watch(steps: int | None = None, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None, *,
+          max_seconds: float | None = None, stop: bool = True, trace: bool | None = None,
+          knobs: Sequence[str] = (), follow: bool = False, follow_every_s: float = 10.0) -> Watch:
     """Measure the code in a `with` block as `torchdoctor run` measures a script.
 
     `warmup` optimizer steps run unmeasured, then up to `steps` are measured. With `stop=True`
@@ -77,11 +77,16 @@ def watch(steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | o
     `stop=False` training goes on and measuring ends at the next batch taken from a DataLoader
     (or at the end of the block). `max_seconds` ends the measuring the same way. The run
     directory is written to `out` (default ./torchdoctor-runs/<time>-<file>/); `knobs` are
-    `--set` values ("workers=4"); `trace` as `--trace`.
+    `--set` values ("workers=4"); `trace` as `--trace`. `steps` defaults to DEFAULT_STEPS and
+    `max_seconds` to DEFAULT_MAX_SECONDS.
+
+    `follow=True` follows the whole block as `run --follow` does: no step or time limit unless
+    given, the timeline and live.json written every `follow_every_s` seconds, changes found along
+    the way, the black box on an exception or a SIGTERM.
     """
     from torchdoctor.run.inprocess import MeasureSpec
 
-    spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
+    spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs, follow=follow, follow_every_s=follow_every_s)
     return Watch(spec, stop=bool(stop), caller=sys._getframe(1).f_code.co_filename)
 
 

@@ -64,7 +64,27 @@ def diagnose_run_dir(run_dir: Path) -> Report:
     today's files with the hashes the run's own report.json recorded."""
     from torchdoctor.diagnosis.run import analyze
 
-    return analyze(load_record(run_dir), recorded_source_hashes(run_dir))
+    record = load_record(run_dir)
+    report = analyze(record, recorded_source_hashes(run_dir))
+    if record.follow is not None and record.follow.live:
+        report.notes.insert(0, _live_note(run_dir, record.follow.every_s))
+    return report
+
+
+def _live_note(run_dir: Path, every_s: float) -> str:
+    """A followed run still writing its directory, or one that ended without its record."""
+    import time
+
+    from torchdoctor.model.layout import LIVE_FILE
+
+    try:
+        age = time.time() - (run_dir / LIVE_FILE).stat().st_mtime
+    except OSError:
+        return "live.json could not be read again"
+    if age > max(3 * every_s, 60.0):
+        return (f"live.json was last written {age:.0f} s ago and there is no record.json: the run ended without "
+                "writing its record (SIGKILL, the machine's out-of-memory killer?); this is what it wrote before")
+    return f"live.json was written {age:.0f} s ago (every {every_s:g} s while the run goes)"
 
 
 def load_record(run_dir: Path) -> RunRecord:
@@ -74,7 +94,12 @@ def load_record(run_dir: Path) -> RunRecord:
         from torchdoctor.diagnosis.ranks import merge_run_dir
 
         return merge_run_dir(run_dir)
+    from torchdoctor.model.layout import LIVE_FILE
+
+    path = run_dir / RECORD_FILE
+    if not path.exists() and (run_dir / LIVE_FILE).exists():  # `run --follow` while it runs
+        path = run_dir / LIVE_FILE
     try:
-        return RunRecord.load(run_dir / RECORD_FILE)
+        return RunRecord.load(path)
     except SchemaError as exc:
         raise InputError(f"cannot read the run record: {exc}; re-run `torchdoctor run` to make a new one") from None

@@ -27,18 +27,36 @@ def parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="torchdoctor run", description=HELP,
                       formatter_class=argparse.RawDescriptionHelpFormatter,
                       epilog="knobs for --set (this run only, the script is not edited):\n" + knob_help())
-    p.add_argument("--steps", type=non_negative(int), default=DEFAULT_STEPS,
-                   help=f"optimizer steps to measure (default {DEFAULT_STEPS})")
+    p.add_argument("--steps", type=non_negative(int), default=None,
+                   help=f"optimizer steps to measure (default {DEFAULT_STEPS}; with --follow: no limit)")
     p.add_argument("--warmup", type=non_negative(int), default=DEFAULT_WARMUP,
                    help=f"steps run before measuring (default {DEFAULT_WARMUP})")
-    p.add_argument("--max-seconds", type=non_negative(float), default=DEFAULT_MAX_SECONDS,
-                   help=f"stop the script after this long (default {DEFAULT_MAX_SECONDS:g})")
+    p.add_argument("--max-seconds", type=non_negative(float), default=None,
+                   help=f"stop the script after this long (default {DEFAULT_MAX_SECONDS:g}; with --follow: no limit)")
     p.add_argument("--out", type=Path, help="run directory (default ./torchdoctor-runs/<time>-<script>/)")
     p.add_argument("--format", choices=sorted(RENDERERS), default="text", help="what to print")
     p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
                    help="save a torch.profiler trace of 2 steps (default: only when CUDA is used)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="KNOB=VALUE",
                    help="apply a fix or a measurement for this run only (repeatable; see below)")
+    follow = p.add_argument_group("the whole job (--follow)")
+    follow.add_argument("--follow", action="store_true",
+                        help="let the script run to its end: a timeline of every step, changes found along the run, "
+                             "a black box on a crash, a signal or a stall")
+    follow.add_argument("--timeline-every", type=non_negative(float), default=10.0, metavar="S",
+                        help="write the timeline and live.json every S seconds (default 10)")
+    follow.add_argument("--tensorboard", type=Path, metavar="DIR",
+                        help="also write the figures as TensorBoard scalars to DIR (pip install 'torchdoctor[tensorboard]')")
+    follow.add_argument("--prometheus-port", type=int, metavar="PORT",
+                        help="serve the figures for Prometheus on http://0.0.0.0:PORT/metrics "
+                             "(pip install 'torchdoctor[prometheus]')")
+    follow.add_argument("--prometheus-textfile", type=Path, metavar="FILE",
+                        help="write the figures to FILE for node-exporter's textfile collector")
+    follow.add_argument("--otlp-endpoint", metavar="URL",
+                        help="push the figures and events to an OpenTelemetry collector over OTLP/HTTP, e.g. "
+                             "http://localhost:4318 (pip install 'torchdoctor[otlp]')")
+    follow.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                        help="a live panel on stderr (default: on a terminal only, never in pipes or CI)")
     dist = p.add_argument_group("several ranks (through torch.distributed.run, torchrun's launcher)")
     dist.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks on this machine (each runs the script)")
     dist.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines in the job (default 1)")
@@ -47,8 +65,9 @@ def parser() -> argparse.ArgumentParser:
     dist.add_argument("--one-rank", choices=("auto", "always", "never"), default="auto",
                       help="after the job, measure one rank alone for the scaling verdict (TD606): auto (default) "
                            "when the ranks share CPU cores or a GPU, or the job took at most 60 s; always; never")
-    dist.add_argument("--stall-timeout", type=non_negative(float), default=60.0, metavar="S",
-                      help="stop every rank when none finishes a step for S seconds (default 60)")
+    dist.add_argument("--stall-timeout", type=non_negative(float), default=None, metavar="S",
+                      help="stop every rank when none finishes a step for S seconds (default 60; with --follow: "
+                           "no step and no batch for 100 usual steps, twice the longest gap seen, at least 300 s)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like `python -m` (then its args)")
     p.add_argument("target", nargs="?", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -70,8 +89,12 @@ def main(argv: Sequence[str]) -> int:
         if not opts.target:
             raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
         target, args, module = opts.target, opts.args, False
+    _resolve_limits(opts)
     Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds).check()
     knobs = parse_settings(opts.knobs)
+    if opts.follow and (opts.nproc_per_node is not None or knobs.get("nproc") or opts.nnodes != 1):
+        raise UsageError("--follow follows one process for now; drop --nproc-per-node, or drop --follow for the "
+                         "bounded multi-rank run")
     distributed = _distributed(opts, knobs, target, args, module)
     if distributed is not None:
         return distributed
@@ -82,15 +105,20 @@ def main(argv: Sequence[str]) -> int:
     from torchdoctor.model.layout import create_run_dir
 
     check_target(target, module)
+    follow = _follow_options(opts) if opts.follow else None  # a missing exporter library: before the directory
     run_dir = create_run_dir(opts.out, target)
-    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup)
+    progress = RunProgress(total_steps=0 if opts.follow else opts.steps, warmup=opts.warmup,
+                           enabled=False if follow is not None and follow.panel is not None else None)
     with _script_output_kept_off_stdout(opts.format == "json") as report_stream:
+        exporters = list(follow.sinks) if follow is not None else []
+
         def finish(record) -> int:
-            return _finish(record, run_dir, opts.format, progress, report_stream)
+            return _finish(record, run_dir, opts.format, progress, report_stream, exporters)
 
         request = RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup,
                              steps=opts.steps, max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs,
-                             listeners=[progress], on_abandon=finish)
+                             listeners=[progress] + ([follow.panel] if follow is not None and follow.panel else []),
+                             on_abandon=finish, follow=follow)
         record = execute(request, run_dir)
         if any(run_dir.glob("rank-*/record.json")):  # the script spawned its ranks (torch.multiprocessing.spawn)
             from torchdoctor.diagnosis.ranks import merge_run_dir
@@ -102,6 +130,46 @@ def main(argv: Sequence[str]) -> int:
     if code != EXIT_OK:
         raise _OUTCOME_ERRORS[code](_outcome_message(record, run_dir))
     return EXIT_OK
+
+
+def _resolve_limits(opts) -> None:
+    """The defaults of --steps and --max-seconds: a bounded window, or with --follow none at all.
+    The export options belong to --follow."""
+    from torchdoctor.model.limits import FOLLOW_MAX_SECONDS, FOLLOW_STEPS
+
+    exports = [name for name, value in (("--tensorboard", opts.tensorboard), ("--prometheus-port", opts.prometheus_port),
+                                        ("--prometheus-textfile", opts.prometheus_textfile),
+                                        ("--otlp-endpoint", opts.otlp_endpoint)) if value is not None]
+    if exports and not opts.follow:
+        raise UsageError(f"{exports[0]} sends a followed run's figures; add --follow")
+    if opts.prometheus_port is not None and not 0 < opts.prometheus_port < 65536:
+        raise UsageError(f"--prometheus-port must be a port number from 1 to 65535, not {opts.prometheus_port}")
+    if opts.follow and not opts.timeline_every > 0:
+        raise UsageError("--timeline-every must be a positive number of seconds, e.g. --timeline-every 10")
+    if opts.steps is None:
+        opts.steps = FOLLOW_STEPS if opts.follow else DEFAULT_STEPS
+    if opts.max_seconds is None:
+        opts.max_seconds = FOLLOW_MAX_SECONDS if opts.follow else DEFAULT_MAX_SECONDS
+
+
+def _follow_options(opts):
+    """What --follow does besides the timeline: the exporters and the live panel (run/follow/)."""
+    from torchdoctor.run.follow.follower import FollowOptions
+
+    # the exporters get the report's findings after the run, then this command closes them (_finish)
+    follow = FollowOptions(every_s=opts.timeline_every, stall_s=opts.stall_timeout, close_sinks=False)
+    if any(v is not None for v in (opts.tensorboard, opts.prometheus_port, opts.prometheus_textfile, opts.otlp_endpoint)):
+        from torchdoctor.integrations.exporters import make_exporters
+
+        follow.sinks = make_exporters(tensorboard=opts.tensorboard, prometheus_port=opts.prometheus_port,
+                                      prometheus_textfile=opts.prometheus_textfile, otlp_endpoint=opts.otlp_endpoint)
+    if opts.live is not False and opts.format != "json":
+        from torchdoctor.run.follow.panel import LivePanel
+
+        panel = LivePanel.for_terminal(sys.stderr, force=bool(opts.live))
+        if panel is not None:
+            follow.panel = panel
+    return follow
 
 
 def _distributed(opts, knobs: dict, target: str, args: list[str], module: bool) -> int | None:
@@ -133,7 +201,7 @@ class _NoProgress:
         sys.stderr.write(message + "\n")
 
 
-def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
+def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO, exporters=()) -> int:
     """Everything after the script: evidence, diagnosis, the run directory, the printed
     report. Also called from the watchdog's thread when it must end a script that would not
     stop, so it never raises: it returns the exit code."""
@@ -142,6 +210,7 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     from torchdoctor.run.children import end_descendants
 
     report = complete_run(run_dir, record)
+    _close_exporters(exporters, report)
     if record.run.status not in ("completed", "exited"):  # stopped by us: what the script started ends with it
         end_descendants()
     progress.close(f"torchdoctor: {record.run.status} after {len(record.steps)} steps; run directory: {run_dir} "
@@ -154,6 +223,16 @@ def _finish(record, run_dir: Path, fmt: str, progress, stream: TextIO) -> int:
     if code != EXIT_OK and threading.current_thread() is not threading.main_thread():
         sys.stderr.write(f"torchdoctor: error: {_outcome_message(record, run_dir)}\n")
     return code
+
+
+def _close_exporters(exporters, report) -> None:
+    """`--follow`'s exporters: the findings as events, then closed (an exporter's failure only says so)."""
+    for sink in exporters:
+        for method, args in (("on_report", (report,)), ("close", ())):
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - the run directory is written; the export is extra
+                sys.stderr.write(f"torchdoctor: {sink.describe()}: {method} failed: {type(exc).__name__}: {exc}\n")
 
 
 @contextlib.contextmanager
@@ -187,7 +266,8 @@ def _script_output_kept_off_stdout(redirect: bool) -> Iterator[TextIO]:
 
 
 _VALUE_OPTIONS = {"--steps", "--warmup", "--max-seconds", "--out", "--format", "--set", "--nproc-per-node",
-                  "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout", "--one-rank"}
+                  "--nnodes", "--node-rank", "--rdzv-endpoint", "--stall-timeout", "--one-rank", "--timeline-every",
+                  "--tensorboard", "--prometheus-port", "--prometheus-textfile", "--otlp-endpoint"}
 
 
 def _module_split(argv: list[str]) -> int | None:
@@ -226,6 +306,8 @@ def _outcome_message(record, run_dir: Path) -> str:
         return f"{run.script} raised (traceback above); the partial run is in {run_dir}"
     if run.status == "exited":
         return f"{run.script} exited with code {run.exit_code}; the partial run is in {run_dir}"
+    if run.status == "stalled":
+        return f"{run.script} stalled and was stopped; every thread's stack and the last steps are in {run_dir}"
     if run.status == "interrupted":
         how = "terminated (SIGTERM)" if run.exit_code == EXIT_TERMINATED else "interrupted"
         return f"{how}; the partial run is in {run_dir}"

@@ -48,7 +48,7 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
     check_endpoint(opts.rdzv_endpoint, opts.node_rank or 0)
     run_dir = create_run_dir(opts.out, target)
     request = LaunchRequest(nproc_per_node=nproc, nnodes=opts.nnodes, node_rank=opts.node_rank or 0,
-                            rdzv_endpoint=opts.rdzv_endpoint, stall_s=opts.stall_timeout,
+                            rdzv_endpoint=opts.rdzv_endpoint, stall_s=_stall_s(opts),
                             child_argv=child_argv(opts, raw_knobs, run_dir, target, args, module))
     outcome = launch(request, run_dir)
     if outcome.error and not any(run_dir.glob("rank-*/record.json")):
@@ -103,7 +103,7 @@ def _measure_one_rank(opts, raw_knobs: list[str], nproc: int, target: str, args:
     one_dir = run_dir / ONE_RANK_DIR
     one_dir.mkdir(exist_ok=True)
     started = time.monotonic()
-    request = LaunchRequest(nproc_per_node=1, stall_s=opts.stall_timeout,
+    request = LaunchRequest(nproc_per_node=1, stall_s=_stall_s(opts),
                             child_argv=child_argv(opts, raw_knobs, one_dir, target, args, module))
     outcome = launch(request, one_dir)
     seconds = time.monotonic() - started
@@ -159,3 +159,8 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
             merged = merge_run_dir(ranks_dir, None)
             finish(merged, ranks_dir, report_stream)
     return code
+
+
+def _stall_s(opts) -> float:
+    """--stall-timeout, or its default for the ranks (60 s)."""
+    return 60.0 if opts.stall_timeout is None else opts.stall_timeout

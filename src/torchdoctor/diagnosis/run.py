@@ -11,6 +11,7 @@ from torchdoctor.version import __version__
 from torchdoctor.diagnosis.doctor_cost import doctor_cost_line, doctor_cost_table
 from torchdoctor.diagnosis.environment import environment_table
 from torchdoctor.diagnosis.figures import run_figures
+from torchdoctor.diagnosis.follow import add_follow, ended_line, first_stretch
 from torchdoctor.diagnosis.library_calls import library_sync_note
 from torchdoctor.diagnosis.lint_evidence import link_static_findings
 from torchdoctor.diagnosis.memory import memory_tables
@@ -112,18 +113,25 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     report = Report(source="run", tool_version=__version__)
     report.summary = summarize(record, facts)
     report.environment = environment_table(record, record.trace)
-    facts.earlier = report.findings
+    # a followed run with changes: the rules judge the steps before the first one; each later
+    # stretch is diagnosed on its own (diagnosis/follow.py)
+    judged = first_stretch(record) if record.follow is not None else record
+    judged_facts = facts if judged is record else RunFacts.of(judged)
+    judged_facts.earlier = report.findings
     for rule_cls in RUNTIME_RULES:
         rule = rule_cls()
-        reason = rule.not_measurable(record, facts)
+        reason = rule.not_measurable(judged, judged_facts)
         if reason is not None:
             report.not_measured.append(NotMeasured(rule.code, rule.slug, reason))
             continue
         try:
-            report.findings.extend(rule.check(record, facts))
+            report.findings.extend(rule.check(judged, judged_facts))
         except Exception as exc:  # one broken rule must not hide the others' findings
             report.notes.append(f"rule {rule.code} failed: {type(exc).__name__}: {exc}")
-    apply_spread(report.findings, facts)
+    apply_spread(report.findings, judged_facts)
+    if record.follow is not None:
+        add_follow(report, record, analyze)
+        report.summary.ended = ended_line(record) or report.summary.ended
     wall = wall_time_table(record)
     if wall is not None:
         report.tables.append(wall)

@@ -40,8 +40,10 @@ class DoctorCallback(CallbackResults, TrainerCallback):
 
     def __init__(self, steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None, *,
                  max_seconds: float = DEFAULT_MAX_SECONDS, stop: bool = True, trace: bool | None = None,
-                 knobs: tuple[str, ...] = ()) -> None:
-        self.spec = MeasureSpec.of(steps, warmup, out, max_seconds, trace, knobs)
+                 knobs: tuple[str, ...] = (), follow: bool = False) -> None:
+        self.spec = MeasureSpec.of(None if follow and steps == DEFAULT_STEPS else steps, warmup, out,
+                                   None if follow and max_seconds == DEFAULT_MAX_SECONDS else max_seconds, trace,
+                                   knobs, follow=follow)
         self.stop = stop
 
     # ---- the Trainer's events ----------------------------------------------------------

@@ -13,6 +13,8 @@ RECORD_FILE = "record.json"
 REPORT_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
+TIMELINE_FILE = "timeline.jsonl"  # `run --follow`: one line per step (older ones thinned), appended while it runs
+LIVE_FILE = "live.json"  # `run --follow`: the record so far, rewritten while it runs (record.json at the end)
 DEFAULT_PARENT = Path("torchdoctor-runs")
 
 

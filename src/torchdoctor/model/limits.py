@@ -14,6 +14,10 @@ from torchdoctor.errors import UsageError
 DEFAULT_WARMUP = 3  # optimizer steps run unmeasured first (compilation, caches, allocator)
 DEFAULT_STEPS = 30  # optimizer steps measured after them
 DEFAULT_MAX_SECONDS = 300.0  # the whole run's wall-clock limit, whatever the script does
+# `run --follow` (the whole job): the script runs to its end; these stand for "no limit" (a
+# --steps or --max-seconds given still holds)
+FOLLOW_STEPS = 10**12
+FOLLOW_MAX_SECONDS = 10 * 365 * 24 * 3600.0
 
 
 @dataclass(kw_only=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model.compile_record import CompileInfo
+from torchdoctor.model.follow_record import FollowRecord
 from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo, FsdpStep
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
@@ -32,7 +33,8 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    step, the window probes that ran in it, those stopped partway); doctor_cost (DoctorCost: per probe, its
 #    steps, partial steps, budget and measured cost; the hooks' time per unmeasured step; the first step's ratio);
 #    LoaderStats.cpu_timed_wait_s (the CPU time in next() is read on a share of the batches)
-SCHEMA_VERSION = 8
+# 9: follow (`run --follow`: the timeline, probe windows along the run, changes found, the black box)
+SCHEMA_VERSION = 9
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -516,6 +518,7 @@ class RunRecord:
     losses: LossTrace | None = None  # what the script passed to backward(), for the numerics guard
     compile: CompileInfo | None = None  # torch.compile in this run (None: the script did not compile)
     doctor_cost: DoctorCost | None = None  # what the doctor's own probes cost this run (schema 8)
+    follow: FollowRecord | None = None  # `run --follow`: the whole job (schema 9)
 
     @property
     def measured_steps(self) -> list[StepSample]:

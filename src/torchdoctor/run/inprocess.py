@@ -39,14 +39,24 @@ class MeasureSpec(Limits):
     out: Path | None = None  # None: ./torchdoctor-runs/<time>-<label>/
     trace: bool | None = None  # None: a profiler window only when CUDA is in use
     knobs: Sequence[str] = field(default_factory=tuple)  # "KNOB=VALUE", as after `--set`
+    follow: bool = False  # the whole job, as `run --follow` (run/follow/)
+    follow_every_s: float = 10.0  # the timeline and live.json written this often
 
     @classmethod
-    def of(cls, steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None,
-           max_seconds: float = DEFAULT_MAX_SECONDS, trace: bool | None = None,
-           knobs: Sequence[str] = ()) -> "MeasureSpec":
-        """From the API's arguments (`watch()`, the callbacks), checked."""
+    def of(cls, steps: int | None = None, warmup: int = DEFAULT_WARMUP, out: str | os.PathLike[str] | None = None,
+           max_seconds: float | None = None, trace: bool | None = None,
+           knobs: Sequence[str] = (), follow: bool = False, follow_every_s: float = 10.0) -> "MeasureSpec":
+        """From the API's arguments (`watch()`, the callbacks), checked. `steps` and `max_seconds`
+        None: the defaults, or with `follow` no limit."""
+        from torchdoctor.model.limits import FOLLOW_MAX_SECONDS, FOLLOW_STEPS
+
+        if steps is None:
+            steps = FOLLOW_STEPS if follow else DEFAULT_STEPS
+        if max_seconds is None:
+            max_seconds = FOLLOW_MAX_SECONDS if follow else DEFAULT_MAX_SECONDS
         spec = cls(steps=steps, warmup=warmup, max_seconds=max_seconds, out=Path(out) if out is not None else None,
-                   trace=trace, knobs=knobs if isinstance(knobs, str) else tuple(knobs))
+                   trace=trace, knobs=knobs if isinstance(knobs, str) else tuple(knobs), follow=bool(follow),
+                   follow_every_s=follow_every_s)
         spec.check()
         return spec
 
@@ -55,6 +65,9 @@ class MeasureSpec(Limits):
         super().check()
         if isinstance(self.knobs, str):
             raise UsageError(f"knobs takes a list of 'KNOB=VALUE' strings, e.g. knobs=[{self.knobs!r}]")
+        every = self.follow_every_s
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < float("inf"):
+            raise UsageError(f"follow_every_s must be a positive number of seconds, not {every!r}")
 
 
 class InProcessRun:
@@ -70,7 +83,7 @@ class InProcessRun:
         self.spec, self.label, self.script_path, self.writes = spec, label, script_path, writes
         self.options = ProbeOptions(warmup=spec.warmup, steps=spec.steps, max_seconds=float(spec.max_seconds),
                                     trace=spec.trace, knobs=parse_settings(list(spec.knobs)), stop=stop,
-                                    end_process=False, imported_before=True)
+                                    end_process=False, imported_before=True, follow=_follow_options(spec))
         self.probed: ProbedRun | None = None
         self.run_dir: Path | None = None
         self.record: RunRecord | None = None
@@ -137,6 +150,14 @@ class InProcessRun:
             return
         signals.redeliver()
         signals.uninstall()
+
+
+def _follow_options(spec: MeasureSpec):
+    if not spec.follow:
+        return None
+    from torchdoctor.run.follow.follower import FollowOptions
+
+    return FollowOptions(every_s=float(spec.follow_every_s))
 
 
 def script_label(filename: str | None) -> tuple[str, str | None]:

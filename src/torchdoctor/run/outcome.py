@@ -18,7 +18,8 @@ from torchdoctor.version import PACKAGE_DIR
 
 COMPLETED, STEP_LIMIT, TIME_LIMIT = "completed", "step-limit", "time-limit"
 EXITED, INTERRUPTED, CRASHED = "exited", "interrupted", "crashed"
-STATUSES = (COMPLETED, STEP_LIMIT, TIME_LIMIT, EXITED, INTERRUPTED, CRASHED)
+STALLED = "stalled"  # no step for the stall limit (`run --follow`, or the ranks of a multi-rank run)
+STATUSES = (COMPLETED, STEP_LIMIT, TIME_LIMIT, EXITED, INTERRUPTED, CRASHED, STALLED)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Outcome:
 def exit_code_of(status: str, exit_code: int) -> int:
     """The exit code of a run that ended with `status` (a RunInfo's): 1 when the script failed,
     130 or 143 when a signal stopped it, else 0."""
-    if status == CRASHED or (status == EXITED and exit_code != 0):
+    if status in (CRASHED, STALLED) or (status == EXITED and exit_code != 0):
         return EXIT_SCRIPT_FAILED
     if status == INTERRUPTED:
         return exit_code if exit_code in (130, 143) else EXIT_INTERRUPTED

@@ -39,6 +39,8 @@ from torchdoctor.run.signals import WHY, current as current_signals, exit_code_o
 from torchdoctor.run.sources import executed_user_files
 from torchdoctor.run.watchdog import Watchdog
 
+LIVE_STEPS = 2_000  # live.json (`run --follow`) carries the last this many steps
+
 
 @dataclass
 class ProbeOptions(Limits):
@@ -55,6 +57,7 @@ class ProbeOptions(Limits):
     # a Trainer): every user module loaded counts as executed, not only those imported during it.
     imported_before: bool = False
     schedule: dict[str, int] = field(default_factory=dict)  # SessionConfig window sizes to change (memory trials)
+    follow: Any = None  # run/follow/follower.py's FollowOptions: follow the whole job (`run --follow`)
 
 
 class ProbedRun:
@@ -88,6 +91,12 @@ class ProbedRun:
         self.watchdog = Watchdog(session, options.max_seconds, self._abandon,
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)
+        self.follower = None  # `run --follow`: the timeline, changes, later windows, the black box
+        if options.follow is not None:
+            from torchdoctor.run.follow.follower import Follower
+
+            self.follower = Follower(session, self.probes, run_dir, options.follow, live_record=self.live_record)
+            session.subscribe(self.follower)
         self._modules_before: set[str] = set()
         self.signals = None  # run/signals.py's StopSignals, when installed
         self._install_s = 0.0  # putting the probes in
@@ -103,6 +112,8 @@ class ProbedRun:
             self.probes.install()
             self.knobs.install("outer")
             self.watchdog.__enter__()
+            if self.follower is not None:
+                self.follower.start()
         except BaseException:
             self._uninstall()
             raise
@@ -218,7 +229,28 @@ class ProbedRun:
         if self.options.knobs.get("compile"):
             record.probe_notes.append(
                 ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
+        if self.follower is not None:
+            record.follow = self.follower.finish()
+            record.probe_notes.extend(ProbeNote("follow", e) for e in self.follower.errors[:5])
         return record
+
+    def live_record(self) -> RunRecord:
+        """The record so far, while the code runs (`run --follow` writes it as live.json): the run's
+        information and its last steps, without the probes' summaries (those are made at the end)."""
+        import dataclasses
+
+        session = self.session
+        if getattr(self, "_environment", None) is None:
+            self._environment = read_environment()
+        info = dataclasses.replace(self.info, status="running", wall_s=session.elapsed(),
+                                   step_source=session.step_source, backward_calls=session.backward_calls)
+        steps = []
+        for step in session.steps[-LIVE_STEPS:]:
+            copy = dataclasses.replace(step)
+            if copy.batch_shape is not None and type(copy.batch_shape) is not list:
+                copy.batch_shape = [int(d) for d in copy.batch_shape]
+            steps.append(copy)
+        return RunRecord(run=info, environment=self._environment, steps=steps)
 
     def _abandon(self, why: str) -> None:
         """From the watchdog's thread: the code would not stop. Save it all, then exit, whatever

@@ -40,6 +40,7 @@ class RunRequest(Limits):  # the limits are keywords: RunRequest("train.py", ste
     # Called with the ProbedRun once it exists, before the script starts (a rank's signal
     # watcher and heartbeat read its session)
     on_probed: Callable[[ProbedRun], None] | None = None
+    follow: Any = None  # run/follow/follower.py's FollowOptions: `run --follow`
 
 
 def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = time.perf_counter) -> RunRecord:
@@ -48,7 +49,8 @@ def execute(request: RunRequest, run_dir: Path, clock: Callable[[], float] = tim
     script = check_target(request.target, request.module)
     options = ProbeOptions(warmup=request.warmup, steps=request.steps, max_seconds=request.max_seconds,
                            trace=request.trace, knobs=request.knobs, listeners=request.listeners,
-                           on_abandon=request.on_abandon, end_process=True, schedule=request.schedule)
+                           on_abandon=request.on_abandon, end_process=True, schedule=request.schedule,
+                           follow=request.follow)
     probed = ProbedRun(options, run_dir, script, request.args,
                        script_path=None if request.module else request.target, clock=clock)
     if request.on_probed is not None:

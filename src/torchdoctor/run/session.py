@@ -352,6 +352,15 @@ class RunSession:
                 probe.deactivate()
                 self.window_closed(name)
 
+    def plan_window(self, name: str, first: int, count: int) -> None:
+        """Open window probe `name` (a budget name: "line_sampler", "sampler", ...) for `count` steps
+        from step `first`, later in the run (`run --follow`: after a change, or periodically)."""
+        chosen = {"memory": self.memory_at, "sampler": self.sample_at, "backward_timer": self.backward_at,
+                  "line_sampler": self.line_at, "profiler": self.profile_at}[name]
+        steps = range(first, first + count)
+        chosen.update(steps)
+        self._planned.update(steps)
+
     # ---- budgets (run/budget.py) --------------------------------------------------
     def expected_run_s(self) -> float | None:
         """The run's wall time if the remaining steps take the baseline step each."""

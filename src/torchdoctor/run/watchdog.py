@@ -29,6 +29,8 @@ STOP_GRACE_S = 10.0  # a requested stop the script has not obeyed by then is enf
 # ... sooner after SIGTERM or Ctrl-C: a scheduler kills the job 10-30 s after its SIGTERM, and the
 # run directory must be written by then (run/signals.py)
 SIGNAL_GRACE_S = 3.0
+# ... and sooner after a stall (`run --follow`): the script was already silent for the stall limit
+STALL_GRACE_S = 2.0
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException]) -> bool:
@@ -139,11 +141,17 @@ class Watchdog:
                 return
 
     def grace(self) -> float:
+        if self.session.stop_reason == "stalled":
+            return STALL_GRACE_S
         return SIGNAL_GRACE_S if self.session.stop_signal is not None else STOP_GRACE_S
 
     def _why(self) -> str:
         s = self.session
         caught = s.stop_raises + self.async_raises
+        if s.stop_reason == "stalled":
+            return (f"stopped by torchdoctor: the run stalled (see the black box); the script's thread did not "
+                    f"return to a step within {self.grace():g} s, so torchdoctor wrote what was measured and ended "
+                    "the process")
         if s.stop_raises > 1:
             cause = (f"the script caught the stop {caught} times (a bare `except:` or `except BaseException:` "
                      f"around the training loop)")

@@ -1,0 +1,229 @@
+"""A followed run's report (`run --follow`): the run split at its changes, each stretch diagnosed
+on its own steps and its own probe window, so findings from different times stay apart ("from step
+300: ..."); each change named with its cause; the black box leading when the run ended badly; and
+what the following cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from torchdoctor.model.findings import Finding, Report, Table
+from torchdoctor.model.follow_record import AFTER_CHANGE, DATA_WAIT, STEP_TIME, ChangePoint, FollowRecord, ProbeWindow
+from torchdoctor.model.location import Location
+from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, RunRecord
+from torchdoctor.rules.base import ms
+from torchdoctor.rules.changes import busy_machine_explains
+
+SHIFT_KINDS = (STEP_TIME, DATA_WAIT)
+CHANGE_CODES = ("TD902", "TD903", "TD904")
+
+
+def shift_changes(follow: FollowRecord | None) -> list[ChangePoint]:
+    """The changes of the script's own steps, where the run is split into stretches: not those the
+    busy machine explains (the script did the same work, only slower)."""
+    return sorted((c for c in (follow.changes if follow else []) if c.kind in SHIFT_KINDS
+                   and not busy_machine_explains(c)), key=lambda c: c.step)
+
+
+def first_stretch(record: RunRecord) -> RunRecord:
+    """The record the usual rules judge: the steps before the first change (all of them when none)."""
+    changes = shift_changes(record.follow)
+    if not changes:
+        return record
+    return dataclasses.replace(record, steps=[s for s in record.steps if s.index < changes[0].step])
+
+
+def window_profile(window: ProbeWindow | None) -> LineProfile:
+    """A window's lines as the line profile the rules read."""
+    if window is None or not window.lines:
+        return LineProfile()
+    return LineProfile(interval_s=0.001, total_samples=window.samples, total_s=window.sampled_s, method="signal",
+                       lines=[LineHits(location=w.location, samples=w.samples, text=w.text, library=w.library,
+                                       seconds=w.seconds, called_from=w.called_from, loading_samples=w.loading_samples)
+                              for w in window.lines])
+
+
+def stretch_record(record: RunRecord, first: int, end: int | None, window: ProbeWindow | None) -> RunRecord:
+    """The steps from `first` up to (not including) `end`, with the window sampled in them: probe
+    results of the run's start (the op sampler's, memory accounting, the trace) are not theirs."""
+    steps = [s for s in record.steps if s.index >= first and (end is None or s.index < end)]
+    run = dataclasses.replace(record.run, startup_s=None)
+    return dataclasses.replace(record, run=run, steps=steps, line_profile=window_profile(window),
+                               dispatch=DispatchSample(), trace=None, trace_file=None, memory=None, follow=None,
+                               static_findings=[], doctor_cost=None, unfinished_step=None, losses=None,
+                               batch_scaling=None)
+
+
+def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord], Report]) -> None:
+    """The followed run's parts of `report` (made by `analyze` from the first stretch)."""
+    follow = record.follow
+    if follow is None:
+        return
+    if report.summary is not None:  # the record keeps the start and the end of a long job (run/follow/kept.py)
+        report.summary.steps_total = max(report.summary.steps_total, follow.steps)
+    changes = shift_changes(follow)
+    for i, change in enumerate(changes):
+        end = changes[i + 1].step if i + 1 < len(changes) else None
+        window = follow.windows[change.window] if change.window is not None and change.window < len(follow.windows) else None
+        later = analyze(stretch_record(record, change.step, end, window)).findings
+        later = [f for f in later if f.code not in CHANGE_CODES]
+        for finding in later:
+            finding.title = f"from step {change.step}: {finding.title}"
+            finding.evidence = {**finding.evidence, "from_step": change.step}
+        _name_the_cause(report, change, later, window)
+        _whole_stretch(report, record, change, end)
+        report.findings.extend(later)
+    tables = [t for t in (_blackbox_stacks(follow), _last_steps(follow)) if t is not None]
+    report.tables[0:0] = tables  # what happened leads the measurements
+    windows = _windows_table(follow)
+    if windows is not None:
+        report.tables.append(windows)
+    report.notes.append(_cost_note(record, follow))
+    if changes:
+        report.notes.append(f"Findings without \"from step N\" come from the steps before step {changes[0].step} "
+                            "and the probe windows at the start of the run.")
+    if follow.live:
+        report.notes.insert(0, f"The run is still going: this report is made from what it had written by "
+                               f"{record.run.wall_s:.0f} s (step {follow.steps}); `torchdoctor report` again shows more.")
+
+
+def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], window: ProbeWindow | None) -> None:
+    """The change's own finding gets the cause found right after it: the stretch's top finding
+    with a line, and the line that took most of the window."""
+    code = "TD902" if change.kind == STEP_TIME else "TD903"
+    own = next((f for f in report.findings if f.code == code and f.evidence.get("from_step") == change.step), None)
+    if own is None:
+        return
+    ranked = sorted(later, key=Finding.sort_key)
+    cause = next((f for f in ranked if f.location is not None), None)
+    if own.evidence.get("busy_machine"):
+        cause = None  # the machine's change: a finding of the stretch is not what changed
+    top = _top_line(window)
+    parts = []
+    if window is not None:
+        parts.append(f"the window sampled right after it (steps {window.first_step}-{window.last_step})")
+    if cause is not None:
+        parts.append(f"found \"{cause.title.removeprefix(f'from step {change.step}: ')}\" ({cause.code}) at "
+                     f"{cause.location}")
+        own.location = cause.location
+    if top is not None:
+        hits, share, loading = top
+        where = hits.called_from if hits.library and hits.called_from else hits.location
+        text = f" `{hits.text}`" if hits.text else ""
+        parts.append(f"the line that took most of it: {hits.location}{text} ({share:.0%} of the window"
+                     + (f", {loading:.0%} of its samples while loading a batch" if loading else "") + ")")
+        if own.location is None and not own.evidence.get("busy_machine"):
+            own.location = where
+        own.evidence = {**own.evidence, "window_top_line": str(hits.location), "window_top_line_share": round(share, 3)}
+    if cause is not None:
+        own.evidence = {**own.evidence, "cause_code": cause.code}
+        own.fix = cause.fix
+    if parts:
+        own.message += " Cause: " + "; ".join(parts) + "."
+    elif change.window is None:
+        own.message += " No probe window could be sampled after it (the run ended, or the cost bound was spent)."
+
+
+def _whole_stretch(report: Report, record: RunRecord, change: ChangePoint, end: int | None) -> None:
+    """The change's finding was sized at detection, on the steps then; the record has the whole stretch."""
+    import statistics
+
+    code = "TD902" if change.kind == STEP_TIME else "TD903"
+    own = next((f for f in report.findings if f.code == code and f.evidence.get("from_step") == change.step), None)
+    steps = [s for s in record.steps if s.index >= change.step and (end is None or s.index < end)
+             and not s.warmup and not s.sampled]
+    if own is None or len(steps) < 2:
+        return
+    median = statistics.median(s.duration_s for s in steps)
+    wait = statistics.median(s.data_wait_s for s in steps)
+    last = steps[-1].index
+    own.message += (f" Over the whole stretch after it (steps {change.step}-{last}, {len(steps)} measured): median step "
+                    f"{ms(median):.2f} ms, data wait {ms(wait):.2f} ms.")
+    own.evidence = {**own.evidence, "stretch_median_ms": ms(median), "stretch_steps": len(steps)}
+
+
+def _top_line(window: ProbeWindow | None) -> tuple[LineHits, float, float] | None:
+    profile = window_profile(window)
+    if not profile.lines or profile.total_s <= 0:
+        return None
+    best = max(profile.lines, key=lambda h: h.seconds)
+    return best, profile.line_share(best), (best.loading_samples / best.samples if best.samples else 0.0)
+
+
+def ended_line(record: RunRecord) -> str | None:
+    """The black box's one line: what happened and where (None: the run ended well)."""
+    box = record.follow.blackbox if record.follow is not None else None
+    if box is None:
+        return None
+    where = f" at {box.where} in {box.where.function}()" if box.where is not None else ""
+    return f"{box.message}{where} (step {box.step}, {box.t:.1f} s)"
+
+
+def _blackbox_stacks(follow: FollowRecord) -> Table | None:
+    box = follow.blackbox
+    if box is None:
+        return None
+    rows: list[list] = []
+    for thread in box.threads:
+        label = f"{thread.name}{' (training)' if thread.main else ''}{' daemon' if thread.daemon else ''}"
+        if not thread.frames:
+            rows.append([label, "—", ""])
+        for i, frame in enumerate(reversed(thread.frames[-12:])):  # innermost first
+            rows.append([label if i == 0 else "", f"{frame.path}:{frame.line} {frame.function}()", frame.text])
+    return Table(title="Black box: every thread's stack when the run stopped", columns=["thread", "frame", "line"],
+                 rows=rows, caption=f"{box.message}. Innermost frame first, up to 12 per thread; torchdoctor's own "
+                                    "frames and threads left out.")
+
+
+def _last_steps(follow: FollowRecord) -> Table | None:
+    box = follow.blackbox
+    if box is None or not box.last_points:
+        return None
+    rows = [[p.step, round(p.t, 3), round(ms(p.step_s), 2), round(ms(p.data_wait_s), 2),
+             "yes" if p.sampled else ""] for p in box.last_points[-10:]]
+    return Table(title="Black box: the last steps before it stopped", columns=["step", "ended at s", "step ms",
+                                                                                "data wait ms", "under a probe"],
+                 rows=rows, caption="From the timeline the run was writing.")
+
+
+def _windows_table(follow: FollowRecord) -> Table | None:
+    if not follow.windows:
+        return None
+    rows = []
+    for w in follow.windows[:50]:
+        top = _top_line(w)
+        rows.append([w.reason if w.reason != AFTER_CHANGE else f"after the change at step "
+                     f"{follow.changes[w.change].step}" if w.change is not None and w.change < len(follow.changes)
+                     else w.reason, f"{w.first_step}-{w.last_step}", round(w.start_t, 2), ", ".join(w.probes),
+                     f"{top[0].location} ({top[1]:.0%})" if top else "—"])
+    return Table(title="Probe windows along the run", columns=["why", "steps", "began at s", "probes", "top line"],
+                 rows=rows, caption="Each stretch of the run is diagnosed with its own window: findings \"from step N\" "
+                                    "come from the window after that change.")
+
+
+def _cost_note(record: RunRecord, follow: FollowRecord) -> str:
+    wall = record.run.wall_s or 0.0
+    later = [w for w in follow.windows if w.reason != "start"]
+    share = follow.windows_s / wall if wall > 0 else 0.0
+    text = (f"Followed {follow.steps} steps; the timeline ({follow.timeline_file}) was written every "
+            f"{follow.every_s:g} s")
+    if follow.thinned_to > 1:
+        text += f" (older points thinned: one point for up to {follow.thinned_to} steps)"
+    if follow.thread_cpu_s:
+        text += (f"; the follower's thread used {follow.thread_cpu_s:.2f} s of CPU "
+                 f"({follow.thread_cpu_s / wall if wall > 0 else 0:.2%} of the run)")
+    text += (f". Probe windows after the start: {len(later)}, costing {follow.windows_s:.3f} s over their steps' "
+             f"usual time ({share:.2%} of the run; bound {follow.window_share:.0%})")
+    if follow.windows_skipped:
+        text += f"; {follow.windows_skipped} windows skipped, the bound spent"
+    if follow.steps_dropped:
+        text += (f". The record keeps the first and the last steps; {follow.steps_dropped:,} steps in between are in "
+                 "the timeline only")
+    if follow.exports:
+        text += f". Also sent to: {', '.join(follow.exports)}"
+    return text + "."
+
+
+__all__ = ["add_follow", "ended_line", "first_stretch", "stretch_record", "window_profile", "Location"]

@@ -1,0 +1,192 @@
+"""Changes found along a followed run (`run --follow`, rules/shifts.py's tests): the steps became
+slower and stayed so, a data wait appeared, memory creeps toward the limit. Each finding says the
+step and the time the change began and what changed in the measurements; the diagnosis adds the
+cause found in the window sampled right after it (diagnosis/follow.py)."""
+
+from __future__ import annotations
+
+from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.follow_record import DATA_WAIT, MEMORY, STEP_TIME, ChangePoint
+from torchdoctor.model.record import RunRecord
+from torchdoctor.model.units import format_bytes
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, ms, severity_for
+from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.shifts import K_SPREAD
+
+
+def _changes(record: RunRecord, kind: str) -> list[ChangePoint]:
+    return [c for c in (record.follow.changes if record.follow is not None else []) if c.kind == kind]
+
+
+def what_changed(change: ChangePoint) -> str:
+    """"data wait 0.1 -> 5.0 ms, compute 3.9 -> 4.0 ms, samples/s 15,000 -> 7,000": every figure's
+    level before and after the change."""
+    names = (("step_s", "step", "ms"), ("data_wait_s", "data wait", "ms"), ("compute_s", "backward and optimizer", "ms"),
+             ("samples_per_s", "samples/s", ""))
+    parts = []
+    for key, label, unit in names:
+        a, b = change.figures_before.get(key), change.figures_after.get(key)
+        if a is None or b is None:
+            continue
+        if unit == "ms":
+            parts.append(f"{label} {ms(a):.2f} → {ms(b):.2f} ms")
+        else:
+            parts.append(f"{label} {a:,.0f} → {b:,.0f}")
+    a, b = change.figures_before.get("cpu_wait"), change.figures_after.get("cpu_wait")
+    if a is not None and b is not None:
+        parts.append(f"the training thread waiting for a CPU {a:.0%} → {b:.0%} of the time")
+    return ", ".join(parts)
+
+
+# The extra step time is the machine's when the training thread's added wait for a CPU (its
+# run-queue share times the step) covers at least this share of it: other processes took the CPUs.
+BUSY_EXPLAINS_SHARE = 0.5
+
+
+def busy_machine_explains(change: ChangePoint) -> bool:
+    """The slowdown is other processes' doing: the run-queue wait grew by most of the added time."""
+    a, b = change.figures_before.get("cpu_wait"), change.figures_after.get("cpu_wait")
+    before, after = change.figures_before.get("step_s"), change.figures_after.get("step_s")
+    if None in (a, b, before, after) or after <= before:
+        return False
+    return b * after - a * before >= BUSY_EXPLAINS_SHARE * (after - before)
+
+
+def _level_line(change: ChangePoint) -> str:
+    b, a = change.before, change.after
+    return (f"the median step went from {ms(b.median):.2f} ms (spread ±{ms(b.spread):.2f} ms over the {b.steps} steps "
+            f"before it) to {ms(a.median):.2f} ms over the {a.steps} steps after; the test needed the fast quarter "
+            f"of the steps to move by more than {ms(change.threshold):.2f} ms ({K_SPREAD:g} spreads of the steps "
+            "before it, or 3 % of the step), in nearly every step after it")
+
+
+def _one_for_the_machine(findings: list[Finding]) -> list[Finding]:
+    """Changes the busy machine explains, said once: a shared machine's neighbours come and go many
+    times in a long job, and each time is the same news (the first stays, the others listed in it)."""
+    busy = [f for f in findings if f.evidence.get("busy_machine")]
+    if len(busy) < 2:
+        return findings
+    first, rest = busy[0], busy[1:]
+    steps = [f.evidence["from_step"] for f in busy]
+    first.title = f"From step {steps[0]}, other processes slowed the steps {len(busy)} times"
+    first.message += (" It happened again from step " + ", ".join(str(s) for s in steps[1:]) + ", each time with the "
+                      "training thread's wait for a CPU covering the added time.")
+    first.evidence = {**first.evidence, "busy_changes_from_steps": steps}
+    return [f for f in findings if f not in rest]
+
+
+class _ShiftRule(Rule):
+    kind = STEP_TIME
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        out = []
+        for change in _changes(record, self.kind):
+            before, after = change.figures_before.get("step_s"), change.figures_after.get("step_s")
+            if before is None or after is None:
+                before, after = change.before.median, change.after.median
+            busy = busy_machine_explains(change)
+            if after <= before:  # faster from here on: said as information
+                speedup, severity = None, Severity.INFO
+            elif busy:  # not the script's change: said, with no estimate a fix of the script could give
+                speedup, severity = None, Severity.LOW
+            else:
+                speedup = after / before if before > 0 else None
+                severity = severity_for(speedup) if speedup else Severity.MEDIUM
+                if speedup is not None and speedup < MIN_REPORTED_SPEEDUP:
+                    continue
+            out.append(self.finding(
+                title=self.headline(change, before, after),
+                message=(f"From step {change.step} (at {change.t:.1f} s into the run) {_level_line(change)}. "
+                         f"What changed: {what_changed(change)}. Seen at step {change.detected_step}."
+                         + (" The machine got busy: the training thread's added wait for a CPU covers most of the "
+                            "added time, so other processes took the CPUs; not a change of the script." if busy else "")),
+                location=None,
+                evidence={"from_step": change.step, "at_s": round(change.t, 3), "detected_at_step": change.detected_step,
+                          "before_ms": ms(change.before.median), "before_spread_ms": ms(change.before.spread),
+                          "after_ms": ms(change.after.median), "threshold_ms": ms(change.threshold),
+                          "figures_before": change.figures_before, "figures_after": change.figures_after,
+                          "window": change.window, "busy_machine": busy},
+                speedup=speedup,
+                basis=(f"the steps after step {change.step} back at the median step before it: {ms(after):.2f} → "
+                       f"{ms(before):.2f} ms (measured in this run)") if speedup else
+                      ("other processes' CPU use, not the script's: no fix of the script sizes it" if busy else ""),
+                severity=severity,
+            ))
+        return _one_for_the_machine(out)
+
+    def headline(self, change: ChangePoint, before: float, after: float) -> str:
+        verb = "slower" if after > before else "faster"
+        return f"From step {change.step}, steps became {max(after, before) / max(min(after, before), 1e-12):.2f}x {verb} and stayed so"
+
+
+class StepTimeShift(_ShiftRule):
+    code = "TD902"
+    slug = "step-time-shift"
+    kind = STEP_TIME
+    title = "The step time shifted partway through the run, and stayed"
+    example = "# from step 12,000 a data shard on slow storage: every step waits longer for its batch"
+    rationale = (
+        "A followed run's step times are tested for a persistent shift against the spread of the steps "
+        "before it: a new level that holds, not a noisy step. Throughput that drops after hours (slow "
+        "storage, throttling, a leak making the allocator work harder) is the trouble a 30-step window "
+        "never sees. A window of probes sampled right after the change names the line that changed."
+    )
+    fix = ("Look at the cause found right after the change (the line named, the finding \"from step N\"): "
+           "it is what the steps started doing differently.")
+
+
+class DataWaitAppeared(_ShiftRule):
+    code = "TD903"
+    slug = "data-wait-appeared"
+    kind = DATA_WAIT
+    title = "A data wait appeared partway through the run"
+    example = "# from step 300 the loader reads a shard from network storage"
+    rationale = (
+        "The time each step waits in `next(loader)` rose to a new level and stayed there, while the step "
+        "time's own test did not fire (the rest of the step got faster, or the wait is small against its "
+        "spread). The loader has started doing something slower."
+    )
+    fix = ("See what the loader does from that step on (the line named below): a new shard on slower "
+           "storage, a cache that filled up, an augmentation that changed. Prefetch with more workers "
+           "(`num_workers`, `prefetch_factor`) or move the slow part out of `__getitem__`.")
+
+    def headline(self, change: ChangePoint, before: float, after: float) -> str:
+        wb, wa = change.figures_before.get("data_wait_s", 0.0), change.figures_after.get("data_wait_s", 0.0)
+        return f"From step {change.step}, each step waits {ms(wa):.1f} ms for data (was {ms(wb):.1f} ms)"
+
+
+class MemoryCreep(Rule):
+    code = "TD904"
+    slug = "memory-creep"
+    title = "Memory keeps growing toward the limit"
+    example = "history.append(loss)  # a tensor with its graph, kept every step"
+    rationale = (
+        "The memory high-water mark of a followed run rose check after check, not once: something is "
+        "kept every step (losses with their graph, a cache without bound, growing batches). At its rate "
+        "it reaches the limit, and the run ends in an out-of-memory error hours in."
+    )
+    fix = ("Keep numbers, not tensors (`loss.item()` at a logging step, or `loss.detach()`), bound caches, "
+           "and check what grows with `torchdoctor memory`:\n```python\nhistory.append(loss.detach())\n```")
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        out = []
+        for change in _changes(record, MEMORY):
+            rate = change.bytes_per_s or 0.0
+            left = None
+            if change.limit_bytes and rate > 0:
+                left = max(0.0, (change.limit_bytes - change.after.median) / rate)
+            reach = (f"; at this rate it reaches the limit ({format_bytes(change.limit_bytes)}) in "
+                     f"{left / 3600:.1f} h" if left is not None and change.limit_bytes else "")
+            out.append(self.finding(
+                title=f"From step {change.step}, memory grows {format_bytes(int(rate * 60))} a minute",
+                message=(f"The memory high-water mark rose from {format_bytes(int(change.before.median))} at step "
+                         f"{change.step} ({change.t:.1f} s) to {format_bytes(int(change.after.median))} by step "
+                         f"{change.detected_step}, in most checks{reach}."),
+                location=None,
+                evidence={"from_step": change.step, "at_s": round(change.t, 3), "bytes_per_s": round(rate, 1),
+                          "high_water_bytes": int(change.after.median), "limit_bytes": change.limit_bytes,
+                          "reaches_limit_in_s": round(left, 1) if left is not None else None},
+                speedup=None, basis="a leak costs no time until memory runs out; it ends the run then",
+                severity=Severity.HIGH if left is not None and left < 3600 else Severity.MEDIUM,
+            ))
+        return out

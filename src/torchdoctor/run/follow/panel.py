@@ -1,0 +1,148 @@
+"""The live panel of a followed run (`run --follow` on a terminal): a few lines on stderr, drawn
+with rich, redrawn in place at most every REDRAW_S.
+
+It never mixes with the script's output: it is drawn only from the training thread, right after a
+step closes (never in the middle of the script's own write), and erased whenever the script is about
+to print or log (the session's on_output event), to be drawn again below the script's lines after
+the next step. The follower's thread only hands it the figures. It is off where stderr is not a
+terminal (pipes, files), under CI (the CI variable), with TERM=dumb, and with --no-live.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import threading
+import time
+from typing import TextIO
+
+REDRAW_S = 0.5
+ERASE_UP = "\x1b[{n}F\x1b[J"  # to the start of the line n lines up, then clear to the end of the screen
+
+
+class LivePanel:
+    def __init__(self, stream: TextIO, width: int = 100) -> None:
+        self.stream = stream
+        self.width = width
+        self._lines = 0  # lines of the panel on screen now
+        self._state: dict | None = None
+        self._last_draw = 0.0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_terminal(cls, stream: TextIO, force: bool = False) -> "LivePanel | None":
+        """A panel when `stream` is a terminal and not CI's (or `force`: --live); else None."""
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError, OSError):
+            tty = False
+        if not force and (not tty or os.environ.get("CI") or os.environ.get("TERM") == "dumb"):
+            return None
+        if not tty:
+            return None  # --live into a pipe would write escape codes into a log
+        try:
+            width = min(os.get_terminal_size(stream.fileno()).columns, 120)
+        except (OSError, ValueError, AttributeError):
+            width = 100
+        return cls(stream, width=max(40, width))
+
+    # ---- from the follower's thread ----------------------------------------------------------
+    def update(self, follower) -> None:
+        points = follower.timeline.points[-200:]
+        clean = [p for p in points if not p.sampled and not p.warmup] or points
+        if not clean:
+            return
+        step = statistics.median(p.step_s for p in clean)
+        wait = statistics.median(p.data_wait_s for p in clean)
+        rates = [p.samples / p.step_s for p in clean if p.samples and p.step_s > 0]
+        mem = max((p.mem_bytes for p in points if p.mem_bytes), default=None)
+        changes = follower.record.changes
+        last = changes[-1] if changes else None
+        self._state = {"steps": follower.record.steps, "t": points[-1].t, "step_ms": step * 1000,
+                       "wait_ms": wait * 1000, "samples_s": statistics.median(rates) if rates else None,
+                       "mem": mem, "changes": len(changes),
+                       "last_change": f"{last.kind} changed at step {last.step}" if last else None,
+                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes)}
+
+    # ---- session events (the training thread) ----------------------------------------------------
+    def on_step(self, sample) -> None:
+        if self._closed or self._state is None:
+            return
+        now = time.monotonic()
+        if now - self._last_draw < REDRAW_S:
+            return
+        self._last_draw = now
+        with self._lock:
+            self._write(self._erase() + self.render(self._state))
+
+    def on_output(self) -> None:
+        """The script is about to print: the panel goes, so its line starts on a clean line."""
+        if self._lines and not self._closed:
+            with self._lock:
+                self._write(self._erase())
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._write(self._erase())
+
+    # ---- drawing -----------------------------------------------------------------------------
+    def render(self, state: dict) -> str:
+        from rich.console import Console
+        from rich.panel import Panel
+        from rich.table import Table
+
+        from torchdoctor.model.units import format_bytes
+
+        table = Table.grid(padding=(0, 2))
+        for _ in range(4):
+            table.add_column()
+        table.add_row("step", f"{state['steps']:,}", "time", f"{state['t']:.0f} s")
+        table.add_row("step time", f"{state['step_ms']:.2f} ms", "data wait", f"{state['wait_ms']:.2f} ms")
+        table.add_row("samples/s", f"{state['samples_s']:,.0f}" if state["samples_s"] else "—",
+                      "memory (high-water)", format_bytes(state["mem"]) if state["mem"] else "—")
+        table.add_row("changes", str(state["changes"]), "probe windows", str(state["windows"]))
+        if state.get("gpu"):
+            table.add_row("GPU", state["gpu"], "", "")
+        if state["last_change"]:
+            table.add_row("latest", state["last_change"], "", "")
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=self.width, force_terminal=True, color_system="standard",
+                          emoji=False, highlight=False)
+        console.print(Panel(table, title="torchdoctor --follow", title_align="left", expand=False))
+        text = buffer.getvalue()
+        self._lines = text.count("\n")
+        return text
+
+    def _erase(self) -> str:
+        n, self._lines = self._lines, 0
+        return ERASE_UP.format(n=n) if n else ""
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._closed = True
+
+
+def _gpu_line(probes) -> str | None:
+    """The GPU's latest NVML sample, when the run uses CUDA and NVML answers (run/probes/nvml.py)."""
+    sampler = getattr(getattr(probes, "gpu", None), "sampler", None)
+    samples = getattr(sampler, "samples", None)
+    if not samples:
+        return None
+    s = samples[-1]
+    parts = []
+    if s.gpu_util is not None:
+        parts.append(f"util {s.gpu_util:.0f}%")
+    if s.power_w is not None:
+        parts.append(f"power {s.power_w:.0f}" + (f"/{s.power_limit_w:.0f} W" if s.power_limit_w else " W"))
+    if s.mem_used_bytes is not None and s.mem_total_bytes:
+        parts.append(f"memory {s.mem_used_bytes / 2**30:.1f}/{s.mem_total_bytes / 2**30:.1f} GiB")
+    return " · ".join(parts) or None

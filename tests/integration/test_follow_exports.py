@@ -1,0 +1,185 @@
+"""A followed run's figures where teams look (integrations/exporters.py), read back with each
+ecosystem's own reader: TensorBoard's EventAccumulator, and an HTTP GET of the Prometheus endpoint
+parsed by prometheus_client's parser (and its textfile by the same parser)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "follow_slow_loader.py"
+pytestmark = pytest.mark.slow
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+parser = pytest.importorskip("prometheus_client.parser")
+
+GAUGES = {"torchdoctor_step", "torchdoctor_step_time_seconds", "torchdoctor_data_wait_seconds",
+          "torchdoctor_samples_per_second", "torchdoctor_memory_high_water_bytes"}
+
+
+def env():
+    e = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    e.pop("CI", None)
+    return e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tensorboard_scalars_and_change_events_and_the_prometheus_textfile(tmp_path):
+    out, tb, prom = tmp_path / "run", tmp_path / "tb", tmp_path / "torchdoctor.prom"
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
+                           "--tensorboard", str(tb), "--prometheus-textfile", str(prom), "--out", str(out),
+                           str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    acc = event_accumulator.EventAccumulator(str(tb), size_guidance={event_accumulator.SCALARS: 0,
+                                                                     event_accumulator.TENSORS: 0})
+    acc.Reload()
+    scalars = set(acc.Tags()["scalars"])
+    assert {"torchdoctor/step_time_ms", "torchdoctor/data_wait_ms", "torchdoctor/samples_per_s",
+            "torchdoctor/memory_high_water_bytes"} <= scalars
+    steps = acc.Scalars("torchdoctor/step_time_ms")
+    assert [e.step for e in steps] == list(range(4, 601))  # every step after the warm-up, at its step
+    timeline = {json.loads(line)["step"]: json.loads(line) for line in (out / "timeline.jsonl").read_text().splitlines()}
+    assert all(abs(e.value - timeline[e.step]["step_s"] * 1000) < 1e-3 for e in steps)  # the run's own numbers
+    texts = acc.Tags()["tensors"]
+    assert "torchdoctor/changes/text_summary" in texts
+    change = acc.Tensors("torchdoctor/changes/text_summary")[0]
+    record = json.loads((out / "record.json").read_text())
+    assert change.step == record["follow"]["changes"][0]["step"]
+    assert f"at step {change.step}" in change.tensor_proto.string_val[0].decode()
+    families = {f.name: f for f in parser.text_string_to_metric_families(prom.read_text())}
+    assert GAUGES <= set(families)
+    assert families["torchdoctor_step"].samples[0].value == 600
+    changes = families["torchdoctor_changes"].samples
+    assert any(s.name == "torchdoctor_changes_total" and s.value >= 1 for s in changes)
+    assert "Also sent to: TensorBoard" in (out / "report.md").read_text()
+    # the report's findings, as events once the run is diagnosed
+    assert "torchdoctor/findings/text_summary" in texts
+    table = acc.Tensors("torchdoctor/findings/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "follow_slow_loader.py:" in table and ("TD902" in table or "TD903" in table)
+    found = [s for s in families["torchdoctor_finding"].samples if s.labels["code"] in ("TD902", "TD903")]
+    assert found and "follow_slow_loader.py:" in found[0].labels["where"] and found[0].value > 1.5
+
+
+LONG = """
+import time, torch
+from torch import nn
+model = nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 16)
+for i in range(1000000):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.002)
+"""
+
+
+def test_the_prometheus_endpoint_serves_the_documented_metrics_while_the_run_goes(tmp_path):
+    script = tmp_path / "long.py"
+    script.write_text(LONG)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
+                             "--prometheus-port", str(port), "--out", str(tmp_path / "run"), str(script)],
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, families = time.monotonic() + 90, {}
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                continue
+            families = {f.name: f for f in parser.text_string_to_metric_families(body)}
+            if families.get("torchdoctor_step") and families["torchdoctor_step"].samples[0].value > 20:
+                break
+        assert GAUGES <= set(families)
+        assert families["torchdoctor_step"].samples[0].value > 20
+        assert 0.001 < families["torchdoctor_step_time_seconds"].samples[0].value < 1.0
+        assert families["torchdoctor_memory_high_water_bytes"].samples[0].value > 10 * 2**20
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143
+    with pytest.raises(OSError):  # the endpoint goes with the run
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_an_export_without_follow_is_a_one_line_usage_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--tensorboard", str(tmp_path), str(EXAMPLE)],
+                          env=env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "add --follow" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_otlp_metrics_and_events_reach_a_collector(tmp_path):
+    """An OTLP/HTTP receiver in the test: what arrives is decoded with OpenTelemetry's own protobufs."""
+    import http.server
+    import threading
+
+    metrics_pb = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+    logs_pb = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    received: dict[str, list[bytes]] = {"/v1/metrics": [], "/v1/logs": []}
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.setdefault(self.path, []).append(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "run"
+        done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
+                               "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}", "--out", str(out),
+                               str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-3000:]
+    names, last_step = set(), 0
+    for body in received["/v1/metrics"]:
+        request = metrics_pb.ExportMetricsServiceRequest.FromString(body)
+        for rm in request.resource_metrics:
+            assert any(a.key == "service.name" and a.value.string_value == "torchdoctor" for a in rm.resource.attributes)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    names.add(metric.name)
+                    if metric.name == "torchdoctor.step":
+                        last_step = max(last_step, max(p.as_int or int(p.as_double) for p in metric.gauge.data_points))
+    assert {"torchdoctor.step", "torchdoctor.step_time", "torchdoctor.data_wait", "torchdoctor.samples_per_second",
+            "torchdoctor.memory.high_water", "torchdoctor.changes"} <= names
+    assert last_step == 600
+    records = []
+    for body in received["/v1/logs"]:
+        for rl in logs_pb.ExportLogsServiceRequest.FromString(body).resource_logs:
+            for sl in rl.scope_logs:
+                records += [(r.body.string_value, {a.key: a.value for a in r.attributes}) for r in sl.log_records]
+    changes = [(text, attrs) for text, attrs in records if attrs["torchdoctor.event"].string_value == "change"]
+    assert changes and "changed at step" in changes[0][0]
+    findings = [attrs for _, attrs in records if attrs["torchdoctor.event"].string_value == "finding"]
+    shift = next(a for a in findings if a["torchdoctor.code"].string_value in ("TD902", "TD903"))
+    assert shift["code.filepath"].string_value.endswith("follow_slow_loader.py") and shift["code.lineno"].int_value > 0
+    assert shift["torchdoctor.estimated_speedup"].double_value > 1.5

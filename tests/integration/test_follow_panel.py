@@ -1,0 +1,95 @@
+"""The live panel of `run --follow` (run/follow/panel.py), in a pseudo-terminal: it is drawn, and
+the script's own lines never share a line with it; in pipes and under CI it is not drawn at all."""
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+SCRIPT = """
+import time, torch
+from torch import nn
+model = nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 16)
+for i in range(1, 601):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.004)
+    if i % 40 == 0:
+        print(f"SCRIPT LINE {i} loss {loss.item():.4f}")
+"""
+
+
+def in_a_terminal(args, env, timeout=180) -> tuple[int, str]:
+    """Run with stdin, stdout and stderr on one pseudo-terminal; all it wrote, and the exit code."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the other side closed: the process ended
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    code = proc.wait(timeout=30)
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
+def env(**extra):
+    e = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TERM": "xterm", "COLUMNS": "100", **extra}
+    e.pop("CI", None)
+    e.update(extra)
+    return e
+
+
+def test_the_panel_is_drawn_in_a_terminal_and_never_shares_a_line_with_the_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    code, raw = in_a_terminal([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
+                               "--out", str(tmp_path / "run"), str(script)], env())
+    assert code == 0, raw[-3000:]
+    assert "\x1b[" in raw  # drawn in place
+    text = ANSI.sub("", raw).replace("\r", "")
+    assert text.count("torchdoctor --follow") >= 2  # redrawn as the run went
+    script_lines = [line for line in text.split("\n") if "SCRIPT LINE" in line]
+    assert len(script_lines) == 15
+    assert all(re.fullmatch(r"SCRIPT LINE \d+ loss \d+\.\d{4}", line) for line in script_lines), script_lines
+    # the panel's lines are whole too: none carries a script's line
+    panel_lines = [line for line in text.split("\n") if "│" in line or "╭" in line]
+    assert panel_lines and not any("SCRIPT" in line for line in panel_lines)
+    # and it is gone at the end: the last screen is the report
+    assert "torchdoctor --follow" not in ANSI.sub("", raw.rsplit("\x1b[J", 1)[-1])
+
+
+def test_no_panel_in_pipes_or_under_ci(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.replace("range(1, 601)", "range(1, 201)"))
+    piped = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
+                            "--out", str(tmp_path / "a"), str(script)], env=env(), capture_output=True, text=True,
+                           timeout=180)
+    assert piped.returncode == 0
+    assert "torchdoctor --follow" not in piped.stderr + piped.stdout and "\x1b[" not in piped.stderr
+    code, raw = in_a_terminal([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
+                               "--out", str(tmp_path / "b"), str(script)], env(CI="true"))
+    assert code == 0 and "torchdoctor --follow" not in raw

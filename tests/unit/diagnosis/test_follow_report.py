@@ -1,0 +1,115 @@
+"""A followed run's report (diagnosis/follow.py, rules/changes.py) from a record made by hand:
+the stretches before and after a change are judged apart, the change names its cause from the
+window sampled after it, the black box leads, and a busy machine is not blamed on the script."""
+
+from torchdoctor.diagnosis.run import analyze
+from torchdoctor.model.follow_record import (BlackBox, ChangePoint, FollowRecord, Level, ProbeWindow, StackFrame,
+                                             ThreadStack, TimelinePoint, WindowLine)
+from torchdoctor.model.record import Location, StepSample
+from torchdoctor.report import render
+
+from helpers.records import loader, record
+
+LOADER = Location("train.py", 5, "<module>")
+SLOW_LINE = Location("data.py", 30, "__getitem__")
+
+
+def followed(change_at=301, steps=600, busy=False):
+    """600 steps: 2 ms until `change_at`, then 12 ms of which 10 ms wait for data."""
+    rec = record(step_s=0.002, steps=0, warmup=3)
+    rec.steps.clear()
+    t = 0.0
+    for i in range(1, steps + 1):
+        slow = i >= change_at
+        step = 0.012 if slow else 0.002
+        rec.steps.append(StepSample(index=i, start=t, end=t + step, warmup=i <= 3, sampled=False, samples=32,
+                                    data_wait_s=0.010 if slow and not busy else 0.0001))
+        t += step
+    rec.loaders = [loader(created_at=LOADER, batches=steps)]
+    before = {"step_s": 0.002, "data_wait_s": 0.0001, "compute_s": 0.0015, "cpu_wait": 0.02}
+    after = {"step_s": 0.012, "data_wait_s": 0.0001 if busy else 0.010, "compute_s": 0.0015,
+             "cpu_wait": 0.85 if busy else 0.02}
+    window = ProbeWindow(reason="change", first_step=change_at + 22, last_step=change_at + 60, start_t=1.0, end_t=1.5,
+                         probes=["line_sampler"], sampled_s=0.45, samples=450, change=0,
+                         lines=[WindowLine(location=SLOW_LINE, seconds=0.35, samples=350, loading_samples=350,
+                                           text="time.sleep(0.0001)")])
+    rec.follow = FollowRecord(steps=steps, windows=[window], changes=[ChangePoint(
+        kind="step-time", step=change_at, t=0.6, detected_step=change_at + 21, before=Level(0.002, 0.0001, 100),
+        after=Level(0.012, 0.0002, 22), threshold=0.0004, figures_before=before, figures_after=after, window=0)])
+    rec.run.wall_s = t
+    return rec
+
+
+def test_the_change_is_named_with_its_step_and_its_cause_at_the_loader_line():
+    report = analyze(followed())
+    shift = next(f for f in report.findings if f.code == "TD902")
+    assert shift.evidence["from_step"] == 301 and shift.location == LOADER
+    assert shift.evidence["cause_code"] == "TD101"
+    assert shift.evidence["window_top_line"] == "data.py:30"
+    assert "data wait 0.10 → 10.00 ms" in shift.message and "Cause: the window sampled right after it" in shift.message
+    assert abs(shift.estimated_speedup - 6.0) < 1e-6
+    # the stretch after the change is judged on its own steps, kept apart by its label
+    later = [f for f in report.findings if f.title.startswith("from step 301: ")]
+    assert [f.code for f in later if f.code == "TD101"] == ["TD101"]
+    # ... and the steps before it show no data stall: the averages were not mixed
+    assert not [f for f in report.findings if f.code == "TD101" and not f.title.startswith("from step")]
+
+
+def test_a_busy_machine_is_not_blamed_on_the_script():
+    report = analyze(followed(busy=True))
+    shift = next(f for f in report.findings if f.code == "TD902")
+    assert shift.evidence["busy_machine"] is True
+    assert shift.estimated_speedup is None and shift.severity.value == "low" and shift.location is None
+    assert "other processes took the CPUs" in shift.message
+
+
+def test_without_changes_the_rules_see_the_whole_run():
+    rec = followed()
+    rec.follow.changes.clear()
+    rec.follow.windows[0].change = None
+    report = analyze(rec)
+    assert not [f for f in report.findings if f.code in ("TD902", "TD903")]
+    assert [f for f in report.findings if f.code == "TD101" and not f.title.startswith("from step")]
+
+
+def test_the_black_box_leads_the_report():
+    rec = followed()
+    rec.run.status = "stalled"
+    main = ThreadStack(name="MainThread", ident=1, main=True, daemon=False,
+                       frames=[StackFrame("train.py", 40, "<module>", "train_step(i)"),
+                               StackFrame("train.py", 12, "train_step", "time.sleep(3600)")])
+    other = ThreadStack(name="prefetch", ident=2, main=False, daemon=True,
+                        frames=[StackFrame("train.py", 7, "helper", "event.wait()")])
+    rec.follow.blackbox = BlackBox(reason="stall", message="no step finished for 61.0 s after step 600 (limit 60 s)",
+                                   step=600, t=12.0, where=Location("train.py", 12, "train_step"),
+                                   threads=[main, other],
+                                   last_points=[TimelinePoint(step=600, t=3.6, step_s=0.012, data_wait_s=0.01)])
+    report = analyze(rec)
+    assert report.summary.ended.startswith("no step finished for 61.0 s") and "train.py:12 in train_step()" in report.summary.ended
+    assert report.tables[0].title == "Black box: every thread's stack when the run stopped"
+    rows = report.tables[0].rows
+    assert rows[0][:2] == ["MainThread (training)", "train.py:12 train_step()"]
+    assert any(row[0] == "prefetch daemon" for row in rows)
+    text = render(report, "text")
+    assert text.splitlines()[0].startswith("torchdoctor · train.py · stalled: no step finished")
+
+
+def test_a_live_record_says_the_run_is_still_going():
+    rec = followed()
+    rec.run.status = "running"
+    rec.follow.live = True
+    report = analyze(rec)
+    assert report.notes[0].startswith("The run is still going")
+    assert any("bound 2%" in n for n in report.notes)
+
+
+def test_a_machine_busy_many_times_is_one_finding():
+    rec = followed(busy=True)
+    again = rec.follow.changes[0]
+    import dataclasses
+
+    rec.follow.changes.append(dataclasses.replace(again, step=450, window=None))
+    report = analyze(rec)
+    shifts = [f for f in report.findings if f.code == "TD902"]
+    assert len(shifts) == 1 and shifts[0].evidence["busy_changes_from_steps"] == [301, 450]
+    assert shifts[0].title == "From step 301, other processes slowed the steps 2 times"

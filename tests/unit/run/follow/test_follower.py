@@ -1,0 +1,160 @@
+"""The follower (run/follow/follower.py) driven by hand, without a script: steps in, its thread's
+work done by calling its tick: changes planned as windows, periodic windows under the cost bound,
+stalls stopped with the black box, the timeline and live record written."""
+
+import json
+from types import SimpleNamespace
+
+from torchdoctor.model.record import StepSample
+from torchdoctor.run.follow.follower import Follower, FollowOptions
+
+
+class FakeSession:
+    def __init__(self):
+        self.now = 0.0
+        self.t0 = 0.0
+        self.steps = []
+        self.baseline_s = None
+        self.stop_reason = None
+        self.stop_signal = None
+        self.line_sampler = object()
+        self.planned = []
+
+    def clock(self):
+        return self.now
+
+    def plan_window(self, name, first, count):
+        self.planned.append((name, first, count))
+
+    def request_stop(self, reason):
+        self.stop_reason = reason
+
+
+class Lines:  # the line sampler's counters, as the follower reads them
+    def __init__(self):
+        self.hits, self.seconds, self.loading_hits, self.total, self.total_s = {}, {}, {}, 0, 0.0
+
+
+def make(tmp_path, **options):
+    session = FakeSession()
+    follower = Follower(session, SimpleNamespace(lines=Lines()), tmp_path, FollowOptions(**options))
+    return session, follower
+
+
+def step(session, follower, seconds, probes=(), wait=0.0):
+    index = len(session.steps) + 1
+    start = session.now
+    session.now += seconds
+    sample = StepSample(index=index, start=start, end=session.now, warmup=index <= 3, sampled=bool(probes),
+                        samples=32, data_wait_s=wait, probes=list(probes))
+    session.steps.append(sample)
+    follower.on_step(sample)
+
+
+def test_a_slowdown_is_found_and_a_window_planned_right_after_it(tmp_path):
+    session, follower = make(tmp_path, every_s=1.0)
+    for i in range(300):
+        step(session, follower, 0.010 + (i % 7) * 1e-5)
+    session.baseline_s = 0.010
+    follower.tick()
+    assert follower.record.changes == [] and session.planned == []
+    for i in range(40):
+        step(session, follower, 0.020 + (i % 5) * 1e-5, wait=0.010)
+        if i % 10 == 9:
+            follower.tick()
+    [change] = follower.record.changes
+    assert change.kind == "step-time" and abs(change.step - 301) <= 1
+    assert change.figures_after["data_wait_s"] > change.figures_before["data_wait_s"] + 0.009
+    [(name, first, count)] = session.planned
+    assert name == "line_sampler" and change.detected_step < first <= change.detected_step + 12
+    assert count == 13  # 0.25 s of the new 20 ms steps
+    # the planned steps run under the sampler: the window is kept, tied to the change
+    for i in range(count):
+        step(session, follower, 0.021, probes=("line_sampler",), wait=0.010)
+    step(session, follower, 0.020, wait=0.010)
+    follower.tick()
+    [window] = follower.record.windows
+    assert window.reason == "change" and window.change == 0 and change.window == 0
+
+
+def test_periodic_windows_stay_under_the_cost_bound(tmp_path):
+    session, follower = make(tmp_path, every_s=100.0, period_s=5.0, window_share=0.02)
+    for i in range(100):
+        step(session, follower, 0.010)
+    session.baseline_s = 0.010
+    session.now = 6.0
+    follower.tick()
+    assert len(session.planned) == 1  # the first periodic window
+    first = session.planned[0][1]
+    while len(session.steps) < first - 1:
+        step(session, follower, 0.010)
+    for i in range(25):  # the window: each step twice the usual, 0.25 s of excess in all
+        step(session, follower, 0.020, probes=("line_sampler",))
+    step(session, follower, 0.010)
+    follower.tick()
+    assert follower.record.windows_s > 0.2
+    session.now = 12.0  # 0.25 s of windows is over 2 % of 12 s: the next one is skipped
+    follower.tick()
+    assert len(session.planned) == 1 and follower.record.windows_skipped == 1
+
+
+def test_a_stall_is_stopped_with_every_threads_stack(tmp_path):
+    session, follower = make(tmp_path, every_s=100.0, stall_s=2.0)
+    for i in range(50):
+        step(session, follower, 0.010)
+    follower.tick()
+    session.now += 1.0
+    follower.tick()
+    assert session.stop_reason is None
+    session.now += 1.5
+    follower.tick()
+    assert session.stop_reason == "stalled"
+    box = follower.record.blackbox
+    assert box.reason == "stall" and box.step == 50 and box.stall_limit_s == 2.0
+    assert any(t.main for t in box.threads) and box.last_points[-1].step == 50
+
+
+def test_the_timeline_and_the_live_record_are_written(tmp_path):
+    from helpers.records import record
+
+    session, follower = make(tmp_path, every_s=0.5)
+    follower.live_record = lambda: record(steps=2)
+    for i in range(20):
+        step(session, follower, 0.010)
+    session.now = 1.0
+    follower.tick()
+    lines = (tmp_path / "timeline.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 21))
+    live = json.loads((tmp_path / "live.json").read_text())
+    assert live["follow"]["live"] is True and live["follow"]["steps"] == 20
+
+
+def test_batches_of_an_evaluation_are_not_a_stall(tmp_path):
+    session, follower = make(tmp_path, every_s=100.0, stall_s=2.0)
+    for i in range(50):
+        step(session, follower, 0.010)
+    follower.tick()
+    for _ in range(5):  # a long evaluation: no step for 5 s, but its batches keep coming
+        session.now += 1.0
+        follower.on_batch(True)
+        follower.tick()
+    assert session.stop_reason is None and follower.record.blackbox is None
+    session.now += 2.5
+    follower.tick()
+    assert session.stop_reason == "stalled"
+    assert follower.record.blackbox.message.startswith("no step finished for 7.5 s after step 50")
+
+
+def test_follow_in_the_api_has_no_limits_unless_given():
+    import pytest
+
+    from torchdoctor.errors import UsageError
+    from torchdoctor.model.limits import DEFAULT_STEPS, FOLLOW_MAX_SECONDS, FOLLOW_STEPS
+    from torchdoctor.run.inprocess import MeasureSpec
+
+    spec = MeasureSpec.of(follow=True)
+    assert spec.follow and spec.steps == FOLLOW_STEPS and spec.max_seconds == FOLLOW_MAX_SECONDS
+    assert MeasureSpec.of(follow=True, steps=500, max_seconds=60).steps == 500
+    assert MeasureSpec.of().steps == DEFAULT_STEPS and not MeasureSpec.of().follow
+    with pytest.raises(UsageError, match="follow_every_s must be a positive number"):
+        MeasureSpec.of(follow=True, follow_every_s=0)
