@@ -7,7 +7,7 @@ from bisect import bisect_right
 
 from torchdoctor.model.units import MIB, format_bytes
 from torchdoctor.model.findings import Finding, Severity
-from torchdoctor.model.record import ApiCall, RunRecord
+from torchdoctor.model.record import ApiCall, LoaderStats, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import (
     RunFacts, core_duration, loading_cpu_share, starved_of_cpu, training_loader, waits_on_storage, workers_for_fix,
@@ -126,6 +126,8 @@ class DataLoaderStall(Rule):
                     "share_of_step_time": round(share, 3),
                     "num_workers": workers,
                     "loading_cpu_share": round(cpu_share, 3) if cpu_share is not None else None,
+                    # ...measured on this share of the loading time (the CPU clock is read on some batches)
+                    "loading_cpu_share_measured_on": _cpu_timed_share(loader) if cpu_share is not None else None,
                     "loading_runqueue_share": (round(loader.runqueue_share, 3)
                                                if loader.runqueue_share is not None else None),
                     "workers_for_fix": workers_for_fix(record, loader),
@@ -371,3 +373,12 @@ class BlockingTransfer(Rule):
                 )
             )
         return findings
+
+
+def _cpu_timed_share(loader: LoaderStats) -> float | None:
+    """The share of the loading wait whose CPU time was read: all of it in records before schema 8."""
+    if loader.cpu_timed_wait_s is None:
+        return 1.0
+    if loader.wait_total_s <= 0:
+        return None
+    return round(min(1.0, loader.cpu_timed_wait_s / loader.wait_total_s), 3)

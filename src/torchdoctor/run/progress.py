@@ -55,6 +55,9 @@ class RunProgress:
         if not self.enabled or self._closed:
             return
         now = time.monotonic()
+        last = self._last_draw
+        if last is not None and now - last < self.min_interval_s:
+            return  # most steps of a fast loop: no lock taken (checked again under it)
         with self._lock:
             if self._last_draw is not None and now - self._last_draw < self.min_interval_s:
                 return

@@ -82,10 +82,15 @@ class StepLedger:
     """
 
     def __init__(self) -> None:
+        self.seconds = _ZERO.copy()
+        self.probes: set[str] = set()  # window probes that ran in it
+        self.partial: set[str] = set()  # ...and those stopped partway, their budget spent
         self.reset()
 
     def reset(self) -> None:
-        self.seconds = _ZERO.copy()
+        # In place, every step: the step's sample has copied what it keeps (a new dict and two
+        # sets a step were allocation the user's loop paid for)
+        self.seconds.update(_ZERO)
         self.samples: int | None = None
         # the step's last training batch's first tensor (or its shape): read as a list by shape()
         self.batch_shape = None
@@ -93,8 +98,10 @@ class StepLedger:
         self.closure_calls = 0
         self.heavy_probe_ran = False
         self.doctor_s = 0.0  # time inside the doctor's own hooks in this interval
-        self.probes: set[str] = set()  # window probes that ran in it
-        self.partial: set[str] = set()  # ...and those stopped partway, their budget spent
+        if self.probes:
+            self.probes.clear()
+        if self.partial:
+            self.partial.clear()
 
     def add(self, category: str, seconds: float, in_eval: bool) -> None:
         if in_eval and category != "eval":
@@ -454,17 +461,14 @@ class RunSession:
         """The interval from `interval_start` to `now` as step `index`, from the ledger's counts."""
         ledger = self.ledger
         sec = ledger.seconds
-        sample = object.__new__(StepSample)  # every field set here: a dict is cheaper than __init__'s calls
-        sample.__dict__ = {
-            "index": index, "start": self.interval_start - self.t0, "end": now - self.t0, "warmup": warmup,
-            "sampled": sampled, "micro_batches": ledger.micro_batches, "closure_calls": ledger.closure_calls,
-            "samples": ledger.samples, "data_wait_s": sec["data_wait"], "backward_s": sec["backward"],
-            "optimizer_s": sec["optimizer"], "zero_grad_s": sec["zero_grad"], "eval_s": sec["eval"],
-            "checkpoint_s": sec["checkpoint"], "logging_s": sec["logging"], "gpu_s": None,
-            # the shape as torch gives it (a tuple): made a list once, when the record is built
-            "batch_shape": _shape_of(ledger.batch_shape), "doctor_s": ledger.doctor_s,
-            "probes": sorted(ledger.probes) if ledger.probes else [],
-            "partial": sorted(ledger.partial) if ledger.partial else []}
+        # positional, in the field order: one call, its fields slots (model/record.py)
+        # the shape as torch gives it (a tuple): made a list once, when the record is built
+        sample = StepSample(
+            index, self.interval_start - self.t0, now - self.t0, warmup, sampled, ledger.micro_batches,
+            ledger.closure_calls, ledger.samples, sec["data_wait"], sec["backward"], sec["optimizer"],
+            sec["zero_grad"], sec["eval"], sec["checkpoint"], sec["logging"], None,
+            _shape_of(ledger.batch_shape), ledger.doctor_s,
+            sorted(ledger.probes) if ledger.probes else [], sorted(ledger.partial) if ledger.partial else [])
         return sample
 
     def raise_if_stopping(self) -> None:

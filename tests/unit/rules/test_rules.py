@@ -38,6 +38,18 @@ def test_a_data_wait_mostly_the_busy_machines_ranks_low():
     assert run(DataLoaderStall, rec)[0].severity.value != "low"
 
 
+def test_the_loading_cpu_share_says_on_what_share_of_the_wait_it_was_measured():
+    """The CPU clock is read in next() on one batch in CPU_EVERY (schema 8): the finding's evidence
+    says on what share of the loading time its CPU share was measured; older records: all of it."""
+    rec = _on_cores(record(step_s=0.1, data_wait_s=0.04), cores=8, threads=4)
+    rec.loaders = [loader(wait_total_s=0.4, wait_cpu_s=0.05, cpu_timed_wait_s=0.1)]
+    (f,) = run(DataLoaderStall, rec)
+    assert f.evidence["loading_cpu_share"] == 0.5 and f.evidence["loading_cpu_share_measured_on"] == 0.25
+    rec.loaders = [loader(wait_total_s=0.4, wait_cpu_s=0.2, cpu_timed_wait_s=None)]
+    (f,) = run(DataLoaderStall, rec)
+    assert f.evidence["loading_cpu_share"] == 0.5 and f.evidence["loading_cpu_share_measured_on"] == 1.0
+
+
 def test_small_data_wait_does_not_trigger():
     rec = record(step_s=0.1, data_wait_s=0.002)
     rec.loaders = [loader()]

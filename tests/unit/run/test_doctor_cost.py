@@ -50,10 +50,29 @@ def test_cost_without_an_unmeasured_step_says_not_measured_rather_than_guessing(
     assert all(p.step_ratio is None for p in cost.probes)
 
 
-def test_a_step_sample_made_on_the_fast_path_has_every_field():
+def test_a_step_sample_made_on_the_fast_path_has_every_field_in_its_place():
+    # the fast path passes the fields by position: each ledger value must land in its own field
     session = RunSession(SessionConfig(warmup=0, steps=5))
+    ledger = session.ledger
+    for n, category in enumerate(("data_wait", "backward", "optimizer", "zero_grad", "eval", "checkpoint", "logging")):
+        ledger.seconds[category] = 0.125 * (n + 1)
+    ledger.micro_batches, ledger.closure_calls, ledger.samples, ledger.doctor_s = 2, 3, 64, 0.001
+    ledger.batch_shape = torch.zeros(64, 7)
     session.on_optimizer_step()
-    assert set(vars(session.steps[0])) == {f.name for f in dataclasses.fields(StepSample)}
+    step = session.steps[0]
+    assert {f.name for f in dataclasses.fields(StepSample)} == set(StepSample.__slots__)
+    assert (step.index, step.warmup, step.sampled, step.micro_batches, step.closure_calls, step.samples) == \
+        (1, False, False, 2, 3, 64)
+    assert (step.data_wait_s, step.backward_s, step.optimizer_s, step.zero_grad_s, step.eval_s, step.checkpoint_s,
+            step.logging_s) == (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875)
+    assert step.gpu_s is None and list(step.batch_shape) == [64, 7] and step.doctor_s == 0.001
+    assert step.probes == [] and step.partial == [] and 0 <= step.start <= step.end
+    # the ledger is zeroed in place for the next step: the sample already made keeps its values
+    session.on_optimizer_step()
+    assert step.data_wait_s == 0.125 and step.samples == 64
+    following = session.steps[1]
+    assert (following.data_wait_s, following.samples, following.micro_batches, following.batch_shape) == \
+        (0.0, None, 0, None)
 
 
 # ---- budgets ----------------------------------------------------------------------------------

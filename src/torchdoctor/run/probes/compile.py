@@ -518,11 +518,17 @@ def compiled_code_in_use() -> bool:
     return "torch._dynamo" in sys.modules and _frames_compiled()
 
 
+_dynamo_counters = None  # torch._dynamo.utils.counters, once imported: read at every step's end
+
+
 def _frames_compiled() -> bool:
     """Dynamo has compiled something in this process already."""
-    try:
-        from torch._dynamo.utils import counters
-
-        return bool(counters["frames"]["total"])
-    except Exception:  # noqa: BLE001
-        return False
+    global _dynamo_counters
+    if _dynamo_counters is None:
+        try:
+            from torch._dynamo.utils import counters
+        except Exception:  # noqa: BLE001
+            return False
+        _dynamo_counters = counters
+    frames = _dynamo_counters.get("frames")  # .get: reading never adds an entry (a defaultdict of Counters)
+    return bool(frames and frames.get("total"))

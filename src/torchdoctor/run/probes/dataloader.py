@@ -19,7 +19,10 @@ from torchdoctor.model.record import LoaderStats, RunRecord
 from torchdoctor.run.session import RunSession
 
 _BATCH_SEARCH_DEPTH = 3  # how deep into (list, tuple, dict) batches we look for a tensor
-CPU_EVERY = 4  # the training thread's CPU time in next() is read on one batch in this many
+# The training thread's CPU time in next() is read on one batch in this many (and on every batch
+# of a step left out of timings): a read is a system call, which on a virtual machine costs the
+# next microseconds of the user's loop too (measured: ~3 µs a batch at one in 4)
+CPU_EVERY = 16
 
 
 _Tensor = torch.Tensor
@@ -211,9 +214,9 @@ class DataLoaderProbe:
             ledger = session.ledger
             heavy = ledger.heavy_probe_ran
             # The training thread's CPU time inside next() tells loading that computes from loading
-            # that waits: read on one batch in CPU_EVERY (a read costs ~1.5 µs on a VM), and on every
-            # batch of a step already left out of timings. The run-queue reading costs tens of µs:
-            # only in those steps.
+            # that waits: read on one batch in CPU_EVERY, and on every batch of a step already left out
+            # of timings (LoaderStats.cpu_timed_wait_s is the wall time of the batches read). The
+            # run-queue reading costs tens of µs: only in those steps.
             timed_cpu = stats is not None and (heavy or stats.batches % CPU_EVERY == 0)
             sched = thread_schedstat() if heavy and stats is not None else None
             cpu_started = cpu_clock() if timed_cpu else 0.0

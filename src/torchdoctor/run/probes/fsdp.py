@@ -73,7 +73,10 @@ class FsdpProbe:
         return init_process_group
 
     def _maybe_hook(self) -> None:
-        if self.hooked or "torch.distributed.fsdp" not in sys.modules:
+        # torch imports torch.distributed.fsdp with Dynamo (an optimizer's first use does): only a
+        # process group says FSDP may run. Without one no unit exists yet, and the hooks (imports,
+        # a walk over every object for units made before them) would cost every run's first step.
+        if self.hooked or "torch.distributed.fsdp" not in sys.modules or not _process_group_exists():
             return
         self.hooked = True
         try:
@@ -357,3 +360,9 @@ def _fsdp1_unit(wrapper, created_at, names: dict[int, str]) -> FsdpUnit | None:
         backward_prefetch="off" if prefetch is None else str(prefetch).rsplit(".", 1)[-1].lower(),
         leaf=next(iter(wrapper.module.children()), None) is None,
     )
+
+
+def _process_group_exists() -> bool:
+    """FSDP (1 and 2) shards over a process group: none exists before init_process_group."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()

@@ -176,8 +176,8 @@ class StepProbe:
         entered = session.clock()
         started = self._step_started.pop(id(optimizer), None)
         inside_closure = self._closure_s.pop(id(optimizer), 0.0)
-        if started is not None:
-            session.add_time("optimizer", max(0.0, entered - started - inside_closure))
+        if started is not None and session.eval_started is None:  # session.add_time, inline: every step
+            session.ledger.seconds["optimizer"] += max(0.0, entered - started - inside_closure)
         info = self._last_info if optimizer is self._last_optimizer else self._info(optimizer)
         info.step_calls += 1
         if info.step_calls == 1:
@@ -218,7 +218,8 @@ class StepProbe:
             finally:
                 ended = session.clock()
                 seconds = ended - started
-                session.add_time("zero_grad", seconds)
+                if session.eval_started is None:  # session.add_time, inline: every step
+                    session.ledger.seconds["zero_grad"] += seconds
                 if isinstance(obj, Optimizer):
                     info = probe._last_info if obj is probe._last_optimizer else probe._info(obj)
                     info.zero_grad_calls += 1
