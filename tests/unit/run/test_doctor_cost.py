@@ -238,6 +238,34 @@ def test_an_evaluation_inside_a_sampled_step_keeps_its_sample_when_the_training_
     assert torch._C._len_torch_function_stack() == 0
 
 
+def test_an_evaluation_sample_cut_by_time_counts_only_its_whole_batches(tmp_path, monkeypatch):
+    """A per-batch `.cpu()` is said when it ran in every sampled batch: a sample cut by its time
+    bound keeps at least two whole batches, and never counts a batch it did not sample whole."""
+    from torchdoctor.run.probes import dispatch
+
+    monkeypatch.setattr(dispatch, "EVAL_SAMPLE_MIN_S", 0.0)
+    model = torch.nn.Linear(4, 2)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(24, 4)), batch_size=4)
+    probed = _probed(tmp_path, memory_steps=0, sampled_steps=0, backward_steps=0, line_steps=0, profiled_steps=0)
+    with probed:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            model(torch.ones(3, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if step == 2:
+                model.eval()
+                with torch.no_grad():
+                    for (x,) in loader:
+                        model(x).argmax(-1).cpu()
+                model.train()
+        record = probed.record()
+    sampler = probed.probes.sampler
+    reads = sum(c.count for c in record.dispatch.api_calls if c.api == ".cpu()")
+    assert sampler.eval_cut and record.dispatch.eval_batches_sampled >= 2
+    assert reads == record.dispatch.eval_batches_sampled  # one read per whole sampled batch
+
+
 # ---- every report shows it ---------------------------------------------------------------------
 def _record_with_cost():
     rec = record(step_s=0.01, steps=10, warmup=2)

@@ -30,6 +30,7 @@ from torchdoctor.run.process import current_pid
 from torchdoctor.model.record import ApiCall, Location, LoopSite, OpSite, RunRecord
 
 EVAL_BATCHES_SAMPLED = 4  # enough to see a per-batch habit, cheap enough not to matter
+MIN_WHOLE_EVAL_BATCHES = 2  # the time bound does not cut the sample before this many whole batches
 # An evaluation without DataLoader batches (a generation loop) is sampled for this long at most,
 # or one baseline step when that is longer: the rest of it runs at plain speed
 EVAL_SAMPLE_MIN_S = 0.05
@@ -141,7 +142,8 @@ class DispatchSampler:
         self.phase: str | None = None
         self.train_windows = 0
         self.eval_windows = 0
-        self.eval_batches = 0
+        self.eval_batches = 0  # DataLoader batches that arrived in the sampled evaluation
+        self.eval_batch_cut = False  # the sample ended inside its last batch: that one is not whole
         self.last_end: float | None = None
         self.sites: dict[tuple, _SiteAcc] = {}
         self.loops: dict[tuple, _LoopAcc] = {}
@@ -245,9 +247,13 @@ class DispatchSampler:
         started = self._eval_started
         if started is None or current_pid() != self.pid:
             return
+        if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES:
+            return  # a per-batch read shows in whole batches: these are the sample's least
         baseline = self.baseline()
         if self.clock() - started > max(EVAL_SAMPLE_MIN_S, baseline or 0.0) and self.can_stop_now():
             self.eval_cut = True
+            # cut in a batch, or as one arrived: the last batch counted was not sampled whole
+            self.eval_batch_cut = self.eval_batches > 0
             self.deactivate()
 
     @property
@@ -466,7 +472,7 @@ class DispatchSampler:
         sample.sampled_steps = self.train_windows
         sample.sampled_step_s = [s.duration_s for s in sampled][: self.train_windows]
         sample.unsampled_median_step_s = statistics.median(clean) if clean else None
-        sample.eval_batches_sampled = min(self.eval_batches, EVAL_BATCHES_SAMPLED)
+        sample.eval_batches_sampled = min(self.eval_batches - self.eval_batch_cut, EVAL_BATCHES_SAMPLED)
         sample.total_ops = sum(s.ops for s in self.sites.values())
         if sample.sampled_step_s and clean and sample.total_ops:
             extra = statistics.fmean(sample.sampled_step_s) - statistics.median(clean)
