@@ -251,6 +251,8 @@ def test_trace_refuses_a_hostile_file_in_one_line(tmp_path, name):
     code, _, err = cli(["trace", str(path)])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and str(path) in lines[0], (name, err)
+    if name == "fifo":  # refused for what it is, not after waiting on it for a writer
+        assert "is a FIFO (named pipe)" in lines[0], err
 
 
 def test_trace_drops_negative_durations_and_says_so(tmp_path):

@@ -244,7 +244,7 @@ def stream_trace(path: Path, sink: Callable[[TraceEvents], None]) -> LoadedTrace
     memory stays at one chunk (~8 MiB of JSON) whatever the file's size. The LoadedTrace that
     comes back has the metadata and the event count, and no events."""
     path = Path(path)
-    with open(path, "rb") as fh:
+    with open_untrusted(path, "trace file") as fh:
         compressed = fh.read(2) == GZIP_MAGIC
     return _load_sequential(path, _Reader(path, compressed), _MemoryGuard(path, 1 << 62), sink=sink)
 
@@ -252,8 +252,8 @@ def stream_trace(path: Path, sink: Callable[[TraceEvents], None]) -> LoadedTrace
 def uncompressed_size(path: Path) -> int:
     """The JSON's size: the file's, or for gzip the size its trailer records (modulo 4 GiB: a
     gzip file over that says less; the guard still stops it once decoded)."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
+    with open_untrusted(path, "trace file") as fh:  # a FIFO is refused here, not waited on
+        size = os.fstat(fh.fileno()).st_size
         if fh.read(2) != GZIP_MAGIC or size < 18:
             return size
         fh.seek(-4, 2)
