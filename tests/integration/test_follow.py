@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.scripts import linear_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "follow_slow_loader.py"
@@ -120,20 +121,7 @@ def test_a_hang_is_stopped_by_the_stall_detector_with_every_threads_stack(tmp_pa
     assert "Black box: every thread's stack" in text and "loader-helper" in text
 
 
-BOOM = """
-import torch
-from torch import nn
-model = nn.Linear(16, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 16)
-for i in range(1000):
-    loss = model(x).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    if i == 399:
-        raise RuntimeError("loss went NaN at step 400")
-"""
+BOOM = linear_loop(1000, "    if i == 399:\n        raise RuntimeError(\"loss went NaN at step 400\")\n")
 
 
 def test_a_script_raising_at_step_400_keeps_its_last_steps_and_stacks(tmp_path):
@@ -157,19 +145,7 @@ def test_a_script_raising_at_step_400_keeps_its_last_steps_and_stacks(tmp_path):
     assert again.returncode == 0 and "Black box: the last steps before it stopped" in again.stdout
 
 
-LONG = """
-import time, torch
-from torch import nn
-model = nn.Linear(16, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 16)
-for i in range(100000):
-    loss = model(x).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    time.sleep(0.002)
-"""
+LONG = linear_loop(100000, "    time.sleep(0.002)\n")
 
 
 def test_report_works_on_a_live_directory_and_sigterm_leaves_the_black_box(tmp_path):

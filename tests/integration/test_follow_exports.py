@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers.scripts import linear_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "follow_slow_loader.py"
@@ -73,19 +74,7 @@ def test_tensorboard_scalars_and_change_events_and_the_prometheus_textfile(tmp_p
     assert found and "follow_slow_loader.py:" in found[0].labels["where"] and found[0].value > 1.5
 
 
-LONG = """
-import time, torch
-from torch import nn
-model = nn.Linear(16, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 16)
-for i in range(1000000):
-    loss = model(x).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    time.sleep(0.002)
-"""
+LONG = linear_loop(1000000, "    time.sleep(0.002)\n")
 
 
 def test_the_prometheus_endpoint_serves_the_documented_metrics_while_the_run_goes(tmp_path):
