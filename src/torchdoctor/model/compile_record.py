@@ -88,5 +88,12 @@ class CompileInfo:
     def compile_s(self) -> float:
         return sum(e.seconds for e in self.events)
 
+    def seconds_by_step(self) -> dict[int, float]:
+        """Compiling per step (StepSample.index): the script's own work, whatever probes ran there."""
+        by_step: dict[int, float] = {}
+        for event in self.events:
+            by_step[event.step] = by_step.get(event.step, 0.0) + event.seconds
+        return by_step
+
     def recompiles(self) -> list[CompileEvent]:
         return [e for e in self.events if e.trigger == DYNAMO and e.recompile_reason]

@@ -228,7 +228,8 @@ class Recompilation(Rule):
         name = frame.name()
         # where the recompiling calls came from (an evaluation, a generate()), else the first compile's call
         sites = Counter(str(e.called_from) for e in recompiles if e.called_from is not None)
-        busiest = next((e for e in recompiles if sites and str(e.called_from) == sites.most_common(1)[0][0]), None)
+        top = sites.most_common(1)[0][0] if sites else None
+        busiest = next((e for e in recompiles if e.called_from is not None and str(e.called_from) == top), None)
         call = busiest.called_from if busiest is not None else frame.first.called_from
         call_text = busiest.call_text if busiest is not None else frame.first.call_text
         seconds = frame.seconds(recompiles)

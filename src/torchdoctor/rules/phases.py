@@ -227,7 +227,7 @@ TENSOR_FORMATTING = {"__format__", "__repr__"}  # printing a tensor: f"{loss}", 
 def _formats_tensors(finding: Finding) -> bool:
     """A host-sync finding whose reads are a tensor's formatting (an f-string or print of the
     tensor): on a CPU the formatting is what the print costs, so the print is still costed."""
-    apis = finding.evidence.get("apis") if isinstance(finding.evidence, dict) else None
+    apis = finding.evidence.get("apis")
     return bool(apis) and all(str(api).strip(".()") in TENSOR_FORMATTING for api in apis)
 
 

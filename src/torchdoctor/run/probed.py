@@ -225,7 +225,7 @@ class ProbedRun:
             record.steps, session.budgets, session.baseline_s, session.expected_run_s(),
             eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, install_s=self._install_s,
             finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0,
-            script_own_s=_compiling_by_step(record))
+            script_own_s=record.compile.seconds_by_step() if record.compile is not None else None)
         if self.options.knobs.get("compile"):
             record.probe_notes.append(
                 ProbeNote("dispatch", "op sampling was off: with compile=true it would break the compiled graph"))
@@ -279,11 +279,3 @@ def _save(record: RunRecord, run_dir: Path) -> int:
 
     record.save(run_dir / RECORD_FILE)
     return 0
-
-
-def _compiling_by_step(record: RunRecord) -> dict[int, float]:
-    """Seconds torch.compile spent compiling in each step: the script's own work, whatever the probes."""
-    by_step: dict[int, float] = {}
-    for event in record.compile.events if record.compile is not None else ():
-        by_step[event.step] = by_step.get(event.step, 0.0) + event.seconds
-    return by_step
