@@ -37,11 +37,12 @@ RULES (also written into the results file)
   matches no habit is a `trap` when it lies on a trap's line (any code) or within +-1 of it
   (or an alt_line) with the family of the trap's looks_like; else `unlisted`.
   A habit beats a trap when both apply.
-* ranked findings (the precision denominators): every run finding in the report, since the
-  terminal's "Causes, ranked" table lists all of them (high, medium, low and info), that lies in
-  the entry's repo; for lint every finding printed at its default severity (low and above).
-  Beside it: the precision over causes (low and above: an info finding says something is not a
-  habit, a read the host needs, a scaling verdict) and over high and medium only.
+* ranked findings (the precision denominators): every run finding the reports list under
+  "Causes, ranked" (high, medium and low) that lies in the entry's repo; for lint every finding
+  printed at its default severity (low and above). Info findings (a read the host needs, a scaling
+  verdict, a candidate with nothing measured to rank it by) are listed apart, under "Checked, not
+  causes" (since 2026-11-28; until then the terminal ranked them with the causes): the precision
+  with them counted as ranked is given beside (`*_with_info`), and over high and medium only.
 * strict precision = findings matching a non-debatable habit / ranked findings; lenient
   precision = findings matching any habit / ranked findings (duplicates of one habit all count).
 * run recall (runnable entries): matched CPU-observable habits / all CPU-observable habits, and
@@ -266,16 +267,16 @@ def ratio(a, b):
 
 def totals(tool, entries, gt, vrows, rows, lint_codes):
     ids = {e["id"] for e in entries}
-    ranked = [v for v in vrows if v["tool"] == tool and v["entry"] in ids and v["verdict"] not in ("elsewhere", "no-location")]
+    listed = [v for v in vrows if v["tool"] == tool and v["entry"] in ids and v["verdict"] not in ("elsewhere", "no-location")]
+    ranked = [v for v in listed if v["severity"] != "info"]  # info is listed apart: "Checked, not causes"
     strong = [v for v in ranked if v["severity"] in ("high", "medium")]
-    causes = [v for v in ranked if v["severity"] != "info"]  # info is information (a read the host needs), not a cause
     good = lambda vs, ok: sum(v["verdict"] in ok for v in vs)
-    t = {"ranked_findings": len(ranked), "outside_repo_or_no_location": sum(
-            v["tool"] == tool and v["entry"] in ids for v in vrows) - len(ranked),
+    t = {"ranked_findings": len(ranked), "info_findings": len(listed) - len(ranked),
+         "outside_repo_or_no_location": sum(v["tool"] == tool and v["entry"] in ids for v in vrows) - len(listed),
          "strict_precision": ratio(good(ranked, ("habit",)), len(ranked)),
          "lenient_precision": ratio(good(ranked, ("habit", "debatable-habit")), len(ranked)),
-         "strict_precision_causes": ratio(good(causes, ("habit",)), len(causes)),
-         "lenient_precision_causes": ratio(good(causes, ("habit", "debatable-habit")), len(causes)),
+         "strict_precision_with_info": ratio(good(listed, ("habit",)), len(listed)),
+         "lenient_precision_with_info": ratio(good(listed, ("habit", "debatable-habit")), len(listed)),
          "strict_precision_high_medium": ratio(good(strong, ("habit",)), len(strong)),
          "lenient_precision_high_medium": ratio(good(strong, ("habit", "debatable-habit")), len(strong))}
     habits = [(e["id"], h) for e in entries for h in gt[e["id"]]["habits"]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torchdoctor.model.findings import Finding, Report, RunSummary
+from torchdoctor.model.findings import Finding, Report, RunSummary, Severity
 from torchdoctor.model.location import Location
 from torchdoctor.model.units import format_bytes
 
@@ -31,6 +31,24 @@ SPLIT_ROWS = (
 def ranked_findings(report: Report) -> list[Finding]:
     """The findings in `Report.ranked()` order, without reordering the caller's report."""
     return sorted(report.findings, key=Finding.sort_key)
+
+
+# An info finding is not a cost to change: a read the host needs, a scaling verdict, a candidate
+# with nothing measured to rank it by. The human reports list the causes (low and above) under
+# "Causes, ranked" and these apart, so a rank always means "change this before that".
+CHECKED_TITLE = "Checked, not causes"
+CHECKED_CAPTION = ("info: what the run shows that is not a cost to change (a read the host needs, a verdict, "
+                   "a candidate with nothing measured to rank it by)")
+
+
+def causes(report: Report) -> list[Finding]:
+    """The ranked findings a user should act on, best first: every severity but info."""
+    return [f for f in ranked_findings(report) if f.severity is not Severity.INFO]
+
+
+def checked(report: Report) -> list[Finding]:
+    """The info findings, in ranked order: shown apart from the causes."""
+    return [f for f in ranked_findings(report) if f.severity is Severity.INFO]
 
 
 def fmt_ms(seconds: float | None) -> str:

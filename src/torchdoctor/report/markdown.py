@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.model.findings import Finding, Report, RunSummary, Table
-from torchdoctor.report.common import (DASH, busy_line, evidence_label, evidence_value, fmt_ms, fmt_share,
-                                       fmt_speedup, fmt_value, headline, ranked_findings, split_rows, summary_rows,
-                                       where)
+from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, DASH, busy_line, causes, checked,
+                                       evidence_label, evidence_value, fmt_ms, fmt_share, fmt_speedup, fmt_value,
+                                       headline, split_rows, summary_rows, where)
 from torchdoctor.report.mdtext import cell, code, heading, prose
 
 
 def render_markdown(report: Report) -> str:
-    findings = ranked_findings(report)
+    findings = causes(report)
     out: list[str] = []
     out += _title(report)
     busy = report.summary.machine_busy if report.summary else None  # the run's busy line is the headline's
@@ -24,9 +24,10 @@ def render_markdown(report: Report) -> str:
     if report.summary:
         out += _headline(report.summary)
     if findings or report.source in ("run", "lint", "trace"):
-        out += _ranked_table(findings)
+        out += _ranked_table(findings, bool(report.findings))
     for rank, finding in enumerate(findings, 1):
-        out += _finding_section(rank, finding)
+        out += _finding_section(f"{rank}. ", finding)
+    out += _checked(checked(report))
     if report.summary:
         out += _run_summary(report.summary)
         out += _time_split(report.summary)
@@ -82,10 +83,10 @@ def _time_split(s: RunSummary) -> list[str]:
     return out
 
 
-def _ranked_table(findings: list[Finding]) -> list[str]:
+def _ranked_table(findings: list[Finding], any_findings: bool) -> list[str]:
     out = ["## Causes, ranked", ""]
     if not findings:
-        return out + ["No findings.", ""]
+        return out + ["No causes found." if any_findings else "No findings.", ""]
     rows = [(str(rank), code(f.code), code(f.slug), f.severity.value, _where_cell(f), fmt_speedup(f))
             for rank, f in enumerate(findings, 1)]
     return out + _table(("#", "code", "cause", "severity", "where", "est. speedup"), rows,
@@ -96,8 +97,20 @@ def _where_cell(f: Finding) -> str:
     return DASH if f.location is None else code(where(f.location))
 
 
-def _finding_section(rank: int, f: Finding) -> list[str]:
-    out = [f"### {rank}. {cell(f.code)} {code(f.slug, in_table=False)}: {heading(f.title)}", ""]
+def _checked(findings: list[Finding]) -> list[str]:
+    """The info findings apart from the causes: a table, then each one's details."""
+    if not findings:
+        return []
+    out = [f"## {CHECKED_TITLE}", "", prose(CHECKED_CAPTION), ""]
+    out += _table(("code", "rule", "finding", "where"),
+                  [(code(f.code), code(f.slug), cell(f.title), _where_cell(f)) for f in findings])
+    for f in findings:
+        out += _finding_section("", f)
+    return out
+
+
+def _finding_section(label: str, f: Finding) -> list[str]:
+    out = [f"### {label}{cell(f.code)} {code(f.slug, in_table=False)}: {heading(f.title)}", ""]
     facts = [f"**Severity:** {f.severity.value}"]
     if f.location:
         function = f" in {code(f.location.function, in_table=False)}" if f.location.function else ""

@@ -22,8 +22,9 @@ from rich.text import Text
 
 from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary
 from torchdoctor.model.findings import Table as ReportTable
-from torchdoctor.report.common import (NOT_MEASURED, busy_line, fmt_ms, fmt_share, fmt_speedup, fmt_value, headline,
-                                       one_line, plain, ranked_findings, split_rows, summary_rows, where)
+from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, NOT_MEASURED, busy_line, causes, checked, fmt_ms,
+                                       fmt_share, fmt_speedup, fmt_value, headline, one_line, plain, split_rows,
+                                       summary_rows, where)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 INDENT = 3  # per-finding details sit under their heading
@@ -42,7 +43,7 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
     for warning in report.warnings:  # before anything it makes less reliable (the run's busy line is the headline's)
         if warning != busy:
             _print_indented(console, Text.assemble(("warning: ", "bold yellow"), plain(warning)), 0)
-    findings = ranked_findings(report)
+    findings = causes(report)
     if report.summary:
         _print_headline(console, report.summary)
     if findings:
@@ -54,7 +55,8 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
         console.print()
         _print_grid(console, _ranked_table(findings, TOP_IN_FULL), width)
     if not findings and report.source in ("run", "lint", "trace"):  # a comparison's content is its tables
-        console.print("No findings.")
+        console.print("No findings." if not report.findings else "No causes found.")
+    _print_checked(console, checked(report))
     if report.summary:
         _print_summary(console, report.summary)
     for table in report.tables:
@@ -158,6 +160,19 @@ def _print_finding(console: Console, rank: int, f: Finding) -> None:
     estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
     basis = f" — {plain(f.estimate_basis)}" if f.estimate_basis else ""
     _print_indented(console, Text.assemble("estimated speedup: ", estimate, basis))
+
+
+def _print_checked(console: Console, findings: list[Finding]) -> None:
+    """The info findings, a line each: what was looked at and is not a cost to change."""
+    if not findings:
+        return
+    console.print()
+    console.print(Text(CHECKED_TITLE, style=BOLD))
+    _print_indented(console, Text(CHECKED_CAPTION, style=SEVERITY_STYLE["info"]), 2)
+    for f in findings:
+        at = f" · {one_line(where(f.location))}" if f.location else ""
+        _print_indented(console, Text.assemble((f"{one_line(f.code)} {one_line(f.slug)}", BOLD), at, " — ",
+                                               one_line(f.title)), 2)
 
 
 def _print_not_measured(console: Console, not_measured: list[NotMeasured]) -> None:

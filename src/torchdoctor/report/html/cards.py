@@ -25,10 +25,12 @@ def overview(findings: list[Finding]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
-def card(rank: int, f: Finding, excerpt: SourceExcerpt | None) -> str:
+def card(rank: int, f: Finding, excerpt: SourceExcerpt | None, numbered: bool = True) -> str:
+    """One finding in full; `rank` is its anchor, shown as its number when `numbered` (a cause)."""
     sev = esc_line(f.severity.value)
+    number = f'<span class="rank">{rank}</span>' if numbered else ""
     parts = [f'<article class="finding sev-{sev}" id="finding-{rank}">',
-             f'<header><span class="rank">{rank}</span><span class="badge sev-{sev}">{sev}</span>'
+             f'<header>{number}<span class="badge sev-{sev}">{sev}</span>'
              f'{code(f.code)} {code(f.slug)}<h3>{inline_line(f.title)}</h3></header>']
     if f.location:
         function = f" in {code(f.location.function)}" if f.location.function else ""

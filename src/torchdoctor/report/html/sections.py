@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from torchdoctor.model.figures import Figures, StepSeries
 from torchdoctor.model.findings import Report
-from torchdoctor.report.common import NOT_MEASURED, fmt_ms, fmt_share, fmt_value, ranked_findings, summary_rows
+from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, NOT_MEASURED, causes, checked, fmt_ms, fmt_share,
+                                       fmt_value, summary_rows)
 from torchdoctor.report.html import bars, cards, charts, memory_charts
 from torchdoctor.report.html.text import esc_line, facts, inline, inline_line, note, prose, table
 
@@ -188,14 +189,25 @@ def tables(report: Report) -> Section | None:
 
 
 def findings(report: Report) -> Section | None:
-    ranked = ranked_findings(report)
+    ranked = causes(report)
     if not ranked:
         if report.source not in ("run", "lint", "trace"):
             return None  # a comparison's content is its bars and tables
-        return Section("findings", "Causes, ranked", note("No findings."))
+        return Section("findings", "Causes, ranked", note("No causes found." if report.findings else "No findings."))
     body = cards.overview(ranked) + "".join(
         cards.card(rank, f, report.excerpt_for(f)) for rank, f in enumerate(ranked, 1))
     return Section("findings", "Causes, ranked", body)
+
+
+def checked_findings(report: Report) -> Section | None:
+    """The info findings, apart from the causes; their cards are numbered after the causes' (unique anchors)."""
+    infos = checked(report)
+    if not infos:
+        return None
+    first = len(report.findings) - len(infos) + 1
+    body = prose(CHECKED_CAPTION) + "".join(
+        cards.card(rank, f, report.excerpt_for(f), numbered=False) for rank, f in enumerate(infos, first))
+    return Section("checked", CHECKED_TITLE, body)
 
 
 def unmeasured(report: Report) -> Section | None:
@@ -227,6 +239,6 @@ def notes(report: Report) -> Section | None:
 # What to change first, first: the causes open the page (under its one-line headline, html/__init__),
 # the measurements they rest on follow.
 SECTIONS: tuple[Callable[[Report], Section | None], ...] = (
-    findings, run_summary, step_split, step_timeline, data_wait, gpu, memory, batch_scaling, comparison, tables,
+    findings, checked_findings, run_summary, step_split, step_timeline, data_wait, gpu, memory, batch_scaling, comparison, tables,
     unmeasured, environment, notes,
 )
