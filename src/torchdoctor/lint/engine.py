@@ -93,7 +93,7 @@ def _lint_source(source: SourceFile, selection: Selection, relative: str) -> Fil
     if not checks:
         return outcome
     try:
-        facts = Facts(tree, text)
+        facts = Facts(tree, text, str(source.path))
     except RecursionError:  # code nested deeper than the parser's own limit lets through
         outcome.problems.append(Problem(source.display, "cannot lint: the code is nested too deeply; the file "
                                                         "was skipped"))

@@ -14,7 +14,8 @@ from torchdoctor.lint.values import Values
 
 
 class Facts:
-    def __init__(self, tree: ast.Module, text: str):
+    def __init__(self, tree: ast.Module, text: str, path: str | None = None):
+        self.path = path  # the file on disk, for the project modules it imports (None: not followed)
         self.model = FileModel(tree, text)
         self.imports = self.model.imports
         self.values = Values(self.model)

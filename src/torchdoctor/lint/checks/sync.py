@@ -23,6 +23,7 @@ from torchdoctor.lint.kinds import DATASET, MODULE, OTHER
 from torchdoctor.lint.logging_levels import LEVELS, enabled_level, level_of
 from torchdoctor.lint.loop_bounds import FEW_PASSES, passes_within
 from torchdoctor.lint.model import Block, Scope, enclosing_loops, on_error_path
+from torchdoctor.lint.project import helper_read
 from torchdoctor.lint.names import call_tail, last_name, short_source
 from torchdoctor.lint.torch_api import HOST_READING
 
@@ -135,6 +136,23 @@ def _at_call_sites(reads, facts: Facts) -> Iterator[tuple[ast.AST, Block, str]]:
             continue
         for call, site in sites:
             yield call, site, f"`{short_source(call)}` (it returns {what} at line {node.lineno})"
+
+
+def _project_helpers(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
+    """Calls, in blocks `wanted` accepts, of a function in another module of the user's project
+    that reads a device value on the host (`misc.all_reduce_mean(loss)` in `util/misc.py`): the read
+    happens where the call is, as often as it runs."""
+    if facts.path is None:
+        return
+    for call, block in facts.model.calls:
+        if type(call.func) is not ast.Attribute and type(call.func) is not ast.Name:
+            continue
+        if not wanted(block) or on_error_path(block) or in_dataset(block, facts.kinds):
+            continue
+        qualified = facts.qualify(call.func)
+        read = helper_read(qualified, facts.path) if qualified else None
+        if read is not None:
+            yield call, block, f"`{short_source(call)}` (it reads {read.what} at {read.path}:{read.line})"
 
 
 def _reading_helper(node: ast.AST, block: Block, context) -> Scope | None:
@@ -262,7 +280,7 @@ class HostSync(Check):
         context = facts.context
         uses = HostUses(facts)
         hot = lambda block: context.region(block).per_step or context.region(block).per_eval_batch  # noqa: E731
-        for node, block, what in _at_call_sites(host_reads(facts, hot), facts):
+        for node, block, what in (*_at_call_sites(host_reads(facts, hot), facts), *_project_helpers(facts, hot)):
             region = context.region(block)
             if region.per_step:
                 needed = uses.needed_by(node, block)
