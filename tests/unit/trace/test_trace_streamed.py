@@ -9,6 +9,7 @@ from helpers.trace_builder import trace_gen
 
 from torchdoctor.trace import analyze_trace_files
 from torchdoctor.trace.analyze import analyze_path
+from torchdoctor.trace import loader
 from torchdoctor.trace.loader import fits_in_memory
 
 BIG = 1 << 40  # a budget nothing exceeds: analysed in memory
@@ -45,13 +46,16 @@ def test_a_streamed_trace_has_the_same_steps_totals_and_sites_as_in_memory(tmp_p
     assert streamed.host.sync_ops == whole.host.sync_ops and streamed.host.step_us == whole.host.step_us
 
 
-def test_streaming_keeps_memory_bounded_by_the_budget_not_the_file(tmp_path):
-    # both larger than one decoded chunk (8 MiB of JSON), the second four times the first
-    small, large = _trace(tmp_path, "small.json", events=60_000), _trace(tmp_path, "large.json", events=240_000)
+def test_streaming_keeps_memory_bounded_by_the_budget_not_the_file(tmp_path, monkeypatch):
+    # Chunks of 1 MiB of JSON instead of 8, so the files can be 8x smaller (tracemalloc slows every
+    # allocation): both larger than one chunk, the second four times the first.
+    monkeypatch.setattr(loader, "CHUNK_BYTES", 1 << 20)
+    small, large = _trace(tmp_path, "small.json", events=8_000), _trace(tmp_path, "large.json", events=32_000)
+    assert small.stat().st_size > loader.CHUNK_BYTES and not fits_in_memory(small, 250_000)
     peaks = []
     for path in (small, large):
         tracemalloc.start()
-        analyze_path(path, 2_000_000)
+        analyze_path(path, 250_000)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
     # four times the events, about the same peak: one group and one chunk at a time
