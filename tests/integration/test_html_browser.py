@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -53,19 +51,16 @@ def sync_playwright():
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    """The demo, run as a user would: a fresh process, a few steps."""
-    out = tmp_path_factory.mktemp("demo") / "run"
-    subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--steps", "10", "--warmup", "2", "--out", str(out),
-                    DEMO], cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return out
+def demo_dir(demo_run) -> Path:
+    """The demo, run as a user would (a fresh process; shared with the README test: conftest.py)."""
+    return demo_run[1]
 
 
-def test_the_demo_report_in_a_real_browser(sync_playwright, demo_run, tmp_path, update_screenshots):
-    page_file = demo_run / "report.html"
+def test_the_demo_report_in_a_real_browser(sync_playwright, demo_dir, tmp_path, update_screenshots):
+    page_file = demo_dir / "report.html"
     size = page_file.stat().st_size
     assert size < MAX_PAGE_BYTES
-    report = json.loads((demo_run / "report.json").read_text())
+    report = json.loads((demo_dir / "report.json").read_text())
     shots = ROOT / "benchmarks" / "results" if update_screenshots else tmp_path
     url = page_file.resolve().as_uri()
     with sync_playwright() as playwright:
@@ -88,7 +83,7 @@ def test_the_demo_report_in_a_real_browser(sync_playwright, demo_run, tmp_path, 
             assert {c["section"] for c in charts} == {"split", "steps", "data-wait", "memory"}
             assert all(c["width"] > 500 and c["height"] > 40 and c["points"] > 0 and c["marks"] > 0 for c in charts)
             steps_chart = next(c for c in charts if c["section"] == "steps")
-            assert steps_chart["points"] == 12  # every step of a short run, warm-up included
+            assert steps_chart["points"] == report["summary"]["steps_total"]  # every step, warm-up included
             gpu_text = page.locator("section#gpu").inner_text()  # a CPU run: said, not drawn as an empty chart
             assert "not measured: not measurable on CPU" in gpu_text
             assert page.locator("section#gpu svg").count() == 0

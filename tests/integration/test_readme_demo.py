@@ -47,13 +47,9 @@ def shape(text: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> tuple[str, Path]:
-    """`python3 dev.py demo`: the demo's own command line, from the repository root."""
-    out = tmp_path_factory.mktemp("demo") / "run"
-    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--out", str(out), DEMO],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return done.stdout, out
+def demo(demo_run) -> tuple[str, Path]:
+    """`python3 dev.py demo`: the demo's own command line, from the repository root (conftest.py)."""
+    return demo_run
 
 
 def _unranked(parts: list[tuple]) -> list[tuple]:
