@@ -233,8 +233,11 @@ def _decode_in_place(buf: bytearray, opener: int, closer: int) -> TraceEvents:
     saved = buf[opener], buf[closer]
     buf[opener], buf[closer] = 0x5B, 0x5D  # "[" and "]"
     try:
-        with memoryview(buf) as view:
-            return events_from_json(view[opener: closer + 1])
+        # The slice is released here too, not only the view: a decode error keeps its frames (and
+        # so the slice) alive in the caller's `last_error`, and an exported slice would forbid the
+        # next `buf += block` (BufferError) when a fake boundary failed near a chunk's end.
+        with memoryview(buf) as view, view[opener: closer + 1] as piece:
+            return events_from_json(piece)
     finally:
         buf[opener], buf[closer] = saved
 
