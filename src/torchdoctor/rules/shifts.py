@@ -156,3 +156,106 @@ def memory_creep(times: list[float], high_water: list[int], limit: int | None) -
     if left is not None and left > MEMORY_HORIZON_S:
         return None
     return Creep(rate, times[0], high_water[0], high_water[-1], left)
+
+
+# ---- a rank that becomes a straggler ---------------------------------------------------------------
+# Under data parallelism every rank's step lasts as long as the slowest rank's: the others wait for it
+# in the step's collectives. A rank's own time per step is its step less that wait; the straggler's
+# own time grows while the others' wait grows by as much. Each rank's excess (its own time less the
+# other ranks' median at the same step) is tested like a step time: a new level that holds beyond the
+# spread of the steps before it.
+STRAGGLER_TEST_EVERY = 10  # the excess series are tested every this many common steps
+STRAGGLER_SERIES = 4 * 1024  # the tests look at the last steps since the last change only
+
+
+def own_time(step_s: float, comm_wait_s: float | None) -> float:
+    """A rank's own time in a step: the step less its wait in the step's collectives (when measured)."""
+    return max(0.0, step_s - (comm_wait_s or 0.0))
+
+
+@dataclass(frozen=True)
+class RankShift:
+    rank: int
+    step: int  # the first step of the new level
+    shift: Shift  # on the rank's excess series (seconds)
+    detected: int = 0  # the step at which the test saw it
+
+
+class StragglerTest:
+    """Fed one step at a time with every rank's own time (`add`), in step order; `found` keeps each
+    rank that became a straggler (its excess rose to a new level that held). After a change the
+    series restart at it: the next test compares the new level with itself."""
+
+    def __init__(self, every: int = STRAGGLER_TEST_EVERY) -> None:
+        self.every = every
+        self.steps: list[int] = []
+        self.own: dict[int, list[float]] = {}
+        self.found: list[RankShift] = []
+        self._since_test = 0
+
+    def add(self, step: int, own: dict[int, float]) -> RankShift | None:
+        if len(own) < 2:
+            return None
+        if set(own) != set(self.own):
+            if self.own:  # the ranks present changed: start over
+                self.steps, self.own = [], {}
+            self.own = {r: [] for r in own}
+        self.steps.append(step)
+        for rank, value in own.items():
+            self.own[rank].append(value)
+        if len(self.steps) > STRAGGLER_SERIES:
+            cut = len(self.steps) - STRAGGLER_SERIES // 2
+            del self.steps[:cut]
+            for series in self.own.values():
+                del series[:cut]
+        self._since_test += 1
+        if self._since_test < self.every:
+            return None
+        self._since_test = 0
+        return self.test()
+
+    def excess(self) -> dict[int, list[float]]:
+        ranks = sorted(self.own)
+        out: dict[int, list[float]] = {r: [] for r in ranks}
+        for i in range(len(self.steps)):
+            row = {r: self.own[r][i] for r in ranks}
+            for r in ranks:
+                out[r].append(row[r] - statistics.median(v for q, v in row.items() if q != r))
+        return out
+
+    def test(self) -> RankShift | None:
+        if len(self.steps) < MIN_REFERENCE + RECENT_STEPS:
+            return None
+        scale = statistics.median(statistics.median(v[-200:]) for v in self.own.values())
+        up: RankShift | None = None
+        down: int | None = None
+        for rank, series in self.excess().items():
+            shift = recent_shift(series, scale=scale)
+            if shift is None:
+                continue
+            rise = shift.after_median - shift.before_median
+            if rise <= 0 or not self._own_rose(rank, shift.at, rise):
+                # the rank got faster than the others, or the others got slower (the straggler before
+                # recovered, or two ranks' excess moves with one rank's): no new straggler, a new level
+                down = shift.at if down is None else min(down, shift.at)
+                continue
+            if up is None or rise > up.shift.after_median - up.shift.before_median:
+                up = RankShift(rank, self.steps[shift.at], shift, self.steps[-1])
+        at = self.steps.index(up.step) if up is not None else down
+        if at is None:
+            return None
+        del self.steps[:at]
+        for series in self.own.values():
+            del series[:at]
+        if up is not None:
+            self.found.append(up)
+        return up
+
+    def _own_rose(self, rank: int, at: int, rise: float) -> bool:
+        """The rank's own time rose by at least half its excess: it got slower, the others did not
+        get faster (with two ranks one's excess is the other's, negated)."""
+        own = self.own[rank]
+        before, after = own[max(0, at - REFERENCE_STEPS):at], own[at:]
+        if len(before) < 2 or len(after) < 2:
+            return False
+        return quantile(after, LEVEL_QUANTILE) - quantile(before, LEVEL_QUANTILE) >= 0.5 * rise
