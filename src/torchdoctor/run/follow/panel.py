@@ -144,7 +144,7 @@ class LivePanel:
 
         table = Table(box=None, padding=(0, 1), show_edge=False)
         for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory"):
-            table.add_column(name, justify="right" if name != "rank" else "left")
+            table.add_column(name, justify="right" if name != "rank" else "left", no_wrap=True, min_width=len(name))
         for row in state["ranks"]:
             if not row.get("step"):
                 table.add_row(str(row["rank"]), "—", "", "", "", "", "")
