@@ -221,7 +221,8 @@ def straggler_changes(points: dict[int, list[TimelinePoint]]) -> list[ChangePoin
     rows = _aligned(points)
     test = StragglerTest()
     for step, row in rows:
-        test.add(step, {r: own_time(p.step_s, p.comm_wait_s) for r, p in row.items()})
+        test.add(step, {r: own_time(p.step_s, p.comm_wait_s) for r, p in row.items()},
+                 step_s=max(p.step_s for p in row.values()))
     changes = []
     steps = [step for step, _ in rows]
     for found in test.found:

@@ -189,30 +189,37 @@ class StragglerTest:
     def __init__(self, every: int = STRAGGLER_TEST_EVERY) -> None:
         self.every = every
         self.steps: list[int] = []
+        self.step_s: list[float] = []
         self.own: dict[int, list[float]] = {}
         self.found: list[RankShift] = []
         self._since_test = 0
 
-    def add(self, step: int, own: dict[int, float]) -> RankShift | None:
+    def add(self, step: int, own: dict[int, float], step_s: float | None = None) -> RankShift | None:
+        """`step_s`: the step's length (the slowest rank's), the scale of MIN_SHIFT_SHARE (default: the
+        largest own time)."""
         if len(own) < 2:
             return None
         if set(own) != set(self.own):
             if self.own:  # the ranks present changed: start over
-                self.steps, self.own = [], {}
+                self.steps, self.step_s = [], []
             self.own = {r: [] for r in own}
         self.steps.append(step)
+        self.step_s.append(step_s if step_s is not None else max(own.values()))
         for rank, value in own.items():
             self.own[rank].append(value)
         if len(self.steps) > STRAGGLER_SERIES:
-            cut = len(self.steps) - STRAGGLER_SERIES // 2
-            del self.steps[:cut]
-            for series in self.own.values():
-                del series[:cut]
+            self._cut(len(self.steps) - STRAGGLER_SERIES // 2)
         self._since_test += 1
         if self._since_test < self.every:
             return None
         self._since_test = 0
         return self.test()
+
+    def _cut(self, at: int) -> None:
+        del self.steps[:at]
+        del self.step_s[:at]
+        for series in self.own.values():
+            del series[:at]
 
     def excess(self) -> dict[int, list[float]]:
         ranks = sorted(self.own)
@@ -226,29 +233,24 @@ class StragglerTest:
     def test(self) -> RankShift | None:
         if len(self.steps) < MIN_REFERENCE + RECENT_STEPS:
             return None
-        scale = statistics.median(statistics.median(v[-200:]) for v in self.own.values())
+        scale = statistics.median(self.step_s[-200:])
         up: RankShift | None = None
-        down: int | None = None
         for rank, series in self.excess().items():
             shift = recent_shift(series, scale=scale)
             if shift is None:
                 continue
             rise = shift.after_median - shift.before_median
+            # a rank that got faster than the others, or whose excess rose because the others got
+            # faster (the straggler before recovered: with two ranks one's excess is the other's,
+            # negated), is no new straggler
             if rise <= 0 or not self._own_rose(rank, shift.at, rise):
-                # the rank got faster than the others, or the others got slower (the straggler before
-                # recovered, or two ranks' excess moves with one rank's): no new straggler, a new level
-                down = shift.at if down is None else min(down, shift.at)
                 continue
             if up is None or rise > up.shift.after_median - up.shift.before_median:
                 up = RankShift(rank, self.steps[shift.at], shift, self.steps[-1])
-        at = self.steps.index(up.step) if up is not None else down
-        if at is None:
+        if up is None:
             return None
-        del self.steps[:at]
-        for series in self.own.values():
-            del series[:at]
-        if up is not None:
-            self.found.append(up)
+        self._cut(self.steps.index(up.step))  # the new level is compared with itself from here
+        self.found.append(up)
         return up
 
     def _own_rose(self, rank: int, at: int, rise: float) -> bool:

@@ -3,6 +3,9 @@ a rank that becomes a straggler is found in the ranks' timelines (TD905, with th
 the rank, its cause from that rank's own window), every rank's black box is kept and the report
 leads with the rank that failed, and a directory whose ranks are still running (live.json) merges."""
 
+import json
+from pathlib import Path
+
 from helpers.records import rank_points as points, record
 
 from torchdoctor.diagnosis.ranks import merge_run_dir
@@ -41,6 +44,16 @@ def test_a_rank_that_slows_from_step_200_is_the_straggler_from_there():
     assert abs(change.step - 200) <= 5 and change.detected_step >= change.step
     assert change.figures_after["others_comm_wait_s"] > change.figures_before["others_comm_wait_s"]
     assert change.after.median - change.before.median > change.threshold
+
+
+def test_a_recorded_jobs_straggler_is_found_where_it_began():
+    # a real run: the start's probe windows took most steps before the change (its reference is ~50 clean
+    # steps), the ranks' own time is a fraction of the step, and the first tests after the change see only
+    # a few changed steps, which must not cut the series short of it
+    doc = json.loads((Path(__file__).parents[2] / "fixtures" / "follow" / "ddp_straggler_points.json").read_text())
+    pts = {int(r): [TimelinePoint(**p) for p in series] for r, series in doc["ranks"].items()}
+    [change] = straggler_changes(pts)
+    assert change.rank == 1 and abs(change.step - 152) <= 5
 
 
 def test_ranks_that_only_share_noise_have_no_straggler():

@@ -160,7 +160,8 @@ class JobWatch:
             self._next_step = step + 1
             if any(p.warmup or p.sampled for p in row.values()) or len({p.comm_wait_s is None for p in row.values()}) > 1:
                 continue
-            found = self._test.add(step, {r: own_time(p.step_s, p.comm_wait_s) for r, p in row.items()})
+            found = self._test.add(step, {r: own_time(p.step_s, p.comm_wait_s) for r, p in row.items()},
+                 step_s=max(p.step_s for p in row.values()))
             if found is not None:
                 point = row[found.rank]
                 shift = found.shift
