@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from torchdoctor.model.findings import Finding, Report, Table
+from torchdoctor.model.findings import Finding, Report, Severity, Table
 from torchdoctor.model.follow_record import (AFTER_CHANGE, DATA_WAIT, STEP_TIME, STRAGGLER, ChangePoint, FollowRecord,
                                              ProbeWindow)
 from torchdoctor.model.location import Location
@@ -153,9 +153,14 @@ def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoin
         own.message += f" No window of rank {change.rank}'s probes was sampled right after it."
     for other in report.findings:
         if other.code in ("TD902", "TD903") and abs(other.evidence.get("from_step", -10**9) - change.step) <= RECENT_STEPS:
+            # the same slowdown, seen from the lowest rank: said once, as the straggler's (ranked, estimated there)
+            other.title += f" (rank {change.rank} became the straggler: TD905)"
             other.message += (f" Rank {change.rank} became the straggler from step {change.step} (TD905): the slower "
-                              "steps are the other ranks' wait for it in the step's collectives.")
+                              "steps are the other ranks' wait for it in the step's collectives; its estimate is "
+                              "TD905's.")
             other.evidence = {**other.evidence, "straggler_rank": change.rank}
+            other.estimated_speedup, other.estimate_basis, other.severity = None, "", Severity.LOW
+            other.fix = own.fix
             if own.location is not None:
                 other.location = own.location
 
