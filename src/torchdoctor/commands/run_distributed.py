@@ -165,6 +165,11 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
     else:
         ranks_dir = opts.out or default_ranks_dir(target, launch)
     follow = None
+    exports = [v for v in (opts.tensorboard, opts.prometheus_port, opts.prometheus_textfile, opts.otlp_endpoint)
+               if v is not None] if getattr(opts, "follow", False) else []
+    if exports and not launch.coordinated:
+        raise UsageError("the exporters of a followed job run in the launcher: start the ranks with `torchdoctor run "
+                         "--follow --nproc-per-node N ...` instead of torchrun, or drop the export options")
     if getattr(opts, "follow", False):  # this rank's timeline, changes, windows and black box; no panel, no export
         from torchdoctor.run.follow.follower import FollowOptions
 

@@ -191,6 +191,7 @@ class StragglerTest:
         self.steps: list[int] = []
         self.step_s: list[float] = []
         self.own: dict[int, list[float]] = {}
+        self.ex: dict[int, list[float]] = {}  # each rank's excess, step by step (kept as the steps come)
         self.found: list[RankShift] = []
         self._since_test = 0
 
@@ -202,11 +203,12 @@ class StragglerTest:
         if set(own) != set(self.own):
             if self.own:  # the ranks present changed: start over
                 self.steps, self.step_s = [], []
-            self.own = {r: [] for r in own}
+            self.own, self.ex = {r: [] for r in own}, {r: [] for r in own}
         self.steps.append(step)
         self.step_s.append(step_s if step_s is not None else max(own.values()))
         for rank, value in own.items():
             self.own[rank].append(value)
+            self.ex[rank].append(value - statistics.median(v for q, v in own.items() if q != rank))
         if len(self.steps) > STRAGGLER_SERIES:
             self._cut(len(self.steps) - STRAGGLER_SERIES // 2)
         self._since_test += 1
@@ -218,27 +220,25 @@ class StragglerTest:
     def _cut(self, at: int) -> None:
         del self.steps[:at]
         del self.step_s[:at]
-        for series in self.own.values():
+        for series in (*self.own.values(), *self.ex.values()):
             del series[:at]
 
-    def excess(self) -> dict[int, list[float]]:
-        ranks = sorted(self.own)
-        out: dict[int, list[float]] = {r: [] for r in ranks}
-        for i in range(len(self.steps)):
-            row = {r: self.own[r][i] for r in ranks}
-            for r in ranks:
-                out[r].append(row[r] - statistics.median(v for q, v in row.items() if q != r))
-        return out
+    def excess(self, start: int = 0) -> dict[int, list[float]]:
+        """Each rank's own time less the other ranks' median, step by step, from index `start`."""
+        return {r: series[start:] for r, series in sorted(self.ex.items())}
 
     def test(self) -> RankShift | None:
         if len(self.steps) < MIN_REFERENCE + RECENT_STEPS:
             return None
         scale = statistics.median(self.step_s[-200:])
         up: RankShift | None = None
-        for rank, series in self.excess().items():
-            shift = recent_shift(series, scale=scale)
-            if shift is None:
+        # the test reads the last RECENT + REFERENCE steps and REFERENCE before where the change splits
+        start = max(0, len(self.steps) - 2 * REFERENCE_STEPS - RECENT_STEPS)
+        for rank, series in self.excess(start).items():
+            found = recent_shift(series, scale=scale)
+            if found is None:
                 continue
+            shift = Shift(**{**found.__dict__, "at": found.at + start})
             rise = shift.after_median - shift.before_median
             # a rank that got faster than the others, or whose excess rose because the others got
             # faster (the straggler before recovered: with two ranks one's excess is the other's,
