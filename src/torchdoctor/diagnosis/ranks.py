@@ -213,6 +213,9 @@ def _leading_box(boxes: dict[int, BlackBox], records: list[RunRecord], outcome) 
         first = _identity(_first_to_end(failed, outcome)).rank
         if first in boxes:
             return _with_rank(boxes[first])
+    if all(box.reason == "signal" for box in boxes.values()):  # the job was stopped: no rank to blame
+        first = boxes[min(boxes)]
+        return replace(first, message=f"{first.message} (every rank; their stacks below)")
     chosen = min(boxes.values(), key=lambda b: (b.reason != "exception", b.reason != "stall", b.t))
     return _with_rank(chosen)
 

@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
+
 from torchdoctor.model.follow_record import (AFTER_CHANGE, AT_START, DATA_WAIT, MEMORY, PERIODIC, STEP_TIME,
                                              BlackBox, ChangePoint, FollowRecord, Level, ProbeWindow,
                                              TimelinePoint, WindowLine)
-from torchdoctor.model.layout import LIVE_FILE, TIMELINE_FILE
+from torchdoctor.model.layout import CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
 from torchdoctor.model.location import Location
 from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
 from torchdoctor.run.follow.blackbox import capture
@@ -416,6 +418,13 @@ class Follower:
 
     def _add_change(self, change: ChangePoint) -> None:
         self.record.changes.append(change)
+        try:  # one line as it is found: a followed job's launcher passes it to the exporters (run/follow/job.py)
+            from torchdoctor.model.serialize import to_plain
+
+            with open(self.run_dir / CHANGES_FILE, "ab") as handle:
+                handle.write(msgspec.json.encode(to_plain(change)) + b"\n")
+        except (OSError, TypeError, ValueError) as exc:
+            self.errors.append(f"changes file: {type(exc).__name__}: {exc}")
         index = len(self.record.changes) - 1
         now = self.session.clock() - self.session.t0
         first = not any(w.reason == AFTER_CHANGE for w in self.record.windows)

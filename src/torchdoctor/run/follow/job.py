@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from torchdoctor.model.follow_record import STRAGGLER, ChangePoint, Level, TimelinePoint
-from torchdoctor.model.layout import TIMELINE_FILE
+from torchdoctor.model.layout import CHANGES_FILE, TIMELINE_FILE
 from torchdoctor.rules.shifts import StragglerTest, own_time
 
 MAX_READ = 64 * 1024 * 1024  # bytes read from one timeline per tick at most
@@ -41,10 +41,10 @@ LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 
 
 class TimelineTail:
-    """A rank's timeline.jsonl, read incrementally."""
+    """A rank's timeline.jsonl (or changes.jsonl: `cls` ChangePoint), read incrementally."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, cls: type = TimelinePoint) -> None:
+        self.path, self.cls = path, cls
         self.offset = 0
         self.inode: int | None = None
         self.partial = b""
@@ -76,7 +76,7 @@ class TimelineTail:
         points = []
         for line in lines:
             try:
-                points.append(from_plain(TimelinePoint, self._decoder.decode(line)))
+                points.append(from_plain(self.cls, self._decoder.decode(line)))
             except (msgspec.DecodeError, SchemaError):
                 continue
         return points, rewritten
@@ -88,6 +88,7 @@ class JobWatch:
         self.sinks: list = list(options.sinks)
         self.panel = options.panel
         self.tails = {r: TimelineTail(run_dir / f"rank-{r}" / TIMELINE_FILE) for r in ranks}
+        self.change_tails = {r: TimelineTail(run_dir / f"rank-{r}" / CHANGES_FILE, ChangePoint) for r in ranks}
         self.points: dict[int, list[TimelinePoint]] = {r: [] for r in ranks}
         self.changes: list[ChangePoint] = []
         self.errors: list[str] = []
@@ -138,6 +139,12 @@ class JobWatch:
                     self._waiting[rank][p.step] = p
                 if not rewritten:
                     self._unsent[rank].append(p)
+        for rank, tail in self.change_tails.items():  # each rank's own changes, as its follower found them
+            new_changes, rewritten = tail.read()
+            for change in new_changes if not rewritten else []:
+                change.rank = rank if change.rank is None else change.rank
+                self.changes.append(change)
+                self._call_sinks("on_change", change)
         self._feed()
         if final or time.monotonic() - self._last_send >= self.options.every_s:
             self._last_send = time.monotonic()
@@ -193,8 +200,14 @@ class JobWatch:
                          "samples_s": statistics.median(rates) if rates else None,
                          "mem": max((p.mem_bytes for p in points if p.mem_bytes), default=None)})
         last = self.changes[-1] if self.changes else None
+        if last is None:
+            latest = None
+        elif last.kind == STRAGGLER:
+            latest = f"rank {last.rank} became the straggler at step {last.step}"
+        else:
+            latest = f"rank {last.rank}: {last.kind} changed at step {last.step}"
         return {"ranks": rows, "t": time.monotonic() - self._started, "changes": len(self.changes),
-                "last_change": f"rank {last.rank} became the straggler at step {last.step}" if last else None}
+                "last_change": latest}
 
     def blackboxes(self, record) -> None:
         """The ranks' black boxes, from the merged record, to the exporters (each labelled with its rank)."""

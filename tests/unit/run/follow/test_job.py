@@ -9,6 +9,8 @@ import os
 from msgspec import json as mjson
 
 from helpers.records import rank_points as points
+from torchdoctor.model.follow_record import ChangePoint, Level
+from torchdoctor.model.serialize import to_plain
 from torchdoctor.run.follow.follower import FollowOptions
 from torchdoctor.run.follow.job import JobOutput, JobWatch, TimelineTail
 from torchdoctor.run.follow.panel import ERASE_UP, LivePanel
@@ -61,11 +63,19 @@ def test_the_exporters_get_each_ranks_points_and_the_straggler(tmp_path):
         write(tmp_path / f"rank-{rank}" / "timeline.jsonl", points(rank)[150:])
     watch.tick(final=True)
     assert sink.points == {0: list(range(1, 401)), 1: list(range(1, 401))}
+    assert watch.state()["last_change"].startswith("rank 1 became the straggler at step")
     [change] = sink.changes
     assert change.kind == "straggler" and change.rank == 1 and abs(change.step - 200) <= 5
+    # a rank's own change, as its follower wrote it, goes to the exporters with its rank
+    own = ChangePoint(kind="step-time", step=201, t=2.0, detected_step=221, before=Level(0.01, 0.0004, 100),
+                      after=Level(0.04, 0.0004, 20), threshold=0.002)
+    with open(tmp_path / "rank-0" / "changes.jsonl", "ab") as f:
+        f.write(mjson.encode(to_plain(own)) + b"\n")
+    watch.tick(final=True)
+    assert [(c.kind, c.rank) for c in sink.changes] == [("straggler", 1), ("step-time", 0)]
+    assert watch.state()["last_change"] == "rank 0: step-time changed at step 201"
     rows = watch.state()["ranks"]
     assert [r["rank"] for r in rows] == [0, 1] and rows[0]["comm_ms"] > rows[1]["comm_ms"]
-    assert watch.state()["last_change"].startswith("rank 1 became the straggler at step")
 
 
 def test_the_panel_has_a_row_per_rank_and_rank_lines_erase_it_first(tmp_path):
