@@ -104,3 +104,24 @@ def test_a_rank_that_raises_leads_the_report_with_its_rank_and_line(tmp_path):
     assert boxes[0] is not None and boxes[0]["threads"]  # the other rank's stack too (stopped, or its collective failed)
     assert "Black box: every rank's stacks when the run stopped" in done.stdout
     assert_no_rank_left(out)
+
+
+HANGS = ddp_loop(3000, "    if rank == 1 and i == 60:\n        time.sleep(300)  # HANGS HERE\n")
+
+
+def test_a_rank_that_hangs_is_stopped_and_leads_the_report_the_others_waiting(tmp_path):
+    script = tmp_path / "hangs.py"
+    script.write_text(HANGS)
+    out = tmp_path / "run"
+    started = time.monotonic()
+    done = doctor("run", "--follow", "--nproc-per-node", "2", "--stall-timeout", "2", "--out", str(out), str(script))
+    assert done.returncode == 1 and time.monotonic() - started < LIMIT_S
+    line = HANGS.splitlines().index("        time.sleep(300)  # HANGS HERE") + 1
+    first = " ".join(done.stdout.split("\n\n")[0].split())
+    assert "stalled: rank 1: no step finished" in first and f"hangs.py:{line}" in first
+    record = json.loads((out / "record.json").read_text())
+    assert record["run"]["status"] == "stalled" and record["follow"]["blackbox"]["rank"] == 1
+    boxes = {v["rank"]: v["blackbox"] for v in record["ranks"]}
+    assert boxes[0]["reason"] == boxes[1]["reason"] == "stall"
+    assert boxes[1]["where"]["line"] == line  # the hung rank, where it hangs; rank 0 waits in its backward
+    assert_no_rank_left(out)
