@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
     follow = p.add_argument_group("the whole job (--follow)")
     follow.add_argument("--follow", action="store_true",
                         help="let the script run to its end: a timeline of every step, changes found along the run, "
-                             "a black box on a crash, a signal or a stall")
+                             "a black box on a crash, a signal or a stall (with --nproc-per-node: every rank's, and "
+                             "a rank that becomes a straggler)")
     follow.add_argument("--timeline-every", type=non_negative(float), default=10.0, metavar="S",
                         help="write the timeline and live.json every S seconds (default 10)")
     follow.add_argument("--tensorboard", type=Path, metavar="DIR",
