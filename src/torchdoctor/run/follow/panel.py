@@ -115,8 +115,6 @@ class LivePanel:
 
     # ---- drawing -----------------------------------------------------------------------------
     def render(self, state: dict) -> str:
-        from rich.console import Console
-        from rich.panel import Panel
         from rich.table import Table
 
         from torchdoctor.model.units import format_bytes
