@@ -133,6 +133,12 @@ def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = N
     notes = merged.distributed.notes
     heartbeats = heartbeats or {}
     merged.ranks = [_view(r, heartbeats.get(_identity(r).rank)) for r in records]
+    ended = outcome is not None or previous is not None  # the launch is over (its merged record was written)
+    if ended:  # a followed rank still "running" ended without its record
+        known = {v.rank: v for v in (previous.ranks if previous else []) if v.status == "lost"}
+        for view in merged.ranks:
+            if view.status == "running":
+                _ended_unwritten(view, outcome, known.get(view.rank))
     present = {v.rank for v in merged.ranks}
     merged.ranks += _lost_ranks(identity.world_size, present, outcome, previous, heartbeats)
     merged.ranks.sort(key=lambda v: v.rank)
@@ -152,11 +158,11 @@ def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = N
     if launcher_record is not None:
         merged.probe_notes = launcher_record.probe_notes + merged.probe_notes
     if any(r.follow is not None for r in records):
-        merge_follow(merged, records, outcome)
+        merge_follow(merged, records, outcome, ended)
     return merged
 
 
-def merge_follow(merged: RunRecord, records: list[RunRecord], outcome=None) -> None:
+def merge_follow(merged: RunRecord, records: list[RunRecord], outcome=None, ended: bool = False) -> None:
     """A followed job (`run --follow --nproc-per-node N`): the lowest rank's follow record with the
     job's view on top: each rank's black box (RankView.blackbox), the one of the rank that failed first
     leading, and the ranks that became stragglers, found in every rank's timeline (with the window the
@@ -164,7 +170,7 @@ def merge_follow(merged: RunRecord, records: list[RunRecord], outcome=None) -> N
     base = merged.follow or FollowRecord()
     follow = replace(base, windows=list(base.windows), changes=list(base.changes))
     follow.steps = max(r.follow.steps for r in records if r.follow is not None)
-    follow.live = any(r.follow is not None and r.follow.live for r in records)
+    follow.live = not ended and any(r.follow is not None and r.follow.live for r in records)
     views = {v.rank: v for v in merged.ranks}
     boxes: dict[int, BlackBox] = {}
     for record in records:
@@ -250,6 +256,19 @@ def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
         threads=record.environment.num_threads, cpus=record.environment.cpu_count,
         device_index=record.nvml.device_index if record.nvml is not None and record.environment.cuda_used else None,
     )
+
+
+def _ended_unwritten(view: RankView, outcome, known: RankView | None = None) -> None:
+    """A followed rank whose live.json is all it left (SIGKILL, the out-of-memory killer)."""
+    if known is not None:  # a re-render: what the launcher's merge knew
+        view.status, view.exit_code, view.error = known.status, known.exit_code, known.error
+        return
+    code = outcome.exit_codes.get(view.rank) if outcome is not None else None
+    how = f"its process ended with exit code {code}" + (
+        f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "") \
+        if code is not None else "its process ended"
+    view.status, view.exit_code = "lost", code or 1
+    view.error = (f"rank {view.rank} wrote no record: {how}; what it wrote while it ran (live.json) is kept")
 
 
 def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord | None,

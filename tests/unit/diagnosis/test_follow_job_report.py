@@ -124,3 +124,22 @@ def test_a_job_still_running_is_reported_from_its_ranks_live_files(tmp_path):
     assert report.summary.ranks == 2
     assert any(f.code == "TD905" for f in report.findings)
     assert "The run is still going" in " ".join(report.notes) and "a rank's live.json was written" in report.notes[0]
+
+
+def test_a_followed_rank_killed_before_writing_its_record_is_lost_with_what_it_wrote(tmp_path):
+    from types import SimpleNamespace
+
+    survivor = rank_record(0, points(0, steps=300), status="crashed")
+    survivor.run.error = "RuntimeError: Connection reset by peer\n"
+    killed = rank_record(1, points(1, steps=300), status="running", live=True)
+    save(tmp_path, survivor)
+    save(tmp_path, killed, name="live.json")
+    outcome = SimpleNamespace(exit_codes={1: -9}, first_failure=None, notes=[], stall=None, interrupted=False,
+                              signal_exit=None, oom_kills=None)
+    merged = merge_run_dir(tmp_path, outcome)
+    view = next(v for v in merged.ranks if v.rank == 1)
+    assert view.status == "lost" and view.exit_code == -9 and "SIGKILL" in view.error and "live.json" in view.error
+    assert view.steps and not merged.follow.live  # what it wrote is kept; the job is over
+    merged.save(tmp_path / "record.json")
+    again = merge_run_dir(tmp_path)  # a re-render keeps what the launcher knew
+    assert next(v for v in again.ranks if v.rank == 1).status == "lost" and not again.follow.live
