@@ -77,20 +77,26 @@ def _live_note(run_dir: Path, every_s: float) -> str:
 
     from torchdoctor.model.layout import LIVE_FILE
 
-    try:
-        age = time.time() - (run_dir / LIVE_FILE).stat().st_mtime
+    files = [run_dir / LIVE_FILE] if (run_dir / LIVE_FILE).exists() else sorted(run_dir.glob(f"rank-*/{LIVE_FILE}"))
+    try:  # a followed multi-rank run: the ranks' live.json, the oldest said
+        age = max(time.time() - path.stat().st_mtime for path in files) if files else None
     except OSError:
+        age = None
+    if age is None:
         return "live.json could not be read again"
+    name = "live.json" if len(files) == 1 and files[0].parent == run_dir else "a rank's live.json"
     if age > max(3 * every_s, 60.0):
-        return (f"live.json was last written {age:.0f} s ago and there is no record.json: the run ended without "
+        return (f"{name} was last written {age:.0f} s ago and there is no record.json: the run ended without "
                 "writing its record (SIGKILL, the machine's out-of-memory killer?); this is what it wrote before")
-    return f"live.json was written {age:.0f} s ago (every {every_s:g} s while the run goes)"
+    return f"{name} was written {age:.0f} s ago (every {every_s:g} s while the run goes)"
 
 
 def load_record(run_dir: Path) -> RunRecord:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir} is not a run directory; pass the folder `torchdoctor run` printed")
-    if any(run_dir.glob("rank-*/record.json")):  # a multi-rank run (ranks copied from other nodes included)
+    from torchdoctor.diagnosis.ranks import has_rank_records
+
+    if has_rank_records(run_dir):  # a multi-rank run (ranks copied from other nodes, followed ranks still running)
         from torchdoctor.diagnosis.ranks import merge_run_dir
 
         return merge_run_dir(run_dir)

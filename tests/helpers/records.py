@@ -2,6 +2,7 @@
 
 import random
 
+from torchdoctor.model.follow_record import TimelinePoint
 from torchdoctor.model.record import (ApiCall, DispatchSample, Environment, LineHits, LineProfile, LoaderStats,
                                 Location, LoopSite, OpSite, OptimizerInfo, RunInfo, RunRecord, StepSample)
 
@@ -69,3 +70,19 @@ def noisy(step_s, jitter, steps=30, samples=32, seed=0, **kw):
         t += d
     rec.steps = out
     return rec
+
+
+def rank_points(rank, steps=400, slow_from=200, slow_rank=1, extra=0.030, seed=0):
+    """DDP-like: every rank's step lasts as long as the slowest's; the others wait for the straggler in
+    the step's collectives."""
+    rng = random.Random(seed * 7 + rank)
+    out, t = [], 0.0
+    for i in range(1, steps + 1):
+        slow = extra if i >= slow_from else 0.0
+        base = 0.010 + rng.gauss(0, 0.0004)
+        step = base + slow
+        wait = 0.001 + abs(rng.gauss(0, 0.0002)) + (slow if rank != slow_rank else 0.0)
+        t += step
+        out.append(TimelinePoint(step=i, t=t, step_s=step, data_wait_s=0.0, compute_s=0.002 + wait, comm_wait_s=wait,
+                                 warmup=i <= 3, sampled=4 <= i <= 10))
+    return out

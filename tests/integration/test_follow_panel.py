@@ -93,3 +93,41 @@ def test_no_panel_in_pipes_or_under_ci(tmp_path):
     code, raw = in_a_terminal([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
                                "--out", str(tmp_path / "b"), str(script)], env(CI="true"))
     assert code == 0 and "torchdoctor --follow" not in raw
+
+
+RANKS_SCRIPT = """
+import time, torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 16)
+for i in range(1, 401):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.006)
+    if i % 40 == 0:
+        print(f"RANK {rank} LINE {i} loss {loss.item():.4f}", flush=True)
+"""
+
+
+def test_a_followed_jobs_panel_has_a_row_per_rank_and_never_splits_a_ranks_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(RANKS_SCRIPT)
+    code, raw = in_a_terminal([sys.executable, "-m", "torchdoctor", "run", "--follow", "--nproc-per-node", "2",
+                               "--timeline-every", "0.5", "--out", str(tmp_path / "run"), str(script)],
+                              env(OMP_NUM_THREADS="1"))
+    assert code == 0, raw[-3000:]
+    text = ANSI.sub("", raw).replace("\r", "")
+    assert text.count("torchdoctor --follow · ranks") >= 2
+    rank_lines = [line for line in text.split("\n") if "LINE" in line and "RANK" in line]
+    assert len(rank_lines) == 20  # 10 per rank, each whole, with torchrun's rank prefix
+    assert all(re.fullmatch(r"\[rank(\d)\]:RANK \1 LINE \d+ loss \d+\.\d{4}", line) for line in rank_lines), rank_lines
+    panel_lines = [line for line in text.split("\n") if "│" in line or "╭" in line]
+    assert not any("LINE" in line for line in panel_lines)
+    rows = [line for line in panel_lines if re.match(r"│ +[01] ", line)]
+    assert {line.split()[1] for line in rows} >= {"0", "1"}  # a row per rank, drawn with its figures

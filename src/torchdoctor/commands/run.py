@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
     follow = p.add_argument_group("the whole job (--follow)")
     follow.add_argument("--follow", action="store_true",
                         help="let the script run to its end: a timeline of every step, changes found along the run, "
-                             "a black box on a crash, a signal or a stall")
+                             "a black box on a crash, a signal or a stall (with --nproc-per-node: every rank's, and "
+                             "a rank that becomes a straggler)")
     follow.add_argument("--timeline-every", type=non_negative(float), default=10.0, metavar="S",
                         help="write the timeline and live.json every S seconds (default 10)")
     follow.add_argument("--tensorboard", type=Path, metavar="DIR",
@@ -92,9 +93,9 @@ def main(argv: Sequence[str]) -> int:
     _resolve_limits(opts)
     Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds).check()
     knobs = parse_settings(opts.knobs)
-    if opts.follow and (opts.nproc_per_node is not None or knobs.get("nproc") or opts.nnodes != 1):
-        raise UsageError("--follow follows one process for now; drop --nproc-per-node, or drop --follow for the "
-                         "bounded multi-rank run")
+    if opts.follow and opts.nnodes != 1:
+        raise UsageError("--follow follows the ranks of one machine for now (--nproc-per-node N); drop --nnodes, or "
+                         "drop --follow for the bounded multi-node run")
     distributed = _distributed(opts, knobs, target, args, module)
     if distributed is not None:
         return distributed
@@ -161,8 +162,10 @@ def _follow_options(opts):
     if any(v is not None for v in (opts.tensorboard, opts.prometheus_port, opts.prometheus_textfile, opts.otlp_endpoint)):
         from torchdoctor.integrations.exporters import make_exporters
 
+        per_rank = opts.nproc_per_node is not None or any(k.partition("=")[0].strip() == "nproc" for k in opts.knobs)
         follow.sinks = make_exporters(tensorboard=opts.tensorboard, prometheus_port=opts.prometheus_port,
-                                      prometheus_textfile=opts.prometheus_textfile, otlp_endpoint=opts.otlp_endpoint)
+                                      prometheus_textfile=opts.prometheus_textfile, otlp_endpoint=opts.otlp_endpoint,
+                                      per_rank=per_rank)
     if opts.live is not False and opts.format != "json":
         from torchdoctor.run.follow.panel import LivePanel
 
@@ -189,11 +192,13 @@ def _distributed(opts, knobs: dict, target: str, args: list[str], module: bool) 
 
         return ranks.run_as_rank(opts, launch, target, args, module, knobs, finish_merged,
                                  _script_output_kept_off_stdout)
+    follow = _follow_options(opts) if opts.follow else None  # the job's exporters and panel, in this launcher
+    exporters = list(follow.sinks) if follow is not None else []
 
     def finish(record, run_dir: Path) -> int:
-        return _finish(record, run_dir, opts.format, _NoProgress(), sys.stdout)
+        return _finish(record, run_dir, opts.format, _NoProgress(), sys.stdout, exporters)
 
-    return ranks.launch_ranks(opts, opts.knobs, nproc or 1, target, args, module, finish)
+    return ranks.launch_ranks(opts, opts.knobs, nproc or 1, target, args, module, finish, follow=follow)
 
 
 class _NoProgress:

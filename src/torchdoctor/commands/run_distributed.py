@@ -28,6 +28,10 @@ def child_argv(opts, raw_knobs: list[str], run_dir: Path, target: str, args: lis
     """The `torchdoctor run` command line every rank runs: the same limits and knobs."""
     limits = Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds)
     argv = ["--out", str(run_dir.resolve()), *limits.argv(), "--format", opts.format]
+    if getattr(opts, "follow", False):  # each rank follows itself; the launcher draws the panel and exports
+        argv += ["--follow", "--timeline-every", f"{opts.timeline_every:g}", "--no-live"]
+        if opts.stall_timeout is not None:
+            argv += ["--stall-timeout", f"{opts.stall_timeout:g}"]
     if opts.trace is not None:
         argv.append("--trace" if opts.trace else "--no-trace")
     for setting in raw_knobs:
@@ -36,9 +40,12 @@ def child_argv(opts, raw_knobs: list[str], run_dir: Path, target: str, args: lis
     return argv + (["-m", target] if module else [target]) + list(args)
 
 
-def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list[str], module: bool, finish) -> int:
+def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list[str], module: bool, finish,
+                 follow=None) -> int:
     """The launching process: start the ranks, wait, merge, report. `finish(record, run_dir)`
-    diagnoses, writes and prints a record, returning the run's exit code."""
+    diagnoses, writes and prints a record, returning the run's exit code. `follow` (FollowOptions,
+    `run --follow`): the ranks follow themselves; this process reads their timelines for the live
+    panel, the exporters and a rank that becomes a straggler (run/follow/job.py)."""
     from torchdoctor.diagnosis.ranks import merge_run_dir
     from torchdoctor.model.layout import create_run_dir
     from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, launch
@@ -50,11 +57,25 @@ def launch_ranks(opts, raw_knobs: list[str], nproc: int, target: str, args: list
     request = LaunchRequest(nproc_per_node=nproc, nnodes=opts.nnodes, node_rank=opts.node_rank or 0,
                             rdzv_endpoint=opts.rdzv_endpoint, stall_s=_stall_s(opts),
                             child_argv=child_argv(opts, raw_knobs, run_dir, target, args, module))
-    outcome = launch(request, run_dir)
+    watch = None
+    if follow is not None:
+        from torchdoctor.run.follow.job import JobWatch
+
+        first = request.node_rank * nproc
+        watch = JobWatch(run_dir, list(range(first, first + nproc)), follow)
+        request.output = watch.output  # the ranks' lines pass through here, so the panel never splits them
+        with watch:
+            outcome = launch(request, run_dir)
+    else:
+        outcome = launch(request, run_dir)
     if outcome.error and not any(run_dir.glob("rank-*/record.json")):
         raise UsageError(f"the launcher could not start the ranks: {outcome.error}; check --rdzv-endpoint and "
                          "--nnodes/--node-rank (every node must use the same endpoint)")
     record = merge_run_dir(run_dir, outcome)
+    if watch is not None:
+        watch.blackboxes(record)
+        if record.distributed is not None:
+            record.distributed.notes.extend(f"following the ranks: {e}" for e in watch.errors[:5])
     if _wants_one_rank(opts, nproc, record, outcome):
         _measure_one_rank(opts, raw_knobs, nproc, target, args, module, record, run_dir)
     if any(k.partition("=")[0].strip() == "nproc" for k in raw_knobs):
@@ -81,6 +102,8 @@ def _wants_one_rank(opts, nproc: int, record, outcome) -> bool:
     from torchdoctor.rules.rank_facts import shared_compute
 
     mode = getattr(opts, "one_rank", "auto")
+    if getattr(opts, "follow", False) and mode == "auto":
+        return False  # a followed job runs to its end: running it again as one rank is asked for (always)
     if mode == "never" or nproc < 2 or opts.nnodes != 1 or outcome.stall is not None or outcome.error \
             or outcome.interrupted or record.run.status in ("crashed", "interrupted", "stalled") \
             or not record.measured_steps:
@@ -141,13 +164,25 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
         ranks_dir = Path(os.environ[RANKS_DIR_ENV])
     else:
         ranks_dir = opts.out or default_ranks_dir(target, launch)
-    progress = RunProgress(total_steps=opts.steps, warmup=opts.warmup, enabled=None if launch.rank == 0 else False,
+    follow = None
+    exports = [v for v in (opts.tensorboard, opts.prometheus_port, opts.prometheus_textfile, opts.otlp_endpoint)
+               if v is not None] if getattr(opts, "follow", False) else []
+    if exports and not launch.coordinated:
+        raise UsageError("the exporters of a followed job run in the launcher: start the ranks with `torchdoctor run "
+                         "--follow --nproc-per-node N ...` instead of torchrun, or drop the export options")
+    if getattr(opts, "follow", False):  # this rank's timeline, changes, windows and black box; no panel, no export
+        from torchdoctor.run.follow.follower import FollowOptions
+
+        follow = FollowOptions(every_s=opts.timeline_every, stall_s=opts.stall_timeout)
+
+    progress = RunProgress(total_steps=0 if follow is not None else opts.steps, warmup=opts.warmup,
+                           enabled=None if launch.rank == 0 else False,
                            whole_lines=True)  # the other ranks print to the same terminal
 
     def make_request(on_probed, on_abandon) -> RunRequest:
         return RunRequest(target=target, args=list(args), module=module, warmup=opts.warmup, steps=opts.steps,
                           max_seconds=opts.max_seconds, trace=opts.trace, knobs=knobs, listeners=[progress],
-                          on_abandon=on_abandon, on_probed=on_probed)
+                          on_abandon=on_abandon, on_probed=on_probed, follow=follow)
 
     with output_guard(opts.format == "json") as report_stream:
         record, code = run_rank(launch, ranks_dir, make_request)
@@ -161,6 +196,13 @@ def run_as_rank(opts, launch, target: str, args: list[str], module: bool, knobs:
     return code
 
 
+# Under --follow each rank's own follower finds a stall first and writes its black box (every thread's
+# stack); the launcher's watch, which names the rank the others wait for, is the backstop after it.
+FOLLOW_STALL_BACKSTOP_S = 1800.0
+
+
 def _stall_s(opts) -> float:
-    """--stall-timeout, or its default for the ranks (60 s)."""
+    """--stall-timeout, or its default for the ranks (60 s); under --follow, after the ranks' own."""
+    if getattr(opts, "follow", False):
+        return FOLLOW_STALL_BACKSTOP_S if opts.stall_timeout is None else 2 * opts.stall_timeout + 5
     return 60.0 if opts.stall_timeout is None else opts.stall_timeout

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from torchdoctor.model.findings import Finding, Report, Table
-from torchdoctor.model.follow_record import AFTER_CHANGE, DATA_WAIT, STEP_TIME, ChangePoint, FollowRecord, ProbeWindow
+from torchdoctor.model.findings import Finding, Report, Severity, Table
+from torchdoctor.model.follow_record import (AFTER_CHANGE, DATA_WAIT, STEP_TIME, STRAGGLER, ChangePoint, FollowRecord,
+                                             ProbeWindow)
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, RunRecord
 from torchdoctor.rules.base import ms
@@ -75,7 +76,10 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
         _name_the_cause(report, change, later, window)
         _whole_stretch(report, record, change, end)
         report.findings.extend(later)
-    tables = [t for t in (_blackbox_stacks(follow), _last_steps(follow)) if t is not None]
+    for change in (c for c in follow.changes if c.kind == STRAGGLER):
+        _name_the_straggler(report, follow, change)
+    stacks = _rank_stacks(record) or _blackbox_stacks(follow)
+    tables = [t for t in (stacks, _last_steps(follow)) if t is not None]
     report.tables[0:0] = tables  # what happened leads the measurements
     windows = _windows_table(follow)
     if windows is not None:
@@ -124,6 +128,70 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         own.message += " Cause: " + "; ".join(parts) + "."
     elif change.window is None:
         own.message += " No probe window could be sampled after it (the run ended, or the cost bound was spent)."
+
+
+def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:
+    """The straggler's finding (TD905) gets the line its own window sampled right after it; a step-time
+    or data-wait change of the ranks at the same step is said to be their wait for it."""
+    from torchdoctor.rules.shifts import RECENT_STEPS
+
+    own = next((f for f in report.findings if f.code == "TD905" and f.evidence.get("from_step") == change.step
+                and f.evidence.get("rank") == change.rank), None)
+    if own is None:
+        return
+    window = follow.windows[change.window] if change.window is not None and change.window < len(follow.windows) else None
+    top = _top_line(window)
+    if window is not None and top is not None:
+        hits, share, loading = top
+        own.location = hits.called_from if hits.library and hits.called_from else hits.location
+        text = f" `{hits.text}`" if hits.text else ""
+        own.message += (f" Cause: rank {change.rank}'s own window sampled right after it (steps {window.first_step}-"
+                        f"{window.last_step}); the line that took most of it: {hits.location}{text} ({share:.0%} of the "
+                        "window" + (f", {loading:.0%} of its samples while loading a batch" if loading else "") + ").")
+        own.evidence = {**own.evidence, "window_top_line": str(hits.location), "window_top_line_share": round(share, 3)}
+    else:
+        own.message += f" No window of rank {change.rank}'s probes was sampled right after it."
+    for other in report.findings:
+        if other.code in ("TD902", "TD903") and abs(other.evidence.get("from_step", -10**9) - change.step) <= RECENT_STEPS:
+            # the same slowdown, seen from the lowest rank: said once, as the straggler's (ranked, estimated there)
+            other.title += f" (rank {change.rank} became the straggler: TD905)"
+            other.message += (f" Rank {change.rank} became the straggler from step {change.step} (TD905): the slower "
+                              "steps are the other ranks' wait for it in the step's collectives; its estimate is "
+                              "TD905's.")
+            other.evidence = {**other.evidence, "straggler_rank": change.rank}
+            other.estimated_speedup, other.estimate_basis, other.severity = None, "", Severity.LOW
+            other.fix = own.fix
+            if own.location is not None:
+                other.location = own.location
+
+
+def _rank_stacks(record: RunRecord) -> Table | None:
+    """A multi-rank followed run: every rank's black box, the training thread's stack of each (and
+    the other threads of the rank that failed first)."""
+    boxes = [v.blackbox for v in record.ranks if v.blackbox is not None]
+    if not boxes:
+        return None
+    lead = record.follow.blackbox.rank if record.follow is not None and record.follow.blackbox is not None else None
+    rows: list[list] = []
+    for box in boxes:
+        for thread in box.threads:
+            if not thread.main and box.rank != lead:
+                continue
+            label = f"rank {box.rank} · {thread.name}{' (training)' if thread.main else ''}"
+            if not thread.frames:
+                rows.append([label, box.reason, "—", ""])
+            for i, frame in enumerate(reversed(thread.frames[-12:])):
+                rows.append([label if i == 0 else "", box.reason if i == 0 else "",
+                             f"{frame.path}:{frame.line} {frame.function}()", frame.text])
+    missing = [v.rank for v in record.ranks if v.blackbox is None]
+    caption = ("Every rank's black box: the training thread's stack of each rank (and every thread of the rank that "
+               f"{'failed first' if lead is not None else 'stopped first'}), innermost frame first, up to 12 per "
+               "thread; torchdoctor's own frames and threads left out.")
+    if missing:
+        caption += f" No black box from rank(s) {', '.join(map(str, missing))} (ended well, or killed before writing)."
+    return Table(title="Black box: every rank's stacks when the run stopped", columns=["rank · thread", "why", "frame",
+                                                                                        "line"],
+                 rows=rows, caption=caption)
 
 
 def _whole_stretch(report: Report, record: RunRecord, change: ChangePoint, end: int | None) -> None:
@@ -183,7 +251,8 @@ def _last_steps(follow: FollowRecord) -> Table | None:
         return None
     rows = [[p.step, round(p.t, 3), round(ms(p.step_s), 2), round(ms(p.data_wait_s), 2),
              "yes" if p.sampled else ""] for p in box.last_points[-10:]]
-    return Table(title="Black box: the last steps before it stopped", columns=["step", "ended at s", "step ms",
+    whose = f" (rank {box.rank})" if box.rank is not None else ""
+    return Table(title=f"Black box: the last steps before it stopped{whose}", columns=["step", "ended at s", "step ms",
                                                                                 "data wait ms", "under a probe"],
                  rows=rows, caption="From the timeline the run was writing.")
 
@@ -194,9 +263,11 @@ def _windows_table(follow: FollowRecord) -> Table | None:
     rows = []
     for w in follow.windows[:50]:
         top = _top_line(w)
-        rows.append([w.reason if w.reason != AFTER_CHANGE else f"after the change at step "
-                     f"{follow.changes[w.change].step}" if w.change is not None and w.change < len(follow.changes)
-                     else w.reason, f"{w.first_step}-{w.last_step}", round(w.start_t, 2), ", ".join(w.probes),
+        change = follow.changes[w.change] if w.change is not None and w.change < len(follow.changes) else None
+        why = w.reason if w.reason != AFTER_CHANGE or change is None else f"after the change at step {change.step}"
+        if change is not None and change.kind == STRAGGLER:
+            why = f"rank {change.rank}'s, after it became the straggler at step {change.step}"
+        rows.append([why, f"{w.first_step}-{w.last_step}", round(w.start_t, 2), ", ".join(w.probes),
                      f"{top[0].location} ({top[1]:.0%})" if top else "—"])
     return Table(title="Probe windows along the run", columns=["why", "steps", "began at s", "probes", "top line"],
                  rows=rows, caption="Each stretch of the run is diagnosed with its own window: findings \"from step N\" "

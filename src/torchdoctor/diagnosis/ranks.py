@@ -20,19 +20,35 @@ from torchdoctor.rules.facts import training_loader
 from torchdoctor.rules.noise import throughput
 from torchdoctor.run.ranks.heartbeat import read_heartbeats
 from torchdoctor.model.serialize import SchemaError
+from torchdoctor.model.layout import LIVE_FILE
+from torchdoctor.model.follow_record import BlackBox, FollowRecord
+from torchdoctor.rules.changes import straggler_changes
 
 RANK_RECORD = "record.json"
 ONE_RANK_DIR = "one-rank"  # RUN_DIR/one-rank/rank-0/: one rank alone, measured for the scaling verdict
 TOP_LINES = 12
 FAILED = ("crashed",)
+WAITING_PARTS = ("distributed", "autograd", "nn/parallel")  # torch's code a rank waits for the others in
 
 
 def rank_record_paths(run_dir: Path) -> list[Path]:
+    """Each rank's record.json; a followed rank still running (or ended without its record) has
+    its live.json instead (`run --follow --nproc-per-node N`)."""
     def rank_of(path: Path) -> int:
         return int(path.parent.name.split("-", 1)[1])
 
-    found = [p for p in run_dir.glob(f"rank-*/{RANK_RECORD}") if p.parent.name.split("-", 1)[1].isdigit()]
+    folders = [p for p in run_dir.glob("rank-*") if p.name.split("-", 1)[1].isdigit() and p.is_dir()]
+    found = []
+    for folder in folders:
+        for name in (RANK_RECORD, LIVE_FILE):
+            if (folder / name).exists():
+                found.append(folder / name)
+                break
     return sorted(found, key=rank_of)
+
+
+def has_rank_records(run_dir: Path) -> bool:
+    return bool(rank_record_paths(run_dir))
 
 
 def load_rank_records(run_dir: Path) -> list[RunRecord]:
@@ -117,6 +133,12 @@ def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = N
     notes = merged.distributed.notes
     heartbeats = heartbeats or {}
     merged.ranks = [_view(r, heartbeats.get(_identity(r).rank)) for r in records]
+    ended = outcome is not None or previous is not None  # the launch is over (its merged record was written)
+    if ended:  # a followed rank still "running" ended without its record
+        known = {v.rank: v for v in (previous.ranks if previous else []) if v.status == "lost"}
+        for view in merged.ranks:
+            if view.status == "running":
+                _ended_unwritten(view, outcome, known.get(view.rank))
     present = {v.rank for v in merged.ranks}
     merged.ranks += _lost_ranks(identity.world_size, present, outcome, previous, heartbeats)
     merged.ranks.sort(key=lambda v: v.rank)
@@ -135,7 +157,88 @@ def merge(records: list[RunRecord], outcome=None, previous: RunRecord | None = N
         notes.extend(n for n in previous.distributed.notes if n not in notes)
     if launcher_record is not None:
         merged.probe_notes = launcher_record.probe_notes + merged.probe_notes
+    if any(r.follow is not None for r in records):
+        merge_follow(merged, records, outcome, ended)
     return merged
+
+
+def merge_follow(merged: RunRecord, records: list[RunRecord], outcome=None, ended: bool = False) -> None:
+    """A followed job (`run --follow --nproc-per-node N`): the lowest rank's follow record with the
+    job's view on top: each rank's black box (RankView.blackbox), the one of the rank that failed first
+    leading, and the ranks that became stragglers, found in every rank's timeline (with the window the
+    straggler sampled right after it, when its own follower sampled one)."""
+    base = merged.follow or FollowRecord()
+    follow = replace(base, windows=list(base.windows), changes=list(base.changes))
+    follow.steps = max(r.follow.steps for r in records if r.follow is not None)
+    follow.live = not ended and any(r.follow is not None and r.follow.live for r in records)
+    views = {v.rank: v for v in merged.ranks}
+    boxes: dict[int, BlackBox] = {}
+    for record in records:
+        rank = _identity(record).rank
+        box = record.follow.blackbox if record.follow is not None else None
+        if box is not None:
+            boxes[rank] = replace(box, rank=rank)
+            if rank in views:
+                views[rank].blackbox = boxes[rank]
+    follow.blackbox = _leading_box(boxes, records, outcome)
+    points = {_identity(r).rank: r.follow.points for r in records if r.follow is not None and r.follow.points}
+    by_rank = {_identity(r).rank: r.follow for r in records if r.follow is not None}
+    if len(points) == len(records):
+        for change in straggler_changes(points):
+            own = by_rank.get(change.rank)
+            window = _window_after(own, change.step) if own is not None else None
+            if window is not None:
+                follow.windows.append(replace(window, change=len(follow.changes)))
+                change.window = len(follow.windows) - 1
+            follow.changes.append(change)
+    merged.follow = follow
+
+
+def _window_after(follow: FollowRecord, step: int):
+    """The straggler's own probe window sampled right after `step` (its own follower saw its steps
+    change there too), else None."""
+    from torchdoctor.rules.shifts import RECENT_STEPS
+
+    for window in follow.windows:
+        if window.reason != "start" and step - RECENT_STEPS <= window.first_step <= step + 20 * RECENT_STEPS:
+            return replace(window, change=None)
+    return None
+
+
+def _leading_box(boxes: dict[int, BlackBox], records: list[RunRecord], outcome) -> BlackBox | None:
+    """The black box the job's report leads with: the rank that failed first's, else the first
+    written (a stall, a signal)."""
+    if not boxes:
+        return None
+    stalls = {rank: box for rank, box in boxes.items() if box.reason == "stall"}
+    if stalls and not any(r.run.status in FAILED for r in records):  # the rank the others wait for
+        leading = [rank for rank, box in sorted(stalls.items()) if not _waits_for_others(box)]
+        return _with_rank(stalls[leading[0]] if leading else min(stalls.values(), key=lambda b: b.t))
+    failed = [r for r in records if r.run.status in FAILED or r.run.status == "stalled"]
+    if failed:
+        first = _identity(_first_to_end(failed, outcome)).rank
+        if first in boxes:
+            return _with_rank(boxes[first])
+    if all(box.reason == "signal" for box in boxes.values()):  # the job was stopped: no rank to blame
+        first = boxes[min(boxes)]
+        return replace(first, message=f"{first.message} (every rank; their stacks below)")
+    chosen = min(boxes.values(), key=lambda b: (b.reason != "exception", b.reason != "stall", b.t))
+    return _with_rank(chosen)
+
+
+def _waits_for_others(box: BlackBox) -> bool:
+    """The training thread stopped inside a collective or a backward (waiting for the other ranks)."""
+    main = next((t for t in box.threads if t.main), None)
+    if main is None or not main.frames:
+        return False
+    path = main.frames[-1].path.replace("\\", "/")
+    return any(f"torch/{part}/" in path for part in WAITING_PARTS)
+
+
+def _with_rank(box: BlackBox) -> BlackBox:
+    if box.rank is None or box.message.startswith(f"rank {box.rank}: "):
+        return box
+    return replace(box, message=f"rank {box.rank}: {box.message}")
 
 
 def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
@@ -153,6 +256,19 @@ def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
         threads=record.environment.num_threads, cpus=record.environment.cpu_count,
         device_index=record.nvml.device_index if record.nvml is not None and record.environment.cuda_used else None,
     )
+
+
+def _ended_unwritten(view: RankView, outcome, known: RankView | None = None) -> None:
+    """A followed rank whose live.json is all it left (SIGKILL, the out-of-memory killer)."""
+    if known is not None:  # a re-render: what the launcher's merge knew
+        view.status, view.exit_code, view.error = known.status, known.exit_code, known.error
+        return
+    code = outcome.exit_codes.get(view.rank) if outcome is not None else None
+    how = f"its process ended with exit code {code}" + (
+        f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "") \
+        if code is not None else "its process ended"
+    view.status, view.exit_code = "lost", code or 1
+    view.error = (f"rank {view.rank} wrote no record: {how}; what it wrote while it ran (live.json) is kept")
 
 
 def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord | None,

@@ -49,16 +49,21 @@ PROMETHEUS_GAUGES = {
     "torchdoctor_samples_per_second": "Median samples per second, since the last export",
     "torchdoctor_memory_high_water_bytes": "Memory high-water mark (CUDA max allocated, else the process's max RSS)",
 }
+PROMETHEUS_RANK_GAUGES = {  # `--nproc-per-node` only
+    "torchdoctor_collective_wait_seconds": "Median time a step waited in collectives (the other ranks), since the last export",
+}
 
 
 def make_exporters(tensorboard: Path | None = None, prometheus_port: int | None = None,
-                   prometheus_textfile: Path | None = None, otlp_endpoint: str | None = None) -> list:
-    """The exporters asked for; a one-line UsageError when a library is missing."""
+                   prometheus_textfile: Path | None = None, otlp_endpoint: str | None = None,
+                   per_rank: bool = False) -> list:
+    """The exporters asked for; a one-line UsageError when a library is missing. `per_rank`: a
+    multi-rank job's (`--nproc-per-node`), every figure labelled with its rank."""
     sinks: list = []
     if tensorboard is not None:
         sinks.append(TensorBoardExporter(tensorboard))
     if prometheus_port is not None or prometheus_textfile is not None:
-        sinks.append(PrometheusExporter(port=prometheus_port, textfile=prometheus_textfile))
+        sinks.append(PrometheusExporter(port=prometheus_port, textfile=prometheus_textfile, per_rank=per_rank))
     if otlp_endpoint is not None:
         sinks.append(OtlpExporter(otlp_endpoint))
     return sinks
@@ -70,6 +75,8 @@ def finding_where(finding) -> str:
 
 def _point_values(p: TimelinePoint) -> dict[str, float]:
     values = {"step_time_ms": p.step_s * 1000.0, "data_wait_ms": p.data_wait_s * 1000.0}
+    if p.comm_wait_s is not None:
+        values["collective_wait_ms"] = p.comm_wait_s * 1000.0
     if p.samples and p.step_s > 0:
         values["samples_per_s"] = p.samples / p.step_s
     if p.mem_bytes is not None:
@@ -81,6 +88,9 @@ def change_text(change: ChangePoint) -> str:
     if change.kind == "memory":
         return (f"memory creeps from step {change.step}: high-water {change.after.median / 2**20:.0f} MiB, "
                 f"{(change.bytes_per_s or 0) / 2**20 * 60:.1f} MiB/min")
+    if change.kind == "straggler":
+        return (f"rank {change.rank} became the straggler at step {change.step} ({change.t:.1f} s): its own time "
+                f"{change.before.median * 1000:+.2f} → {change.after.median * 1000:+.2f} ms against the other ranks'")
     return (f"{change.kind} changed at step {change.step} ({change.t:.1f} s): median {change.before.median * 1000:.2f} "
             f"→ {change.after.median * 1000:.2f} ms")
 
@@ -92,24 +102,34 @@ class TensorBoardExporter:
         except ImportError:
             raise UsageError("--tensorboard needs the tensorboard package: pip install 'torchdoctor[tensorboard]'") from None
         self.log_dir = log_dir
+        self._writer_class = SummaryWriter
         self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.rank_writers: dict[int, object] = {}  # `--nproc-per-node`: DIR/rank-K, one TensorBoard run per rank
 
     def describe(self) -> str:
         return f"TensorBoard ({self.log_dir})"
 
-    def on_points(self, points: list[TimelinePoint]) -> None:
+    def _for(self, rank: int | None):
+        if rank is None:
+            return self.writer
+        if rank not in self.rank_writers:
+            self.rank_writers[rank] = self._writer_class(log_dir=str(self.log_dir / f"rank-{rank}"))
+        return self.rank_writers[rank]
+
+    def on_points(self, points: list[TimelinePoint], rank: int | None = None) -> None:
+        writer = self._for(rank)
         for p in points:
             if p.warmup:
                 continue
             for name, value in _point_values(p).items():
-                self.writer.add_scalar(f"torchdoctor/{name}", value, global_step=p.step)
-        self.writer.flush()
+                writer.add_scalar(f"torchdoctor/{name}", value, global_step=p.step)
+        writer.flush()
 
     def on_change(self, change: ChangePoint) -> None:
         self.writer.add_text("torchdoctor/changes", change_text(change), global_step=change.step)
         self.writer.flush()
 
-    def on_blackbox(self, box: BlackBox) -> None:
+    def on_blackbox(self, box: BlackBox, rank: int | None = None) -> None:
         where = f" at {box.where}" if box.where else ""
         self.writer.add_text("torchdoctor/stopped", f"{box.message}{where}", global_step=box.step)
         self.writer.flush()
@@ -124,11 +144,14 @@ class TensorBoardExporter:
         self.writer.flush()
 
     def close(self) -> None:
+        for writer in self.rank_writers.values():
+            writer.close()
         self.writer.close()
 
 
 class PrometheusExporter:
-    def __init__(self, port: int | None = None, textfile: Path | None = None, addr: str = "0.0.0.0") -> None:
+    def __init__(self, port: int | None = None, textfile: Path | None = None, addr: str = "0.0.0.0",
+                 per_rank: bool = False) -> None:
         try:
             import prometheus_client as prom
         except ImportError:
@@ -136,12 +159,17 @@ class PrometheusExporter:
                              "pip install 'torchdoctor[prometheus]'") from None
         self._prom = prom
         self.registry = prom.CollectorRegistry()
-        self.gauges = {name: prom.Gauge(name, doc, registry=self.registry) for name, doc in PROMETHEUS_GAUGES.items()}
-        self.changes = prom.Counter("torchdoctor_changes", "Changes found along the run", ["kind"], registry=self.registry)
+        # `--nproc-per-node`: every figure and event labelled with the rank it is of
+        self.per_rank = per_rank
+        rank = ["rank"] if per_rank else []
+        self.gauges = {name: prom.Gauge(name, doc, rank, registry=self.registry)
+                       for name, doc in {**PROMETHEUS_GAUGES, **(PROMETHEUS_RANK_GAUGES if per_rank else {})}.items()}
+        self.changes = prom.Counter("torchdoctor_changes", "Changes found along the run", ["kind", *rank],
+                                    registry=self.registry)
         self.change_step = prom.Gauge("torchdoctor_change_step", "The step the latest change of a kind began at",
-                                      ["kind"], registry=self.registry)
+                                      ["kind", *rank], registry=self.registry)
         self.stopped = prom.Gauge("torchdoctor_stopped", "1 once the run crashed, was stopped by a signal or stalled",
-                                  ["reason"], registry=self.registry)
+                                  ["reason", *rank], registry=self.registry)
         self.findings = prom.Gauge("torchdoctor_finding", "A finding of the run's report: its estimated speedup "
                                    "(0 when not estimated)", ["code", "slug", "severity", "where"],
                                    registry=self.registry)
@@ -163,28 +191,38 @@ class PrometheusExporter:
             where.append(f"Prometheus textfile {self.textfile}")
         return ", ".join(where)
 
-    def on_points(self, points: list[TimelinePoint]) -> None:
+    def _rank(self, rank: int | None) -> dict[str, str]:
+        return {"rank": str(rank if rank is not None else 0)} if self.per_rank else {}
+
+    def _gauge(self, name: str, rank: int | None):
+        gauge = self.gauges[name]
+        return gauge.labels(**self._rank(rank)) if self.per_rank else gauge
+
+    def on_points(self, points: list[TimelinePoint], rank: int | None = None) -> None:
         if not points:
             return
-        self.gauges["torchdoctor_step"].set(points[-1].step)
+        self._gauge("torchdoctor_step", rank).set(points[-1].step)
         clean = [p for p in points if not p.sampled and not p.warmup] or points
-        self.gauges["torchdoctor_step_time_seconds"].set(statistics.median(p.step_s for p in clean))
-        self.gauges["torchdoctor_data_wait_seconds"].set(statistics.median(p.data_wait_s for p in clean))
+        self._gauge("torchdoctor_step_time_seconds", rank).set(statistics.median(p.step_s for p in clean))
+        self._gauge("torchdoctor_data_wait_seconds", rank).set(statistics.median(p.data_wait_s for p in clean))
         rates = [p.samples / p.step_s for p in clean if p.samples and p.step_s > 0]
         if rates:
-            self.gauges["torchdoctor_samples_per_second"].set(statistics.median(rates))
+            self._gauge("torchdoctor_samples_per_second", rank).set(statistics.median(rates))
         mem = [p.mem_bytes for p in points if p.mem_bytes is not None]
         if mem:
-            self.gauges["torchdoctor_memory_high_water_bytes"].set(max(mem))
+            self._gauge("torchdoctor_memory_high_water_bytes", rank).set(max(mem))
+        comm = [p.comm_wait_s for p in clean if p.comm_wait_s is not None]
+        if comm and self.per_rank:
+            self._gauge("torchdoctor_collective_wait_seconds", rank).set(statistics.median(comm))
         self._write()
 
     def on_change(self, change: ChangePoint) -> None:
-        self.changes.labels(kind=change.kind).inc()
-        self.change_step.labels(kind=change.kind).set(change.step)
+        self.changes.labels(kind=change.kind, **self._rank(change.rank)).inc()
+        self.change_step.labels(kind=change.kind, **self._rank(change.rank)).set(change.step)
         self._write()
 
-    def on_blackbox(self, box: BlackBox) -> None:
-        self.stopped.labels(reason=box.reason).set(1)
+    def on_blackbox(self, box: BlackBox, rank: int | None = None) -> None:
+        self.stopped.labels(reason=box.reason, **self._rank(rank if rank is not None else box.rank)).set(1)
         self._write()
 
     def on_report(self, report) -> None:
@@ -251,28 +289,32 @@ class OtlpExporter:
     def describe(self) -> str:
         return f"OpenTelemetry ({self.endpoint})"
 
-    def on_points(self, points: list[TimelinePoint]) -> None:
+    def on_points(self, points: list[TimelinePoint], rank: int | None = None) -> None:
         if not points:
             return
+        attributes = {"torchdoctor.rank": rank} if rank is not None else None  # `--nproc-per-node`: per rank
         clean = [p for p in points if not p.sampled and not p.warmup] or points
-        self.gauges["step"].set(points[-1].step)
-        self.gauges["step_time"].set(statistics.median(p.step_s for p in clean))
-        self.gauges["data_wait"].set(statistics.median(p.data_wait_s for p in clean))
+        self.gauges["step"].set(points[-1].step, attributes)
+        self.gauges["step_time"].set(statistics.median(p.step_s for p in clean), attributes)
+        self.gauges["data_wait"].set(statistics.median(p.data_wait_s for p in clean), attributes)
         rates = [p.samples / p.step_s for p in clean if p.samples and p.step_s > 0]
         if rates:
-            self.gauges["samples"].set(statistics.median(rates))
+            self.gauges["samples"].set(statistics.median(rates), attributes)
         mem = [p.mem_bytes for p in points if p.mem_bytes is not None]
         if mem:
-            self.gauges["memory"].set(max(mem))
+            self.gauges["memory"].set(max(mem), attributes)
         self.meters.force_flush(timeout_millis=10_000)
 
     def on_change(self, change: ChangePoint) -> None:
-        self.changes.add(1, {"kind": change.kind})
+        ranked = {"torchdoctor.rank": change.rank} if change.rank is not None else {}
+        self.changes.add(1, {"kind": change.kind, **ranked})
         self.logger.warning(change_text(change), extra={"torchdoctor.event": "change", "torchdoctor.kind": change.kind,
-                                                        "torchdoctor.step": change.step})
+                                                        "torchdoctor.step": change.step, **ranked})
 
-    def on_blackbox(self, box: BlackBox) -> None:
-        extra = {"torchdoctor.event": "stopped", "torchdoctor.reason": box.reason, "torchdoctor.step": box.step}
+    def on_blackbox(self, box: BlackBox, rank: int | None = None) -> None:
+        rank = rank if rank is not None else box.rank
+        extra = {"torchdoctor.event": "stopped", "torchdoctor.reason": box.reason, "torchdoctor.step": box.step,
+                 **({"torchdoctor.rank": rank} if rank is not None else {})}
         if box.where is not None:
             extra.update({"code.filepath": box.where.path, "code.lineno": box.where.line})
         self.logger.error(box.message, extra=extra)

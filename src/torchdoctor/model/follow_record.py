@@ -1,6 +1,6 @@
 """What following a whole job measured (`torchdoctor run --follow`): the per-step timeline, the
 probe windows sampled along the way, the changes found in the series, and the black box written
-when the run crashed, was stopped or stalled. Plain data, part of the RunRecord (schema 9).
+when the run crashed, was stopped or stalled. Plain data, part of the RunRecord (schema 9; per rank: schema 10).
 
 Times are seconds since the run started; steps are the session's 1-based step numbers.
 """
@@ -13,7 +13,7 @@ from torchdoctor.model.location import Location
 from torchdoctor.model.untrusted import Count, Seconds
 
 # kinds of change (ChangePoint.kind)
-STEP_TIME, DATA_WAIT, MEMORY = "step-time", "data-wait", "memory"
+STEP_TIME, DATA_WAIT, MEMORY, STRAGGLER = "step-time", "data-wait", "memory", "straggler"
 # why a probe window ran (ProbeWindow.reason)
 AT_START, PERIODIC, AFTER_CHANGE = "start", "periodic", "change"
 
@@ -33,6 +33,9 @@ class TimelinePoint:
     # the share of the wall time the training thread was ready to run but had no CPU (other processes
     # had them), over the follower's tick the step ended in; None where not measurable (not Linux)
     cpu_wait: float | None = None
+    # the step's wait in collectives (DDP's all-reduce not hidden by backward, FSDP's exposed
+    # communication, the collectives the script calls); None where none was measured (schema 10)
+    comm_wait_s: Seconds | None = None
     span: Count = 1  # steps this point stands for
     sampled: bool = False  # a costly probe window ran in it (left out of the change tests)
     warmup: bool = False
@@ -78,7 +81,7 @@ class Level:
 
 @dataclass
 class ChangePoint:
-    kind: str  # STEP_TIME | DATA_WAIT | MEMORY
+    kind: str  # STEP_TIME | DATA_WAIT | MEMORY | STRAGGLER
     step: Count  # the first step after the change
     t: Seconds  # when that step began
     detected_step: Count  # the step at which the test saw it (later: it needs steps after it)
@@ -92,6 +95,9 @@ class ChangePoint:
     limit_bytes: Count | None = None  # MEMORY: the limit it creeps toward
     bytes_per_s: float | None = None  # MEMORY: the high-water mark's growth rate
     window: int | None = None  # index of the ProbeWindow sampled right after it
+    # STRAGGLER: the rank that became the one the others wait for; its levels are its own time per step
+    # (the step less its wait in collectives) less the other ranks' median, before and after (schema 10)
+    rank: int | None = None
 
 
 @dataclass
@@ -125,6 +131,7 @@ class BlackBox:
     last_points: list[TimelinePoint] = field(default_factory=list)
     stall_s: Seconds | None = None  # "stall": how long no step had finished, and the limit it passed
     stall_limit_s: Seconds | None = None
+    rank: int | None = None  # a multi-rank run: the rank whose box it is (schema 10)
 
 
 @dataclass

@@ -14,6 +14,7 @@ REPORT_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
 TIMELINE_FILE = "timeline.jsonl"  # `run --follow`: one line per step (older ones thinned), appended while it runs
+CHANGES_FILE = "changes.jsonl"  # `run --follow`: each change as it was found (the launcher of a followed job reads it)
 LIVE_FILE = "live.json"  # `run --follow`: the record so far, rewritten while it runs (record.json at the end)
 DEFAULT_PARENT = Path("torchdoctor-runs")
 

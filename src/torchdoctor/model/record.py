@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model.compile_record import CompileInfo
-from torchdoctor.model.follow_record import FollowRecord
+from torchdoctor.model.follow_record import BlackBox, FollowRecord
 from torchdoctor.model.distributed_record import CollectiveSite, DdpStep, DistributedInfo, FsdpStep
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import BatchScaling, MemoryBreakdown
@@ -34,7 +34,10 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    steps, partial steps, budget and measured cost; the hooks' time per unmeasured step; the first step's ratio);
 #    LoaderStats.cpu_timed_wait_s (the CPU time in next() is read on a share of the batches)
 # 9: follow (`run --follow`: the timeline, probe windows along the run, changes found, the black box)
-SCHEMA_VERSION = 9
+# 10: following per rank (`run --follow --nproc-per-node N`): TimelinePoint.comm_wait_s (the step's wait in
+#     collectives), ChangePoint.rank (a rank that became a straggler, kind "straggler"), BlackBox.rank, and
+#     RankView.blackbox (every rank's black box in a merged run)
+SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -480,6 +483,7 @@ class RankView:
     threads: int | None = None  # torch's intra-op threads in the rank
     cpus: int | None = None  # CPUs the rank may run on (affinity, cgroup quota)
     device_index: int | None = None  # the GPU it used (NVML's index), when it used one
+    blackbox: BlackBox | None = None  # `run --follow`: the rank's black box, when its run ended badly (schema 10)
 
     @property
     def measured_steps(self) -> list[StepSample]:

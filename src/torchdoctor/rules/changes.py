@@ -1,17 +1,20 @@
 """Changes found along a followed run (`run --follow`, rules/shifts.py's tests): the steps became
-slower and stayed so, a data wait appeared, memory creeps toward the limit. Each finding says the
+slower and stayed so, a data wait appeared, memory creeps toward the limit, a rank became the
+straggler the others wait for (`--nproc-per-node`: from the ranks' timelines, straggler_changes). Each finding says the
 step and the time the change began and what changed in the measurements; the diagnosis adds the
 cause found in the window sampled right after it (diagnosis/follow.py)."""
 
 from __future__ import annotations
 
 from torchdoctor.model.findings import Finding, Severity
-from torchdoctor.model.follow_record import DATA_WAIT, MEMORY, STEP_TIME, ChangePoint
+import statistics
+
+from torchdoctor.model.follow_record import DATA_WAIT, MEMORY, STEP_TIME, STRAGGLER, ChangePoint, Level, TimelinePoint
 from torchdoctor.model.record import RunRecord
 from torchdoctor.model.units import format_bytes
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
-from torchdoctor.rules.shifts import K_SPREAD
+from torchdoctor.rules.shifts import K_SPREAD, REFERENCE_STEPS, StragglerTest, own_time
 
 
 def _changes(record: RunRecord, kind: str) -> list[ChangePoint]:
@@ -188,5 +191,128 @@ class MemoryCreep(Rule):
                           "reaches_limit_in_s": round(left, 1) if left is not None else None},
                 speedup=None, basis="a leak costs no time until memory runs out; it ends the run then",
                 severity=Severity.HIGH if left is not None and left < 3600 else Severity.MEDIUM,
+            ))
+        return out
+
+
+# ---- a rank that becomes a straggler (`run --follow --nproc-per-node N`) -----------------------------
+def _aligned(points: dict[int, list[TimelinePoint]]) -> list[tuple[int, dict[int, TimelinePoint]]]:
+    """The steps every rank has a clean point for (no warm-up, no probe window on any rank), in order;
+    a step whose wait in collectives some ranks measured and others not yet is left out."""
+    by_step: dict[int, dict[int, TimelinePoint]] = {}
+    for rank, series in points.items():
+        for p in series:
+            if not p.warmup and not p.sampled:
+                by_step.setdefault(p.step, {})[rank] = p
+    ranks = set(points)
+    rows = []
+    for step in sorted(by_step):
+        row = by_step[step]
+        if set(row) != ranks or len({p.comm_wait_s is None for p in row.values()}) > 1:
+            continue
+        rows.append((step, row))
+    return rows
+
+
+def straggler_changes(points: dict[int, list[TimelinePoint]]) -> list[ChangePoint]:
+    """Each rank that became a straggler along the run, from every rank's timeline points."""
+    if len(points) < 2:
+        return []
+    rows = _aligned(points)
+    test = StragglerTest()
+    for step, row in rows:
+        test.add(step, {r: own_time(p.step_s, p.comm_wait_s) for r, p in row.items()},
+                 step_s=max(p.step_s for p in row.values()))
+    changes = []
+    steps = [step for step, _ in rows]
+    for found in test.found:
+        at = steps.index(found.step)
+        before, after = rows[max(0, at - REFERENCE_STEPS):at], rows[at:at + REFERENCE_STEPS]
+        point = rows[at][1][found.rank]
+        shift = found.shift
+        changes.append(ChangePoint(
+            kind=STRAGGLER, rank=found.rank, step=found.step, t=round(point.t - point.step_s, 6),
+            detected_step=found.detected, before=Level(shift.before_median, shift.before_spread, shift.before_n),
+            after=Level(shift.after_median, shift.after_spread, shift.after_n), threshold=shift.threshold,
+            figures_before=_rank_figures(before, found.rank), figures_after=_rank_figures(after, found.rank)))
+    return changes
+
+
+def _rank_figures(rows: list[tuple[int, dict[int, TimelinePoint]]], rank: int) -> dict[str, float]:
+    if not rows:
+        return {}
+    mine = [row[rank] for _, row in rows]
+    others = [p for _, row in rows for r, p in row.items() if r != rank]
+    out = {"step_s": statistics.median(p.step_s for p in mine),
+           "own_s": statistics.median(own_time(p.step_s, p.comm_wait_s) for p in mine),
+           "data_wait_s": statistics.median(p.data_wait_s for p in mine),
+           "compute_s": statistics.median(p.compute_s for p in mine)}
+    waits = [p.comm_wait_s for p in mine if p.comm_wait_s is not None]
+    if waits:
+        out["comm_wait_s"] = statistics.median(waits)
+    waits = [p.comm_wait_s for p in others if p.comm_wait_s is not None]
+    if waits:
+        out["others_comm_wait_s"] = statistics.median(waits)
+    out["others_own_s"] = statistics.median(own_time(p.step_s, p.comm_wait_s) for p in others)
+    return {k: round(v, 9) for k, v in out.items()}
+
+
+def straggler_what_changed(change: ChangePoint) -> str:
+    names = (("own_s", f"rank {change.rank}'s own time"), ("comm_wait_s", f"rank {change.rank}'s wait in collectives"),
+             ("others_comm_wait_s", "the other ranks' wait in collectives"), ("data_wait_s", "its data wait"),
+             ("compute_s", "its backward and optimizer"), ("step_s", "the step"))
+    parts = []
+    for key, label in names:
+        a, b = change.figures_before.get(key), change.figures_after.get(key)
+        if a is not None and b is not None:
+            parts.append(f"{label} {ms(a):.2f} → {ms(b):.2f} ms")
+    return ", ".join(parts)
+
+
+class StragglerAppeared(Rule):
+    code = "TD905"
+    slug = "straggler-appeared"
+    title = "A rank became the straggler partway through the run"
+    example = "# from step 12,000 rank 3's GPU throttles, or its data shard is on slower storage"
+    rationale = (
+        "Every rank of a data-parallel job waits for the slowest in each step's collectives. A followed "
+        "job's ranks are compared step by step: a rank whose own time per step (its step less its wait in "
+        "the collectives) rose above the others' and stayed there, beyond the spread of the steps before "
+        "it, is the one the whole job now waits for."
+    )
+    fix = ("Look at what that rank does differently from that step on (the line named, its own window of "
+           "probes): its data shard, its device (thermal throttling, another process on it: `nvidia-smi`), "
+           "work only it does (evaluation, logging, checkpoints on one rank). Give every rank the same work.")
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        out = []
+        for change in _changes(record, STRAGGLER):
+            rise = change.after.median - change.before.median
+            step = change.figures_after.get("step_s")
+            speedup = step / (step - rise) if step and step > rise > 0 else None
+            if speedup is not None and speedup < MIN_REPORTED_SPEEDUP:
+                continue
+            others = change.figures_after.get("others_comm_wait_s")
+            waits = f": the others wait {ms(others):.1f} ms a step for it" if others is not None else ""
+            out.append(self.finding(
+                title=f"From step {change.step}, rank {change.rank} became the straggler{waits}",
+                message=(f"From step {change.step} (at {change.t:.1f} s into the run) rank {change.rank}'s own time "
+                         f"per step (its step less its wait in the step's collectives) went from "
+                         f"{ms(change.before.median):+.2f} ms to {ms(change.after.median):+.2f} ms against the "
+                         f"other ranks' median (spread ±{ms(change.before.spread):.2f} ms over the "
+                         f"{change.before.steps} steps before it, {change.after.steps} steps after); the test needed "
+                         f"more than {ms(change.threshold):.2f} ms ({K_SPREAD:g} spreads of the steps before it, or "
+                         f"3 % of the step), in nearly every step after it. What changed: "
+                         f"{straggler_what_changed(change)}. Seen at step {change.detected_step}."),
+                location=None,
+                evidence={"rank": change.rank, "from_step": change.step, "at_s": round(change.t, 3),
+                          "detected_at_step": change.detected_step, "excess_before_ms": ms(change.before.median),
+                          "excess_after_ms": ms(change.after.median), "threshold_ms": ms(change.threshold),
+                          "figures_before": change.figures_before, "figures_after": change.figures_after,
+                          "window": change.window},
+                speedup=speedup,
+                basis=(f"the job's step without rank {change.rank}'s excess over the other ranks: "
+                       f"{ms(step):.2f} → {ms(step - rise):.2f} ms (measured in this run)") if speedup else "",
+                severity=severity_for(speedup) if speedup else Severity.MEDIUM,
             ))
         return out

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchdoctor.rules.base import Rule, RuleInfo
 from torchdoctor.rules.catalogue import CATALOGUE_ONLY
-from torchdoctor.rules.changes import DataWaitAppeared, MemoryCreep, StepTimeShift
+from torchdoctor.rules.changes import DataWaitAppeared, MemoryCreep, StepTimeShift, StragglerAppeared
 from torchdoctor.rules.compile import GraphBreak, Recompilation
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.dataparallel import DataParallelUsed
@@ -62,7 +62,7 @@ RUNTIME_RULES: tuple[type[Rule], ...] = (
     GpuUnderutilized, ClockThrottle,
     GradAccumNoSync, SlowInterconnect, DdpConfig, StragglerRank, ScalingVerdict, NcclTransportDisabled,
     FsdpUnitGranularity, FsdpReshardAfterForward, FsdpNoMixedPrecision,
-    StepTimeShift, DataWaitAppeared, MemoryCreep,  # `run --follow`: changes along the run
+    StepTimeShift, DataWaitAppeared, MemoryCreep, StragglerAppeared,  # `run --follow`: changes along the run
     HotLine,  # last: it reports only what no rule above explained
 )
 

@@ -156,3 +156,108 @@ def memory_creep(times: list[float], high_water: list[int], limit: int | None) -
     if left is not None and left > MEMORY_HORIZON_S:
         return None
     return Creep(rate, times[0], high_water[0], high_water[-1], left)
+
+
+# ---- a rank that becomes a straggler ---------------------------------------------------------------
+# Under data parallelism every rank's step lasts as long as the slowest rank's: the others wait for it
+# in the step's collectives. A rank's own time per step is its step less that wait; the straggler's
+# own time grows while the others' wait grows by as much. Each rank's excess (its own time less the
+# other ranks' median at the same step) is tested like a step time: a new level that holds beyond the
+# spread of the steps before it.
+STRAGGLER_TEST_EVERY = 10  # the excess series are tested every this many common steps
+STRAGGLER_SERIES = 4 * 1024  # the tests look at the last steps since the last change only
+
+
+def own_time(step_s: float, comm_wait_s: float | None) -> float:
+    """A rank's own time in a step: the step less its wait in the step's collectives (when measured)."""
+    return max(0.0, step_s - (comm_wait_s or 0.0))
+
+
+@dataclass(frozen=True)
+class RankShift:
+    rank: int
+    step: int  # the first step of the new level
+    shift: Shift  # on the rank's excess series (seconds)
+    detected: int = 0  # the step at which the test saw it
+
+
+class StragglerTest:
+    """Fed one step at a time with every rank's own time (`add`), in step order; `found` keeps each
+    rank that became a straggler (its excess rose to a new level that held). After a change the
+    series restart at it: the next test compares the new level with itself."""
+
+    def __init__(self, every: int = STRAGGLER_TEST_EVERY) -> None:
+        self.every = every
+        self.steps: list[int] = []
+        self.step_s: list[float] = []
+        self.own: dict[int, list[float]] = {}
+        self.ex: dict[int, list[float]] = {}  # each rank's excess, step by step (kept as the steps come)
+        self.found: list[RankShift] = []
+        self._since_test = 0
+
+    def add(self, step: int, own: dict[int, float], step_s: float | None = None) -> RankShift | None:
+        """`step_s`: the step's length (the slowest rank's), the scale of MIN_SHIFT_SHARE (default: the
+        largest own time)."""
+        if len(own) < 2:
+            return None
+        if set(own) != set(self.own):
+            if self.own:  # the ranks present changed: start over
+                self.steps, self.step_s = [], []
+            self.own, self.ex = {r: [] for r in own}, {r: [] for r in own}
+        self.steps.append(step)
+        self.step_s.append(step_s if step_s is not None else max(own.values()))
+        for rank, value in own.items():
+            self.own[rank].append(value)
+            self.ex[rank].append(value - statistics.median(v for q, v in own.items() if q != rank))
+        if len(self.steps) > STRAGGLER_SERIES:
+            self._cut(len(self.steps) - STRAGGLER_SERIES // 2)
+        self._since_test += 1
+        if self._since_test < self.every:
+            return None
+        self._since_test = 0
+        return self.test()
+
+    def _cut(self, at: int) -> None:
+        del self.steps[:at]
+        del self.step_s[:at]
+        for series in (*self.own.values(), *self.ex.values()):
+            del series[:at]
+
+    def excess(self, start: int = 0) -> dict[int, list[float]]:
+        """Each rank's own time less the other ranks' median, step by step, from index `start`."""
+        return {r: series[start:] for r, series in sorted(self.ex.items())}
+
+    def test(self) -> RankShift | None:
+        if len(self.steps) < MIN_REFERENCE + RECENT_STEPS:
+            return None
+        scale = statistics.median(self.step_s[-200:])
+        up: RankShift | None = None
+        # the test reads the last RECENT + REFERENCE steps and REFERENCE before where the change splits
+        start = max(0, len(self.steps) - 2 * REFERENCE_STEPS - RECENT_STEPS)
+        for rank, series in self.excess(start).items():
+            found = recent_shift(series, scale=scale)
+            if found is None:
+                continue
+            shift = Shift(**{**found.__dict__, "at": found.at + start})
+            rise = shift.after_median - shift.before_median
+            # a rank that got faster than the others, or whose excess rose because the others got
+            # faster (the straggler before recovered: with two ranks one's excess is the other's,
+            # negated), is no new straggler
+            if rise <= 0 or not self._own_rose(rank, shift.at, rise):
+                continue
+            if up is None or rise > up.shift.after_median - up.shift.before_median:
+                up = RankShift(rank, self.steps[shift.at], shift, self.steps[-1])
+        if up is None:
+            return None
+        self._cut(self.steps.index(up.step))  # the new level is compared with itself from here
+        self.found.append(up)
+        return up
+
+    def _own_rose(self, rank: int, at: int, rise: float) -> bool:
+        """The rank's own time rose by at least half its excess: it got slower, the others did not
+        get faster (with two ranks one's excess is the other's, negated)."""
+        own = self.own[rank]
+        before, after = own[max(0, at - REFERENCE_STEPS):at], own[at:]
+        if len(before) < 2 or len(after) < 2:
+            return False
+        return quantile(after, LEVEL_QUANTILE) - quantile(before, LEVEL_QUANTILE) >= 0.5 * rise

@@ -35,10 +35,14 @@ def launcher_accepts(option: str) -> bool:
 
 
 def torchrun_options(nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0,
-                     rdzv_endpoint: str | None = None) -> list[str]:
-    """torch.distributed.run's options for every launch of ours, before the entry point."""
+                     rdzv_endpoint: str | None = None, tee_dir: Path | None = None) -> list[str]:
+    """torch.distributed.run's options for every launch of ours, before the entry point.
+    `tee_dir`: the ranks' output goes to files there, and torchrun's agent writes it on to this
+    process's stdout and stderr, line by line (`run --follow`'s live panel passes it through)."""
     argv = ["--nproc-per-node", str(nproc_per_node), "--nnodes", str(nnodes), "--max-restarts", "0",
             "--monitor-interval", str(MONITOR_INTERVAL_S)]
+    if tee_dir is not None:
+        argv += ["--tee", "3", "--log-dir", str(tee_dir)]
     if launcher_accepts("--shutdown-timeout"):  # older torchrun waits its own default (30 s) after SIGTERM
         argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if rdzv_endpoint:

@@ -92,6 +92,7 @@ class ProbedRun:
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)
         self.follower = None  # `run --follow`: the timeline, changes, later windows, the black box
+        self.live_parts: list = []  # (record) -> None: what the caller adds to live.json (a rank's identity)
         if options.follow is not None:
             from torchdoctor.run.follow.follower import Follower
 
@@ -250,7 +251,10 @@ class ProbedRun:
             if copy.batch_shape is not None and type(copy.batch_shape) is not list:
                 copy.batch_shape = [int(d) for d in copy.batch_shape]
             steps.append(copy)
-        return RunRecord(run=info, environment=self._environment, steps=steps)
+        record = RunRecord(run=info, environment=self._environment, steps=steps)
+        for part in self.live_parts:
+            part(record)
+        return record
 
     def _abandon(self, why: str) -> None:
         """From the watchdog's thread: the code would not stop. Save it all, then exit, whatever

@@ -65,12 +65,13 @@ class ProbeSet:
         self.loaders = DataLoaderProbe(session)
         self.memory = MemoryProbe(session, optimizers=lambda: list(steps.infos.keys()))
         self.collectives = CollectivesProbe(session)  # its store serves a rank's check after the script
+        self.ddp, self.fsdp = DdpProbe(session), FsdpProbe(session)
         # Installed in this order, uninstalled in reverse; contributed in this order (the
         # backward timer after the sampler: it annotates the sampler's sites).
         self.probes: list[Probe] = [
             steps, self.loaders, PhaseProbe(session), self.sampler, self.lines,
             self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler, self.memory,
-            self.collectives, DdpProbe(session), FsdpProbe(session), CompileProbe(session), SpawnProbe(session, run_dir, options),
+            self.collectives, self.ddp, self.fsdp, CompileProbe(session), SpawnProbe(session, run_dir, options),
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
         session.memory = self.memory
@@ -85,6 +86,28 @@ class ProbeSet:
                 self.trace is None and not self.gpu._cuda_available):
             return DONE  # decided: the profiler window runs, or never will
         return None
+
+    def comm_wait(self, index: int) -> float | None:
+        """Step `index`'s wait in collectives: DDP's all-reduce not hidden by backward (and its
+        buffer broadcasts), FSDP's exposed communication, the collectives the script calls. None
+        where no collective was seen (one process alone). Read from the follower's thread
+        (`run --follow`): each lookup is a dictionary's get, never an iteration of a growing one."""
+        ddp, fsdp, sites = self.ddp.steps.get(index), self.fsdp.steps.get(index), list(self.collectives.sites.values())
+        if ddp is None and fsdp is None and not sites and not self.ddp.tracked:
+            return None
+        key = str(index)
+        user = sum(site.steps.get(key, 0.0) for site in sites)
+        return (ddp.exposed_s if ddp is not None else 0.0) + (fsdp.exposed_s if fsdp is not None else 0.0) + user
+
+    def trim_steps(self, first: int, before: int) -> None:
+        """`run --follow` keeps a long job's record bounded (run/follow/kept.py): the per-step
+        distributed figures of steps `first` < index < `before` are dropped, as the record's steps are."""
+        for steps in (self.ddp.steps, self.fsdp.steps):
+            for index in [i for i in steps if first < i < before]:
+                steps.pop(index, None)
+        for site in list(self.collectives.sites.values()):
+            for key in [k for k in site.steps if k.isdigit() and first < int(k) < before]:
+                site.steps.pop(key, None)
 
     def install(self) -> None:
         for probe in self.probes:

@@ -11,7 +11,8 @@ from torchdoctor.cli import main
     (["--prometheus-port", "9108"], "--prometheus-port sends a followed run's figures; add --follow"),
     (["--follow", "--prometheus-port", "70000"], "--prometheus-port must be a port number from 1 to 65535"),
     (["--follow", "--timeline-every", "0"], "--timeline-every must be a positive number of seconds"),
-    (["--follow", "--nproc-per-node", "2"], "--follow follows one process for now"),
+    (["--follow", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "localhost:29500"],
+     "--follow follows the ranks of one machine for now"),
 ])
 def test_bad_follow_options_are_one_line_and_exit_2(tmp_path, capsys, argv, says):
     script = tmp_path / "train.py"

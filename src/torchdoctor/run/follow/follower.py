@@ -32,14 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
+
 from torchdoctor.model.follow_record import (AFTER_CHANGE, AT_START, DATA_WAIT, MEMORY, PERIODIC, STEP_TIME,
                                              BlackBox, ChangePoint, FollowRecord, Level, ProbeWindow,
                                              TimelinePoint, WindowLine)
-from torchdoctor.model.layout import LIVE_FILE, TIMELINE_FILE
+from torchdoctor.model.layout import CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
 from torchdoctor.model.location import Location
 from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
 from torchdoctor.run.follow.blackbox import capture
-from torchdoctor.run.follow.kept import TRIM_EVERY, KeptSteps
+from torchdoctor.run.follow.kept import FIRST_STEPS, LAST_STEPS, TRIM_EVERY, KeptSteps
 from torchdoctor.run.follow.timeline import Timeline
 
 TICK_S = 0.25  # the follower's thread wakes this often: tests, stall check, window bookkeeping
@@ -113,6 +115,11 @@ class Follower:
         self._main_tid = threading.get_native_id()  # the training thread's, for its run-queue wait
         self._sched: tuple[float, float, float] | None = None  # (wall, cpu, waiting) at the last tick
         self._cpu_wait: float | None = None  # the training thread's run-queue share over the last tick
+        # the step's wait in collectives (ProbeSet.comm_wait): DDP publishes a step's timings at the next
+        # step's forward, so a point gets its figure once the step after it closed; until then it is held
+        # back from the timeline file
+        self._comm_wait = getattr(probes, "comm_wait", None)
+        self._pending: list[TimelinePoint] = []
 
     # ---- the training thread -----------------------------------------------------------
     def on_step(self, s) -> None:
@@ -130,6 +137,9 @@ class Follower:
         clean = getattr(self.session, "_clean", None)
         if isinstance(clean, list) and len(clean) > 4 * TRIM_EVERY:
             del clean[:-2 * TRIM_EVERY]
+        trim = getattr(self.probes, "trim_steps", None)
+        if trim is not None and isinstance(steps, KeptSteps) and steps.dropped:  # DDP's, FSDP's, collectives' per step
+            trim(FIRST_STEPS, len(steps) - LAST_STEPS)
 
     def on_batch(self, in_eval: bool) -> None:
         """A batch left a DataLoader (an evaluation's too): the script is not stuck."""
@@ -159,6 +169,7 @@ class Follower:
                 self._thread.join(timeout=10)
             with self._lock:
                 self._tick(final=True)
+                self._settle_comm(final=True)
                 self.timeline.flush()
             if self.options.close_sinks:
                 self.close_sinks()
@@ -256,7 +267,27 @@ class Follower:
         if new:
             self.record.steps = new[-1].step
             self.timeline.add(new)
+            if self._comm_wait is not None:
+                self._pending.extend(new)
+                self._settle_comm()
         return new
+
+    def _settle_comm(self, final: bool = False) -> None:
+        """Each held point's wait in collectives, once the step after it closed (all of them at the end)."""
+        if not self._pending:
+            return
+        last = self.record.steps
+        keep = []
+        for point in self._pending:
+            if final or point.step < last:
+                try:
+                    wait = self._comm_wait(point.step)
+                except Exception:  # a probe's figure is never worth a failure
+                    wait = None
+                point.comm_wait_s = None if wait is None else round(wait, 9)
+            else:
+                keep.append(point)
+        self._pending = keep
 
     def _read_cpu_wait(self, now: float) -> None:
         """The training thread's run-queue wait since the last tick, as a share of the wall time."""
@@ -387,6 +418,13 @@ class Follower:
 
     def _add_change(self, change: ChangePoint) -> None:
         self.record.changes.append(change)
+        try:  # one line as it is found: a followed job's launcher passes it to the exporters (run/follow/job.py)
+            from torchdoctor.model.serialize import to_plain
+
+            with open(self.run_dir / CHANGES_FILE, "ab") as handle:
+                handle.write(msgspec.json.encode(to_plain(change)) + b"\n")
+        except (OSError, TypeError, ValueError) as exc:
+            self.errors.append(f"changes file: {type(exc).__name__}: {exc}")
         index = len(self.record.changes) - 1
         now = self.session.clock() - self.session.t0
         first = not any(w.reason == AFTER_CHANGE for w in self.record.windows)
@@ -538,7 +576,7 @@ class Follower:
     # ---- writing -----------------------------------------------------------------------------
     def _flush(self, now: float) -> None:
         self._last_flush = now
-        self.timeline.flush()
+        self.timeline.flush(hold=len(self._pending))
         new = []
         for point in reversed(self.timeline.points):  # those after the last exported (indices move when thinned)
             if point.step <= self._exported_step:

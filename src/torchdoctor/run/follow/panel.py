@@ -77,6 +77,30 @@ class LivePanel:
         with self._lock:
             self._write(self._erase() + self.render(self._state))
 
+    def show(self, state: dict) -> None:
+        """A multi-rank job's panel (run/follow/job.py): drawn from the launcher's own thread, where the
+        ranks' lines arrive through `write_through`."""
+        self._state = state
+        now = time.monotonic()
+        if self._closed or now - self._last_draw < REDRAW_S:
+            return
+        self._last_draw = now
+        with self._lock:
+            self._write(self._erase() + self.render(state))
+
+    def write_through(self, stream, text: str) -> None:
+        """Another writer's text (a rank's line), with the panel erased first."""
+        with self._lock:
+            if self._lines and not self._closed:
+                erase = self._erase()
+                try:
+                    self.stream.write(erase)
+                    self.stream.flush()
+                except (OSError, ValueError):
+                    self._closed = True
+            stream.write(text)
+            stream.flush()
+
     def on_output(self) -> None:
         """The script is about to print: the panel goes, so its line starts on a clean line."""
         if self._lines and not self._closed:
@@ -91,12 +115,12 @@ class LivePanel:
 
     # ---- drawing -----------------------------------------------------------------------------
     def render(self, state: dict) -> str:
-        from rich.console import Console
-        from rich.panel import Panel
         from rich.table import Table
 
         from torchdoctor.model.units import format_bytes
 
+        if "ranks" in state:
+            return self._finish(self._job_table(state), "torchdoctor --follow · ranks")
         table = Table.grid(padding=(0, 2))
         for _ in range(4):
             table.add_column()
@@ -109,10 +133,36 @@ class LivePanel:
             table.add_row("GPU", state["gpu"], "", "")
         if state["last_change"]:
             table.add_row("latest", state["last_change"], "", "")
+        return self._finish(table, "torchdoctor --follow")
+
+    def _job_table(self, state: dict):
+        from rich.table import Table
+
+        from torchdoctor.model.units import format_bytes
+
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory"):
+            table.add_column(name, justify="right" if name != "rank" else "left", no_wrap=True, min_width=len(name))
+        for row in state["ranks"]:
+            if not row.get("step"):
+                table.add_row(str(row["rank"]), "—", "", "", "", "", "")
+                continue
+            table.add_row(str(row["rank"]), f"{row['step']:,}", f"{row['step_ms']:.2f} ms", f"{row['wait_ms']:.2f} ms",
+                          f"{row['comm_ms']:.2f} ms" if row.get("comm_ms") is not None else "—",
+                          f"{row['samples_s']:,.0f}" if row.get("samples_s") else "—",
+                          format_bytes(row["mem"]) if row.get("mem") else "—")
+        if state.get("last_change"):
+            table.caption = f"latest: {state['last_change']}"
+        return table
+
+    def _finish(self, table, title: str) -> str:
+        from rich.console import Console
+        from rich.panel import Panel
+
         buffer = io.StringIO()
         console = Console(file=buffer, width=self.width, force_terminal=True, color_system="standard",
                           emoji=False, highlight=False)
-        console.print(Panel(table, title="torchdoctor --follow", title_align="left", expand=False))
+        console.print(Panel(table, title=title, title_align="left", expand=False))
         text = buffer.getvalue()
         self._lines = text.count("\n")
         return text

@@ -31,9 +31,10 @@ def merge(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
     samples = None if a.samples is None or b.samples is None else int(round(mean(a.samples, b.samples)))
     mem = max((m for m in (a.mem_bytes, b.mem_bytes) if m is not None), default=None)
     cpu_wait = None if a.cpu_wait is None or b.cpu_wait is None else mean(a.cpu_wait, b.cpu_wait)
+    comm = None if a.comm_wait_s is None or b.comm_wait_s is None else mean(a.comm_wait_s, b.comm_wait_s)
     return TimelinePoint(step=a.step, t=b.t, step_s=mean(a.step_s, b.step_s),
                          data_wait_s=mean(a.data_wait_s, b.data_wait_s), compute_s=mean(a.compute_s, b.compute_s),
-                         samples=samples, mem_bytes=mem, cpu_wait=cpu_wait, span=n, sampled=a.sampled or b.sampled,
+                         samples=samples, mem_bytes=mem, cpu_wait=cpu_wait, comm_wait_s=comm, span=n, sampled=a.sampled or b.sampled,
                          warmup=a.warmup and b.warmup)
 
 
@@ -67,23 +68,25 @@ class Timeline:
     def thinned_to(self) -> int:
         return max((p.span for p in self.points), default=1)
 
-    def flush(self) -> None:
+    def flush(self, hold: int = 0) -> None:
         """Append the points not yet written (or rewrite the file after thinning), then fsync-free
-        flush: what is written survives the process, a crash of the machine may lose seconds."""
+        flush: what is written survives the process, a crash of the machine may lose seconds. The
+        newest `hold` points wait for the next flush (their figures are not all in yet)."""
+        upto = max(0, len(self.points) - hold)
         try:
             if self._rewrite:
                 tmp = self.path.with_suffix(".jsonl.tmp")
                 with open(tmp, "wb") as f:
-                    for point in self.points:
+                    for point in self.points[:upto]:
                         f.write(_ENCODER.encode(point) + b"\n")
                 os.replace(tmp, self.path)
                 self._rewrite = False
             else:
-                new = self.points[self._written:]
+                new = self.points[self._written:upto]
                 if new:
                     with open(self.path, "ab") as f:
                         f.write(b"".join(_ENCODER.encode(p) + b"\n" for p in new))
-            self._written = len(self.points)
+            self._written = upto
         except OSError:
             self.errors += 1  # a full disk must not stop the training
 

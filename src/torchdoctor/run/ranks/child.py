@@ -87,6 +87,18 @@ class RankRun:
         self.heartbeat.session = probed.session
         self.termination.attach(probed.session)
         self.epoch_t0 = time.time() - (probed.session.clock() - probed.session.t0)
+        probed.live_parts.append(self._identify)  # `run --follow`: live.json says which rank it is
+
+    def _identify(self, record: RunRecord) -> None:
+        record.distributed = DistributedInfo(identity=self.identity(None))
+
+    def identity(self, probe_identity: RankIdentity | None) -> RankIdentity:
+        return RankIdentity(
+            rank=self.launch.rank, world_size=self.launch.world_size, local_rank=self.launch.local_rank,
+            local_world_size=self.launch.local_world_size, node_rank=self.launch.node_rank,
+            host=socket.gethostname(), pid=os.getpid(), job_id=self.job_id, launcher=self.launcher,
+            backend=probe_identity.backend if probe_identity else None,
+            init_location=probe_identity.init_location if probe_identity else None, epoch_t0=self.epoch_t0)
 
     def finish(self, record: RunRecord, after_script: bool = True) -> int:
         """Write this rank's record (once); returns the rank's exit code."""
@@ -102,11 +114,7 @@ class RankRun:
         info = record.distributed or DistributedInfo(identity=RankIdentity(rank=self.launch.rank, world_size=1))
         record.distributed = info
         probe_identity = info.identity
-        info.identity = RankIdentity(
-            rank=self.launch.rank, world_size=self.launch.world_size, local_rank=self.launch.local_rank,
-            local_world_size=self.launch.local_world_size, node_rank=self.launch.node_rank,
-            host=socket.gethostname(), pid=os.getpid(), job_id=self.job_id, launcher=self.launcher,
-            backend=probe_identity.backend, init_location=probe_identity.init_location, epoch_t0=self.epoch_t0)
+        info.identity = self.identity(probe_identity)
         if after_script and record.run.status in CLEAN_ENDS and record.run.exit_code == 0:
             from torchdoctor.run.ranks.check import communication_check
 

@@ -20,6 +20,7 @@ import socket
 import sys
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
@@ -40,6 +41,9 @@ class LaunchRequest:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     stall_s: float = DEFAULT_STALL_S
+    # `run --follow` with its live panel (run/follow/job.py's JobOutput): the ranks' output is teed through
+    # torchrun's agent into this process, whose stdout and stderr are the panel's pass-through meanwhile
+    output: Any = None
 
 
 @dataclass
@@ -111,9 +115,10 @@ def _free_port() -> int:
 
 
 def launcher_argv(request: LaunchRequest) -> list[str]:
+    tee_dir = request.output.log_dir if request.output is not None else None
     return [*torchrun_options(request.nproc_per_node, nnodes=request.nnodes, node_rank=request.node_rank,
-                              rdzv_endpoint=request.rdzv_endpoint), "--module", "torchdoctor", "run",
-            *request.child_argv]
+                              rdzv_endpoint=request.rdzv_endpoint, tee_dir=tee_dir), "--module", "torchdoctor",
+            "run", *request.child_argv]
 
 
 def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
@@ -140,7 +145,11 @@ def launch(request: LaunchRequest, run_dir: Path) -> LaunchOutcome:
     kills_before = oom_kills()
     try:
         with watch:
-            run_elastic(launcher_argv(request), outcome)
+            if request.output is not None:
+                with request.output:  # sys.stdout and sys.stderr pass the ranks' lines around the panel
+                    run_elastic(launcher_argv(request), outcome)
+            else:
+                run_elastic(launcher_argv(request), outcome)
     finally:
         os.environ.pop(RANKS_DIR_ENV, None)
     kills_after = oom_kills()

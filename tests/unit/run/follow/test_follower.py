@@ -5,6 +5,8 @@ stalls stopped with the black box, the timeline and live record written."""
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from torchdoctor.model.record import StepSample
 from torchdoctor.run.follow.follower import Follower, FollowOptions
 
@@ -75,6 +77,9 @@ def test_a_slowdown_is_found_and_a_window_planned_right_after_it(tmp_path):
     follower.tick()
     [window] = follower.record.windows
     assert window.reason == "change" and window.change == 0 and change.window == 0
+    # each change is also a line of changes.jsonl as it is found (a followed job's launcher reads it)
+    [line] = (tmp_path / "changes.jsonl").read_text().splitlines()
+    assert json.loads(line)["kind"] == "step-time" and json.loads(line)["step"] == change.step
 
 
 def test_periodic_windows_stay_under_the_cost_bound(tmp_path):
@@ -127,6 +132,25 @@ def test_the_timeline_and_the_live_record_are_written(tmp_path):
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 21))
     live = json.loads((tmp_path / "live.json").read_text())
     assert live["follow"]["live"] is True and live["follow"]["steps"] == 20
+
+
+def test_a_steps_wait_in_collectives_is_written_once_the_next_step_closed(tmp_path):
+    session = FakeSession()
+    waits = {}  # DDP publishes a step's timings at the next step's forward
+    probes = SimpleNamespace(lines=Lines(), comm_wait=lambda index: waits.get(index))
+    follower = Follower(session, probes, tmp_path, FollowOptions(every_s=0.5))
+    for i in range(1, 11):
+        step(session, follower, 0.010)
+        waits[i - 1] = 0.001 * (i - 1)  # step i's forward published step i-1's
+    session.now = 1.0
+    follower.tick()
+    lines = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in lines] == list(range(1, 10))  # the last step waits for its figure
+    assert [p["comm_wait_s"] for p in lines] == pytest.approx([0.001 * i for i in range(1, 10)])
+    waits[10] = 0.010
+    follower.finish()
+    last = json.loads((tmp_path / "timeline.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 10 and last["comm_wait_s"] == 0.010
 
 
 def test_batches_of_an_evaluation_are_not_a_stall(tmp_path):
