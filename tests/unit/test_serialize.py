@@ -55,7 +55,7 @@ def test_a_version_1_record_without_knobs_still_loads(tmp_path):
     loaded = RunRecord.load(path)
     assert loaded.knobs == [] and loaded.loader_only is None and loaded.trace is None
     assert loaded.memory is None and loaded.batch_scaling is None
-    assert loaded.schema_version == SCHEMA_VERSION == 9
+    assert loaded.schema_version == SCHEMA_VERSION == 10
     assert loaded.follow is None
 
 

@@ -34,7 +34,11 @@ from torchdoctor.model.trace_summary import TraceSummary
 #    steps, partial steps, budget and measured cost; the hooks' time per unmeasured step; the first step's ratio);
 #    LoaderStats.cpu_timed_wait_s (the CPU time in next() is read on a share of the batches)
 # 9: follow (`run --follow`: the timeline, probe windows along the run, changes found, the black box)
-SCHEMA_VERSION = 9
+# 10: OptimizerInfo.implementation (the update path the first step ran: for-loop | foreach | fused, as torch
+#     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
+#     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:
+#     CompileInfo.eval_graph_calls)
+SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
 
@@ -283,6 +287,11 @@ class OptimizerInfo:
     zero_grad_location: Location | None = None
     zero_grad_total_s: float = 0.0
     closure: Location | None = None  # the closure passed to step(closure): where it is defined
+    # The update path the first step ran, as torch resolves `foreach`/`fused` (None: PyTorch picks) for these
+    # parameters: "for-loop" (single-tensor), "foreach" or "fused"; None: not a torch.optim update (unknown)
+    implementation: str | None = None
+    fused_available: bool | None = None  # torch has fused kernels for this optimizer, these parameters and device
+    param_devices: list[str] = field(default_factory=list)  # device types of the parameters ("cpu", "cuda")
 
 
 @dataclass
