@@ -39,6 +39,7 @@ from torchdoctor.model.location import Location
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.frames import (USER, classify_file, display_path, library_of, location_of,
                                            own_caller_location, source_text, user_frame)
+from torchdoctor.run.probes.global_hooks import pause_own_module_hooks, quiet_global_hook_check
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession
 
@@ -91,6 +92,7 @@ class CompileProbe:
 
     # ---- install -------------------------------------------------------------------------
     def install(self) -> None:
+        quiet_global_hook_check(self.patches)  # the doctor's global hooks never make Dynamo warn the script
         if hasattr(torch, "compile"):
             self.patches.wrap(torch, "compile", self._wrap_compile)
         if "torch._dynamo" in sys.modules and _frames_compiled():  # compiled before the probes (watch(), a callback)
@@ -242,8 +244,7 @@ class CompileProbe:
         """Every call into compiled code: count it, and lift the doctor's function modes off the
         stack until it returns (Dynamo would trace them into the graph)."""
         self.compiled_calls += 1
-        memory = getattr(self.session, "memory", None)
-        restore_hooks = memory.pause_module_hooks() if memory is not None else None
+        restore_hooks = pause_own_module_hooks()  # the memory accounting's, an evaluation sample's, a knob's
         depth = torch._C._len_torch_function_stack()
         if not depth:
             return restore_hooks or _nothing
