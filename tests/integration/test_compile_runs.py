@@ -164,6 +164,9 @@ def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_doe
     record = json.loads((out / "record.json").read_text())
     memory = next(p for p in record["doctor_cost"]["probes"] if p["probe"] == "memory")
     assert "compiling in its steps is the script's" in memory["note"]
+    # the evaluation's graphs (3 batches) are its own, not the training step's: one graph per step
+    info = record["compile"]
+    assert set(info["graph_calls"].values()) == {1} and sum(info["eval_graph_calls"].values()) == 3
 
 
 # The same training compiled at different moments against the doctor's global module hooks (the
