@@ -374,13 +374,13 @@ class OptimizerForLoop(Rule):
             title=(f"{opt.class_name}.step() runs the for-loop implementation: {median:.0%} of each step "
                    f"(fused=True available)" if opt.fused_available else
                    f"{opt.class_name}.step() runs the for-loop implementation: {median:.0%} of each step"),
-            message=(f"{opt.class_name} was created without foreach or fused, so torch chose its single-tensor path "
+            message=(f"{opt.class_name} was created {_flags(opt)}, so torch chose its single-tensor path "
                      f"for parameters on the {devices} ({opt.param_tensors} tensors, {opt.params:,} values): each "
                      f"step's update loops over the tensors in Python. Measured: optimizer.step() took a median "
                      f"{median:.0%} of the step ({ms(optimizer_s):.1f} of {ms(step_s):.1f} ms), {spread}"
                      + (f"; the time is that of all {others + 1} optimizers' steps" if others else "") + "."
-                     + (f" {opt.class_name} has fused kernels for these parameters: `{knob}=True`."
-                        if opt.fused_available else "")),
+                     + (f" Torch {record.environment.torch} has fused {opt.class_name} kernels for these parameters"
+                        f" on the {devices} too: `fused=True`." if opt.fused_available else "")),
             location=opt.created_at,
             evidence={"optimizer": opt.class_name, "implementation": opt.implementation,
                       "fused_available": opt.fused_available, "param_devices": opt.param_devices,
@@ -394,6 +394,13 @@ class OptimizerForLoop(Rule):
                       Severity.MEDIUM if median >= 2 * FOR_LOOP_MIN_SHARE else Severity.LOW),
             fix=fix,
         )]
+
+
+def _flags(opt) -> str:
+    """How the script configured the update path: 'without foreach or fused', 'with fused=False (foreach unset)'."""
+    if opt.fused is None:
+        return "without foreach or fused"
+    return f"with fused={opt.fused} (foreach unset)"
 
 
 def _quantile(ordered: list[float], q: float) -> float:

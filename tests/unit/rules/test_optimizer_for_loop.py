@@ -44,6 +44,14 @@ def test_a_large_for_loop_share_is_found_with_its_spread_and_the_fused_fix():
     assert f.estimated_speedup == pytest.approx(1 / (1 - 0.405 * 0.7), rel=0.02)
 
 
+def test_fused_false_written_for_cpu_runs_is_said_as_written():
+    """llm.c's `fused=use_fused` (True on CUDA only): on a CPU the loop runs, and torch has fused kernels there."""
+    rec = with_shares([0.4] * 8)
+    rec.optimizers = [looping(fused=False)]
+    (f,) = check(rec)
+    assert "created with fused=False (foreach unset)" in f.message and "on the cpu too: `fused=True`" in f.message
+
+
 def test_without_fused_kernels_it_suggests_foreach_and_makes_no_estimate():
     rec = with_shares([0.3] * 8)
     rec.optimizers = [looping(class_name="RMSprop", fused_available=False)]
