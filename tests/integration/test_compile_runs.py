@@ -186,18 +186,19 @@ if order in ("before", "own-hook"):
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 if order == "after":
     model = torch.compile(model)
+forward = torch.compile(lambda x: model(x)) if order == "function" else None
 for step in range(12):
     if order == "later" and step == 3:
         model = torch.compile(model)
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-    loss = nn.functional.cross_entropy(model(x), y)
+    loss = nn.functional.cross_entropy((forward or model)(x), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
     if step == 4:
         model.eval()
         with torch.no_grad():
-            model(torch.randn(8, 16))
+            (forward or model)(torch.randn(8, 16))
         model.train()
 print("done", file=sys.stderr)
 """
@@ -226,6 +227,7 @@ def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, or
 @pytest.mark.parametrize("order, detail", [
     ("before", "Sequential runs under the script's own torch.compile"),  # the knob finds the wrapper
     ("later", "it compiles Sequential itself"),  # the knob compiled first: taken back at the script's compile
+    ("function", "called only inside compiled code"),  # the model never runs outside the script's compiled code
 ])
 def test_the_compile_knob_says_when_the_script_compiles_itself(tmp_path, order, detail):
     under, alone = _stderr(tmp_path, order, True, "--set", "compile=true"), _stderr(tmp_path, order, False)

@@ -26,6 +26,7 @@ class ComputeKnobs(KnobGroup):
         self.finder: TrainedModelFinder | None = None
         self._compiled_by_knob: "weakref.ref[torch.nn.Module] | None" = None
         self._knob_compiling = False
+        self._unfound_note: str | None = None  # the script compiled before the model was found
         self._autocast_stack: list = []
         self._threads_before: int | None = None
 
@@ -62,6 +63,11 @@ class ComputeKnobs(KnobGroup):
         if self._threads_before is not None:  # the run is over; leave the process as it was
             torch.set_num_threads(self._threads_before)
         super().uninstall()
+
+    def outcomes(self):
+        if self._unfound_note is not None and self.finder is not None and self.finder.model is None:
+            self.refuse("compile", self._unfound_note)  # the model never showed outside compiled code
+        return super().outcomes()
 
     def _wants_model(self) -> bool:
         return (self.settings.get("amp", "off") != "off" or bool(self.settings.get("compile"))
@@ -153,7 +159,15 @@ class ComputeKnobs(KnobGroup):
 
     def _script_compiles(self, target) -> None:
         """The script compiles `target` itself: if that is (or holds) the model the knob compiled,
-        the knob's compile is taken back, so the steps run the script's compile alone."""
+        the knob's compile is taken back, so the steps run the script's compile alone. Before the
+        model is found, the script's compile is the answer should the model never be found (it is
+        then called only inside the script's compiled code, where the doctor's hooks stand aside)."""
+        if self.finder is not None and self.finder.model is None and self._unfound_note is None:
+            where = own_caller_location(2)
+            name = getattr(target, "__name__", None) or type(getattr(target, "_orig_mod", target)).__name__
+            self._unfound_note = (f"already compiled by the script: it compiles {name} itself"
+                                  + (f" ({where.path}:{where.line})" if where else "")
+                                  + "; the model it trains was called only inside compiled code")
         model = self._compiled_by_knob() if self._compiled_by_knob is not None else None
         if model is None or not _holds(target, model):
             return
