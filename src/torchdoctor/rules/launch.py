@@ -258,7 +258,8 @@ class OptimizerForeachOff(Rule):
     fix = (
         "Let PyTorch pick the multi-tensor path (the default on CUDA) or ask for it:\n```python\n"
         "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)               # foreach by default on CUDA\n"
-        "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)   # CUDA, fastest\n```"
+        "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)   # CUDA or CPU, fastest\n```\n"
+        "On a CPU the default is the for-loop path too: there `fused=True` (Adam, AdamW, SGD, Adagrad) is the fix."
     )
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
