@@ -8,7 +8,8 @@ exact line (see examples/real_shapes/README.md):
   `# expect: CODE`  a cause: reported there at high or medium (TD901 hot-line: at any severity)
   `# trap: CODE`    looks like it, is not: never reported there at high or medium
   `# verdict: CODE` a judgement of the machine more than of the script (TD606 scaling verdict: its
-                    severity follows how well this machine's ranks scale): reported there at any
+                    severity follows how well this machine's ranks scale; TD306: AdamW left at its
+                    defaults runs the for-loop update on a CPU, foreach on CUDA): reported there at any
                     severity or not at all, neither a cause nor a false positive
   `# torchdoctor-helpers: a.py, b.py`  annotations in those files count for this script
   `# torchdoctor-requires: cuda|lightning`  skipped (and said so) where that is missing

@@ -164,3 +164,73 @@ def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_doe
     record = json.loads((out / "record.json").read_text())
     memory = next(p for p in record["doctor_cost"]["probes"] if p["probe"] == "memory")
     assert "compiling in its steps is the script's" in memory["note"]
+    # the evaluation's graphs (3 batches) are its own, not the training step's: one graph per step
+    info = record["compile"]
+    assert set(info["graph_calls"].values()) == {1} and sum(info["eval_graph_calls"].values()) == 3
+
+
+# The same training compiled at different moments against the doctor's global module hooks (the
+# memory accounting's, opened at the optimizer's creation; the first evaluation sample's): before
+# the optimizer, after it (inside the memory window), at a later step; and a script with a global
+# hook of its own, which Dynamo must still warn about.
+ORDERS = """
+import os, sys, torch
+from torch import nn
+order = os.environ["ORDER"]
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+if order == "own-hook":
+    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+if order in ("before", "own-hook"):
+    model = torch.compile(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+if order == "after":
+    model = torch.compile(model)
+forward = torch.compile(lambda x: model(x)) if order == "function" else None
+for step in range(12):
+    if order == "later" and step == 3:
+        model = torch.compile(model)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = nn.functional.cross_entropy((forward or model)(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step == 4:
+        model.eval()
+        with torch.no_grad():
+            (forward or model)(torch.randn(8, 16))
+        model.train()
+print("done", file=sys.stderr)
+"""
+
+
+def _stderr(tmp_path: Path, order: str, doctor: bool, *options: str) -> str:
+    script = tmp_path / "train.py"
+    script.write_text(ORDERS)
+    env = {**os.environ, "PYTHONPATH": SRC, "ORDER": order}
+    command = ([sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--warmup", "1", *options, "--out",
+                str(tmp_path / f"run-{order}"), str(script)] if doctor else [sys.executable, str(script)])
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return "\n".join(line for line in done.stderr.splitlines() if not line.startswith("torchdoctor:"))
+
+
+@pytest.mark.parametrize("order", ["before", "after", "later", "own-hook"])
+def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, order):
+    """`OptimizedModule.__call__` warns into stderr when any global module hook is registered:
+    the doctor's own must not count, whenever the script compiles; the script's own still do."""
+    under, alone = _stderr(tmp_path, order, True), _stderr(tmp_path, order, False)
+    assert under == alone
+    assert ("global hooks" in alone) == (order == "own-hook")
+
+
+@pytest.mark.parametrize("order, detail", [
+    ("before", "Sequential runs under the script's own torch.compile"),  # the knob finds the wrapper
+    ("later", "it compiles Sequential itself"),  # the knob compiled first: taken back at the script's compile
+    ("function", "called only inside compiled code"),  # the model never runs outside the script's compiled code
+])
+def test_the_compile_knob_says_when_the_script_compiles_itself(tmp_path, order, detail):
+    under, alone = _stderr(tmp_path, order, True, "--set", "compile=true"), _stderr(tmp_path, order, False)
+    assert under == alone
+    (knob,) = json.loads((tmp_path / f"run-{order}" / "record.json").read_text())["knobs"]
+    assert not knob["applied"] and "already compiled by the script" in knob["detail"] and detail in knob["detail"]

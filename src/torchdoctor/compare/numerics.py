@@ -1,10 +1,10 @@
 """The numerics guard: does a change keep the script's own losses (the values it passed to
 `backward()`) as they were?
 
-Knobs that only move work around (loader workers, pinning, prefetch, foreach/fused optimizer
+Knobs that only move work around (loader workers, pinning, prefetch, foreach optimizer
 kernels, zero_grad, no_sync placement, DDP's buckets) must leave every loss bit-identical to the
-baseline's over the same steps. Knobs that change arithmetic (AMP, TF32, compile, threads, a
-compressed all-reduce) move them within a stated tolerance; knobs that change the data each
+baseline's over the same steps. Knobs that change arithmetic (AMP, TF32, compile, threads, fused
+optimizer kernels, a compressed all-reduce) move them within a stated tolerance; knobs that change the data each
 step sees (batch size, ranks, replayed batches) are compared by the level of their losses only.
 A trial beyond its tolerance is flagged. When two runs of the script as written already differ
 (unseeded data, nondeterministic kernels), that difference is the floor: bit-identity cannot
@@ -22,14 +22,17 @@ from torchdoctor.model.record import LossTrace, RunRecord
 IDENTICAL, WITHIN, CHANGED, NOT_COMPARED = "bit-identical", "within tolerance", "CHANGED", "not compared"
 
 # Knobs whose work must not touch numerics: the same losses, bit for bit.
-EXACT = {"workers", "pin_memory", "persistent_workers", "prefetch_factor", "non_blocking", "foreach", "fused",
+EXACT = {"workers", "pin_memory", "persistent_workers", "prefetch_factor", "non_blocking", "foreach",
          "zero_grad", "no_sync", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
          "find_unused_parameters", "broadcast_buffers", "eval", "checkpoint"}
 # Knobs that change arithmetic, with the largest median relative difference per loss they may
 # cause over a short run. bf16 keeps 8 bits of mantissa (2^-8 ≈ 0.4 % per rounding) and a
 # loss sums many roundings; TF32 keeps 10 bits; compile and thread counts reorder reductions.
+# Fused Adam/AdamW kernels compute the update in another order than the for-loop and foreach paths (which
+# agree bit for bit): 1e-7 relative on the losses of 20 steps of a small MLP on a CPU, torch 2.13 (fused SGD
+# agreed exactly); TD306's fix must still be measurable, so fused gets compile's tolerance.
 TOLERANCE = {"amp": 0.05, "tf32": 0.01, "compile": 1e-3, "threads": 1e-3, "channels_last": 1e-3,
-             "cudnn_benchmark": 1e-3, "comm_hook": 0.02}
+             "cudnn_benchmark": 1e-3, "comm_hook": 0.02, "fused": 1e-3}
 # Knobs that change what data a step sees: only the level of the losses can be compared (the
 # mean over the second half of the steps, within this share).
 LEVEL = {"batch_size": 0.10, "nproc": 0.10, "data": 0.25}

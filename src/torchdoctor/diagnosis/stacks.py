@@ -28,9 +28,13 @@ def compile_table(record: RunRecord) -> Table | None:
                      len(frame.recompiles), round(frame.seconds(frame.events), 2),
                      "yes" if frame.limit is not None else "no", len(breaks)])
     graphs = graphs_per_step(record)
+    measured = {str(st.index) for st in record.measured_steps}
+    in_eval = sum(n for step, n in info.eval_graph_calls.items() if step in measured)
     caption = ("Dynamo's own compile events: each compiled code (a module's forward, a function, or the code after a "
                "graph break), the user line that called it when it first compiled, and the time compiling it with its "
-               "backward graphs." + (f" A measured step ran {graphs:.1f} compiled graphs." if graphs is not None else "")
+               "backward graphs." + (f" A measured training step ran {graphs:.1f} compiled graphs." if graphs is not None
+                                     else "")
+               + (f" Evaluation ran {in_eval} more in the measured steps, not counted in that." if in_eval else "")
                + (f" Not measurable here: {'; '.join(info.unavailable)}." if info.unavailable else ""))
     return Table(title="Compiled code", columns=["compiled", "called at", "compiles", "recompiles", "compile s",
                                                  "hit the recompile limit", "graph breaks in its file"],

@@ -74,8 +74,10 @@ class CompileInfo:
     breaks: list[GraphBreak] = field(default_factory=list)
     syncs_in_graph: list[CompiledSync] = field(default_factory=list)
     recompile_limit: int | None = None  # torch._dynamo.config.recompile_limit (cache_size_limit) when read
-    graph_calls: dict[str, int] = field(default_factory=dict)  # step index -> compiled graphs run in it
-    compiled_calls: dict[str, int] = field(default_factory=dict)  # step index -> calls into compiled code
+    # step index -> compiled graphs run in its training (outside evaluation regions; schema 10: before, all)
+    graph_calls: dict[str, int] = field(default_factory=dict)
+    compiled_calls: dict[str, int] = field(default_factory=dict)  # step index -> calls into compiled code, training
+    eval_graph_calls: dict[str, int] = field(default_factory=dict)  # step index -> graphs its evaluation ran
     unavailable: list[str] = field(default_factory=list)  # "graph counts: OutputGraph.call_user_compiler is missing"
     probe_modes: str = "suspended"  # how the doctor's op windows met compiled code: suspended | off
     logging_overhead_s: float = 0.0  # Dynamo's own measure of structured-logging time inside the compiles

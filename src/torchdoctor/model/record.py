@@ -37,6 +37,10 @@ from torchdoctor.model.trace_summary import TraceSummary
 # 10: following per rank (`run --follow --nproc-per-node N`): TimelinePoint.comm_wait_s (the step's wait in
 #     collectives), ChangePoint.rank (a rank that became a straggler, kind "straggler"), BlackBox.rank, and
 #     RankView.blackbox (every rank's black box in a merged run)
+#     and OptimizerInfo.implementation (the update path the first step ran: for-loop | foreach | fused, as torch
+#     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
+#     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:
+#     CompileInfo.eval_graph_calls)
 SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
@@ -286,6 +290,11 @@ class OptimizerInfo:
     zero_grad_location: Location | None = None
     zero_grad_total_s: float = 0.0
     closure: Location | None = None  # the closure passed to step(closure): where it is defined
+    # The update path the first step ran, as torch resolves `foreach`/`fused` (None: PyTorch picks) for these
+    # parameters: "for-loop" (single-tensor), "foreach" or "fused"; None: not a torch.optim update (unknown)
+    implementation: str | None = None
+    fused_available: bool | None = None  # torch has fused kernels for this optimizer, these parameters and device
+    param_devices: list[str] = field(default_factory=list)  # device types of the parameters ("cpu", "cuda")
 
 
 @dataclass

@@ -312,7 +312,7 @@ class GraphBreak(Rule):
 
     def _finding(self, record, facts, brk: compile_record.GraphBreak, graphs, calls) -> Finding:
         where = f"inside {brk.library}" if brk.library else "in your code"
-        per_step = (f"; a step ran {graphs:.0f} compiled graphs" + (f" in {calls:.0f} compiled calls" if calls else "")
+        per_step = (f"; a training step ran {graphs:.0f} compiled graphs" + (f" in {calls:.0f} compiled calls" if calls else "")
                     if graphs else "")
         message = (f"Dynamo broke the graph at this line ({where}): {brk.reason}"
                    + (f" {brk.detail}" if brk.detail else "") + f" It broke here in {brk.count} compile"
@@ -350,7 +350,7 @@ def _per_measured_step(record: RunRecord, counts: dict[str, int]) -> float | Non
 
 
 def graphs_per_step(record: RunRecord) -> float | None:
-    """Compiled forward graphs a measured step ran (None: not counted)."""
+    """Compiled forward graphs a measured step's training ran, its evaluation's apart (None: not counted)."""
     return _per_measured_step(record, record.compile.graph_calls) if record.compile else None
 
 

@@ -258,7 +258,8 @@ class OptimizerForeachOff(Rule):
     fix = (
         "Let PyTorch pick the multi-tensor path (the default on CUDA) or ask for it:\n```python\n"
         "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)               # foreach by default on CUDA\n"
-        "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)   # CUDA, fastest\n```"
+        "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)   # CUDA or CPU, fastest\n```\n"
+        "On a CPU the default is the for-loop path too: there `fused=True` (Adam, AdamW, SGD, Adagrad) is the fix."
     )
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
@@ -295,6 +296,125 @@ class OptimizerForeachOff(Rule):
                 )
             )
         return findings
+
+
+# TD306: optimizer.step() on torch's single-tensor (for-loop) path is worth a finding when it takes at
+# least this share of the median measured step: below it even removing the whole update would gain
+# little more than a CPU's run-to-run noise (rules/base.py: 5 % is about twice that noise).
+FOR_LOOP_MIN_SHARE = 0.10
+# What share of the for-loop step the fused kernels remove, assumed for the estimate. Source: one
+# optimizer step timed alone on a shared 2-core CPU, torch 2.13, for-loop vs fused=True, best of 15,
+# three shapes (200 tensors of 64x64, an 8-layer 512-wide MLP, six 2048x2048 + one 6282x768): fused
+# took 0.02-0.28 of the for-loop time for Adam/AdamW/Adagrad (>= 72 % saved) and 0.34-0.80 for SGD
+# (>= 20 % saved). The smallest saving seen is the one assumed; other optimizers get SGD's.
+FUSED_SAVES = {"Adam": 0.7, "AdamW": 0.7, "Adagrad": 0.7}
+FUSED_SAVES_OTHER = 0.2
+# foreach on the CPU loops over the tensors in C++: 0.27-1.88 of the for-loop time in the same
+# benchmark, sometimes slower. No estimate is made for it; `tune --set foreach=true` measures it.
+SPREAD_QUANTILES = (0.1, 0.9)
+
+
+class OptimizerForLoop(Rule):
+    code = "TD306"
+    slug = "optimizer-for-loop"
+    example = ("optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)   # on a CPU: the for-loop path\n"
+               "optimizer.step()   # a dozen ops per parameter tensor, one tensor at a time")
+    title = "optimizer.step() runs the single-tensor (for-loop) implementation and takes much of the step"
+    rationale = (
+        "With `foreach` and `fused` left unset, torch.optim picks the multi-tensor (foreach) path only when every "
+        "parameter is on a foreach device (CUDA); on a CPU Adam, AdamW, SGD and the others fall back to a Python "
+        "loop over the parameter tensors, a dozen small ops each. The fused kernels (Adam, AdamW, SGD, Adagrad, "
+        "on CPU and CUDA) do the whole update in one pass per tensor."
+    )
+    fix = (
+        "Ask for the fused kernels (or foreach, for an optimizer that has no fused one):\n```python\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)    # Adam, AdamW, SGD, Adagrad\n"
+        "opt = torch.optim.RMSprop(model.parameters(), lr=1e-3, foreach=True) # the others\n```\n"
+        "The fused update computes the same formula in another order: results agree to rounding, not bit for bit."
+    )
+
+    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        steps = [s for s in facts.measured if s.duration_s > 0]
+        if not steps or not facts.step_s:
+            return []
+        looping = [o for o in record.optimizers if o.implementation == "for-loop" and o.foreach is None
+                   and not o.fused and o.step_calls > 0]
+        if not looping:
+            return []  # foreach=False set by the script is TD302's; foreach/fused already on: nothing to do
+        shares = sorted(s.optimizer_s / s.duration_s for s in steps)
+        median, low, high = statistics.median(shares), _quantile(shares, SPREAD_QUANTILES[0]), \
+            _quantile(shares, SPREAD_QUANTILES[1])
+        if median < FOR_LOOP_MIN_SHARE:
+            return []
+        opt = max(looping, key=lambda o: o.params)
+        optimizer_s = statistics.median(s.optimizer_s for s in steps)
+        step_s = statistics.median(s.duration_s for s in steps)
+        others = len(record.optimizers) - 1
+        devices = "/".join(opt.param_devices) or "this device"
+        knob = "fused" if opt.fused_available else "foreach"
+        if opt.fused_available:
+            saves = FUSED_SAVES.get(opt.class_name, FUSED_SAVES_OTHER)
+            speedup = amdahl(step_s, optimizer_s * saves)
+            basis = (f"Amdahl on the median measured step ({ms(step_s):.1f} ms): measured, optimizer.step() took "
+                     f"{ms(optimizer_s):.1f} ms of it (median over {len(steps)} steps); assumed, fused=True removes "
+                     f"{saves:.0%} of that (the smallest saving seen for {opt.class_name if opt.class_name in FUSED_SAVES else 'SGD'} "
+                     f"on a CPU benchmark); removing all of it would give {amdahl(step_s, optimizer_s):.2f}x at most. "
+                     "`torchdoctor tune --set fused=true` measures it")
+            reported = speedup if speedup >= MIN_REPORTED_SPEEDUP else None
+            # the severity holds at the low end of the measured share: a share the machine's noise
+            # pushed up for a few steps does not make a medium (llm.c: 14-23 %, a tabular MLP: 5-12 %)
+            floor = amdahl(step_s, low * step_s * saves)
+        else:
+            reported = None
+            basis = (f"not estimated: {opt.class_name} has no fused kernels for these parameters, and foreach on a "
+                     f"{devices} is sometimes no faster; removing the whole update would give "
+                     f"{amdahl(step_s, optimizer_s):.2f}x at most. `torchdoctor tune --set foreach=true` measures it")
+        fix = None if opt.fused_available else (
+            f"`{opt.class_name}` has no fused kernels here; ask for the multi-tensor path and measure it:\n```python\n"
+            f"opt = torch.optim.{opt.class_name}(model.parameters(), ..., foreach=True)\n```")
+        spread = (f"between {low:.0%} and {high:.0%} of a step ({SPREAD_QUANTILES[0]:.0%}-{SPREAD_QUANTILES[1]:.0%} "
+                  f"of the {len(steps)} measured steps)")
+        return [self.finding(
+            title=(f"{opt.class_name}.step() runs the for-loop implementation: {median:.0%} of each step "
+                   f"(fused=True available)" if opt.fused_available else
+                   f"{opt.class_name}.step() runs the for-loop implementation: {median:.0%} of each step"),
+            message=(f"{opt.class_name} was created {_flags(opt)}, so torch chose its single-tensor path "
+                     f"for parameters on the {devices} ({opt.param_tensors} tensors, {opt.params:,} values): each "
+                     f"step's update loops over the tensors in Python. Measured: optimizer.step() took a median "
+                     f"{median:.0%} of the step ({ms(optimizer_s):.1f} of {ms(step_s):.1f} ms), {spread}"
+                     + (f"; the time is that of all {others + 1} optimizers' steps" if others else "") + "."
+                     + (f" Torch {record.environment.torch} has fused {opt.class_name} kernels for these parameters"
+                        f" on the {devices} too: `fused=True`." if opt.fused_available else "")),
+            location=opt.created_at,
+            evidence={"optimizer": opt.class_name, "implementation": opt.implementation,
+                      "fused_available": opt.fused_available, "param_devices": opt.param_devices,
+                      "param_tensors": opt.param_tensors, "optimizer_ms_per_step": ms(optimizer_s),
+                      "step_ms": ms(step_s), "share_of_step_time": round(median, 3),
+                      "share_low": round(low, 3), "share_high": round(high, 3), "measured_steps": len(steps),
+                      "suggested": f"{knob}=True"},
+            speedup=reported,
+            basis=basis,
+            severity=(severity_for(min(reported, floor)) if reported is not None else
+                      Severity.MEDIUM if low >= 2 * FOR_LOOP_MIN_SHARE else Severity.LOW),
+            fix=fix,
+        )]
+
+
+def _flags(opt) -> str:
+    """How the script configured the update path: 'without foreach or fused', 'with fused=False (foreach unset)'."""
+    if opt.fused is None:
+        return "without foreach or fused"
+    return f"with fused={opt.fused} (foreach unset)"
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated."""
+    if len(ordered) == 1:
+        return ordered[0]
+    position = q * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 class GradZeroNotNone(Rule):

@@ -31,7 +31,8 @@ from torchdoctor.rules.distributed import DdpConfig, GradAccumNoSync, NcclTransp
 from torchdoctor.rules.fsdp import FsdpNoMixedPrecision, FsdpReshardAfterForward, FsdpUnitGranularity
 from torchdoctor.rules.gpu import ClockThrottle, GpuUnderutilized
 from torchdoctor.rules.hot_lines import HotLine
-from torchdoctor.rules.launch import GradZeroNotNone, OptimizerForeachOff, PerParameterUpdate, PythonLoopOps
+from torchdoctor.rules.launch import (GradZeroNotNone, OptimizerForeachOff, OptimizerForLoop, PerParameterUpdate,
+                                     PythonLoopOps)
 from torchdoctor.rules.memory import MemoryHeadroom, MemoryPressure, OutOfMemory
 from torchdoctor.rules.phases import FrequentCheckpoint, FrequentEval, LoggingOverhead
 from torchdoctor.rules.scaling import ScalingVerdict, SlowInterconnect, StragglerRank
@@ -55,7 +56,7 @@ class Detector:
 RUNTIME_RULES: tuple[type[Rule], ...] = (
     DataLoaderStall, WorkerRespawn, PageableTransfer, BlockingTransfer,
     HostSync, DataDependentSync, EvalTransfer, ExplicitSync,
-    PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate,
+    PythonLoopOps, OptimizerForeachOff, GradZeroNotNone, PerParameterUpdate, OptimizerForLoop,
     SmallBatch, NoMixedPrecision, NoTf32, CompileCandidate, Recompilation, GraphBreak,
     MemoryHeadroom, MemoryPressure, OutOfMemory, DataParallelUsed,
     FrequentEval, FrequentCheckpoint, LoggingOverhead,

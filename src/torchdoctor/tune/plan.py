@@ -45,6 +45,9 @@ def _fixes_for(code: str, record: RunRecord, cuda: bool) -> dict[str, str] | Non
         "TD103": {"pin_memory": "true"} if cuda else None,
         "TD104": {"non_blocking": "true"} if cuda else None,
         "TD302": {"foreach": "true"},
+        # the fused kernels where torch has them for the looping optimizer, else foreach
+        "TD306": {"fused": "true"} if any(o.implementation == "for-loop" and o.fused_available
+                                          for o in record.optimizers) else {"foreach": "true"},
         "TD303": {"zero_grad": "none"},
         "TD402": {"amp": "bf16"} if cuda else None,
         "TD403": {"tf32": "true"} if cuda else None,

@@ -151,9 +151,9 @@ def _numerics_table(outcome: TuneOutcome) -> Table:
     return Table(title="Numerics guard", columns=["trial", "applied", "losses", "compared", "largest rel. diff",
                                                   "must be", "detail"], rows=rows,
                  caption=("Each trial's losses (the values the script passed to backward()) against the baseline's, "
-                          "step by step. Knobs that only move work (workers, pinning, prefetch, foreach/fused, "
-                          "zero_grad, no_sync, DDP buckets) must keep them bit-identical; AMP, TF32, compile, threads "
-                          "and compressed all-reduce within the stated tolerance; batch size and ranks change each "
+                          "step by step. Knobs that only move work (workers, pinning, prefetch, foreach, "
+                          "zero_grad, no_sync, DDP buckets) must keep them bit-identical; AMP, TF32, compile, threads, "
+                          "fused optimizer kernels and compressed all-reduce within the stated tolerance; batch size and ranks change each "
                           "step's data, so only the level of the losses is compared. A trial marked CHANGED is never "
                           "recommended."))
 

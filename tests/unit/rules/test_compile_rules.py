@@ -88,7 +88,7 @@ def test_a_graph_break_at_a_host_read_names_the_users_line():
         graph_calls={str(i): 2 for i in range(1, 6)}, compiled_calls={str(i): 1 for i in range(1, 6)})
     (finding,) = GraphBreakRule().check(rec, RunFacts.of(rec))
     assert finding.location == where and finding.severity == Severity.MEDIUM
-    assert "a step ran 2 compiled graphs in 1 compiled calls" in finding.message
+    assert "a training step ran 2 compiled graphs in 1 compiled calls" in finding.message
     assert "not measurable on CPU" in finding.estimate_basis and ".item()" in finding.fix
 
 

@@ -245,3 +245,14 @@ def test_the_ladder_never_puts_a_stage_above_its_ceiling_without_saying_why(tmp_
     assert rows["full run, recommended knobs"][1] > rows["data loader alone"][1]
     assert "its knobs changed the loader" in rows["full run, recommended knobs"][3]
     assert "reference report" not in ladder.caption
+
+
+def test_a_for_loop_optimizer_is_tried_fused_where_torch_has_the_kernels():
+    from helpers.records import optimizer
+
+    report = Report(source="run", tool_version="0", findings=[finding("TD306", 1.2)])
+    rec = record()
+    rec.optimizers = [optimizer(implementation="for-loop", fused_available=True)]
+    assert [t.name for t in plan_trials(report, rec, cuda=False)] == ["fused=true"]
+    rec.optimizers = [optimizer(class_name="RMSprop", implementation="for-loop", fused_available=False)]
+    assert [t.name for t in plan_trials(report, rec, cuda=False)] == ["foreach=true"]

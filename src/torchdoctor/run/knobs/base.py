@@ -58,6 +58,11 @@ class KnobGroup:
         """This knob cannot apply to this script; the run goes on without it."""
         self._refused.setdefault(name, why)
 
+    def withdraw(self, name: str, why: str) -> None:
+        """The knob was applied, then taken back (the script did the same itself later): not applied."""
+        self._applied.pop(name, None)
+        self._refused[name] = why
+
     def outcomes(self) -> list[KnobOutcome]:
         out = []
         for name, value in self.settings.items():

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import shutil
+import weakref
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from torchdoctor.run.knobs.base import KnobGroup
 from torchdoctor.run.knobs.model import TrainedModelFinder
+from torchdoctor.run.probes.frames import own_caller_location
 
 _NEEDS_CUDA = "no CUDA device: {} only changes GPU kernels"
 
@@ -22,6 +24,9 @@ class ComputeKnobs(KnobGroup):
     def __init__(self, settings, ctx) -> None:
         super().__init__(settings, ctx)
         self.finder: TrainedModelFinder | None = None
+        self._compiled_by_knob: "weakref.ref[torch.nn.Module] | None" = None
+        self._knob_compiling = False
+        self._unfound_note: str | None = None  # the script compiled before the model was found
         self._autocast_stack: list = []
         self._threads_before: int | None = None
 
@@ -44,6 +49,11 @@ class ComputeKnobs(KnobGroup):
         if self._wants_model():
             self.finder = TrainedModelFinder(self._on_model)
             self.finder.install()
+        if self.settings.get("compile"):
+            # the script's own compiles, seen whenever they come: before the model is found (then the
+            # knob has nothing to add) or after the knob compiled it (then the knob's is taken back)
+            self.patches.wrap(torch, "compile", self._wrap_script_compile)
+            self.patches.wrap(torch.nn.Module, "compile", self._wrap_script_module_compile)
 
     def uninstall(self) -> None:
         if self.finder is not None:
@@ -53,6 +63,11 @@ class ComputeKnobs(KnobGroup):
         if self._threads_before is not None:  # the run is over; leave the process as it was
             torch.set_num_threads(self._threads_before)
         super().uninstall()
+
+    def outcomes(self):
+        if self._unfound_note is not None and self.finder is not None and self.finder.model is None:
+            self.refuse("compile", self._unfound_note)  # the model never showed outside compiled code
+        return super().outcomes()
 
     def _wants_model(self) -> bool:
         return (self.settings.get("amp", "off") != "off" or bool(self.settings.get("compile"))
@@ -104,12 +119,65 @@ class ComputeKnobs(KnobGroup):
             self._install_autocast(model, name, device, amp)
         if self.settings.get("compile"):
             if _already_compiled(model):
-                self.refuse("compile", f"{name} is already compiled by the script (torch.compile): nothing to add")
+                inner = type(getattr(model, "_orig_mod", model)).__name__
+                self.refuse("compile", f"already compiled by the script: {inner} runs under the script's own "
+                                       "torch.compile, nothing to add")
             elif device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-                self.refuse("compile", "no C++ compiler found: torch.compile on CPU needs one")
+                self.refuse("compile", "not applicable: no C++ compiler found, and torch.compile on CPU needs one")
             else:
-                model.compile()  # in place: later calls of this module run the compiled graph
+                self._knob_compiling = True
+                try:
+                    model.compile()  # in place: later calls of this module run the compiled graph
+                finally:
+                    self._knob_compiling = False
+                self._compiled_by_knob = weakref.ref(model)
                 self.applied("compile", f"{name}.compile() (the first steps pay the compile time)")
+
+    # ---- the script's own compiles ------------------------------------------------------
+    def _wrap_script_compile(self, original):
+        group = self
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            target = args[0] if args else kwargs.get("model")
+            if not group._knob_compiling and target is not None:
+                group._script_compiles(target)
+            return original(*args, **kwargs)
+
+        return compile
+
+    def _wrap_script_module_compile(self, original):
+        group = self
+
+        @functools.wraps(original)
+        def compile(module, *args, **kwargs):
+            if not group._knob_compiling:
+                group._script_compiles(module)
+            return original(module, *args, **kwargs)
+
+        return compile
+
+    def _script_compiles(self, target) -> None:
+        """The script compiles `target` itself: if that is (or holds) the model the knob compiled,
+        the knob's compile is taken back, so the steps run the script's compile alone. Before the
+        model is found, the script's compile is the answer should the model never be found (it is
+        then called only inside the script's compiled code, where the doctor's hooks stand aside)."""
+        if self.finder is not None and self.finder.model is None and self._unfound_note is None:
+            where = own_caller_location(2)
+            name = getattr(target, "__name__", None) or type(getattr(target, "_orig_mod", target)).__name__
+            self._unfound_note = (f"already compiled by the script: it compiles {name} itself"
+                                  + (f" ({where.path}:{where.line})" if where else "")
+                                  + "; the model it trains was called only inside compiled code")
+        model = self._compiled_by_knob() if self._compiled_by_knob is not None else None
+        if model is None or not _holds(target, model):
+            return
+        model._compiled_call_impl = None  # what Module.compile() set: the module's own call again
+        self._compiled_by_knob = None
+        where = own_caller_location(2)
+        self.withdraw("compile", f"already compiled by the script: it compiles {type(model).__name__} itself"
+                                 + (f" ({where.path}:{where.line})" if where else "")
+                                 + " after the knob did; the knob's compile was taken back, the steps ran the "
+                                   "script's own")
 
     def _install_autocast(self, model: torch.nn.Module, name: str, device: torch.device, amp: str) -> None:
         if amp == "fp16" and not _script_has_grad_scaler():
@@ -143,8 +211,17 @@ def _to_cuda(original, args, kwargs) -> bool:
     return isinstance(target, torch.Tensor) and target.device.type == "cuda"
 
 
+def _holds(target, model: torch.nn.Module) -> bool:
+    """`target` (what the script compiles) is the model, its wrapper, one of its methods, or a
+    module that contains it."""
+    if target is model or getattr(target, "_orig_mod", None) is model or getattr(target, "__self__", None) is model:
+        return True
+    return isinstance(target, torch.nn.Module) and any(m is model for m in target.modules())
+
+
 def _already_compiled(model: torch.nn.Module) -> bool:
-    """The script compiled this model itself: `model.compile()`, or a `torch.compile(model)` wrapper."""
+    """The script compiled this model itself: `model.compile()`, a `torch.compile(model)` wrapper,
+    or the wrapper itself (the module the optimizer trains, called from the script, is the wrapper)."""
     if getattr(model, "_compiled_call_impl", None) is not None:
         return True
     import sys
@@ -154,6 +231,9 @@ def _already_compiled(model: torch.nn.Module) -> bool:
     import gc
 
     from torch._dynamo.eval_frame import OptimizedModule
+
+    if isinstance(model, OptimizedModule):
+        return True
 
     return any(isinstance(o, OptimizedModule) and getattr(o, "_orig_mod", None) is model
                for o in gc.get_objects() if type(o).__name__ == "OptimizedModule")

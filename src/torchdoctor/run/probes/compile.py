@@ -10,7 +10,8 @@ and how many compiled graphs a step runs, from torch's own sources.
 - Dynamo's `graph_breaks` log, through a handler of ours (it prints nothing the script did not
   ask for): each break's reason and user line.
 - The backend's compiled graphs, counted as they run (one integer increment per graph call),
-  and scanned once when compiled for host reads compiled into the graph.
+  training apart from the script's evaluation regions (a generation loop's graphs are no
+  training step's), and scanned once when compiled for host reads compiled into the graph.
 
 Nothing here runs per op. The doctor's own TorchFunctionModes (the op sampler's API watcher,
 the backward timer's tagger) would be traced by Dynamo into the user's graphs and break them;
@@ -39,6 +40,7 @@ from torchdoctor.model.location import Location
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.frames import (USER, classify_file, display_path, library_of, location_of,
                                            own_caller_location, source_text, user_frame)
+from torchdoctor.run.probes.global_hooks import pause_own_module_hooks, quiet_global_hook_check
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession
 
@@ -75,9 +77,10 @@ class CompileProbe:
         self.patches = PatchSet()
         self.info = CompileInfo(torch_version=torch.__version__)
         self.hooked = False  # Dynamo's hooks are in
-        self.graph_calls = 0
+        self.graph_calls = 0  # in training: outside the script's evaluation regions
         self.compiled_calls = 0
-        self._step_marks = (0, 0)
+        self.eval_graph_calls = 0  # inside them (model.eval() to model.train()): not a training step's
+        self._step_marks = (0, 0, 0)
         self._open: dict[tuple[str, str], CompileEvent] = {}
         self._events: list[CompileEvent] = []
         self._breaks: dict[tuple[str, int, str], GraphBreak] = {}
@@ -91,6 +94,7 @@ class CompileProbe:
 
     # ---- install -------------------------------------------------------------------------
     def install(self) -> None:
+        quiet_global_hook_check(self.patches)  # the doctor's global hooks never make Dynamo warn the script
         if hasattr(torch, "compile"):
             self.patches.wrap(torch, "compile", self._wrap_compile)
         if "torch._dynamo" in sys.modules and _frames_compiled():  # compiled before the probes (watch(), a callback)
@@ -241,9 +245,9 @@ class CompileProbe:
     def _enter_compiled(self):
         """Every call into compiled code: count it, and lift the doctor's function modes off the
         stack until it returns (Dynamo would trace them into the graph)."""
-        self.compiled_calls += 1
-        memory = getattr(self.session, "memory", None)
-        restore_hooks = memory.pause_module_hooks() if memory is not None else None
+        if self.session.eval_started is None:
+            self.compiled_calls += 1
+        restore_hooks = pause_own_module_hooks()  # the memory accounting's, an evaluation sample's, a knob's
         depth = torch._C._len_torch_function_stack()
         if not depth:
             return restore_hooks or _nothing
@@ -278,7 +282,10 @@ class CompileProbe:
                 pass
 
             def counted(*args, **kwargs):
-                probe.graph_calls += 1
+                if probe.session.eval_started is None:
+                    probe.graph_calls += 1
+                else:
+                    probe.eval_graph_calls += 1
                 return compiled(*args, **kwargs)
 
             return counted
@@ -371,12 +378,14 @@ class CompileProbe:
             if "torch._dynamo" in sys.modules and _frames_compiled():
                 self._hook_dynamo(existing=True)
             return
-        graphs, calls = self._step_marks
+        graphs, calls, in_eval = self._step_marks
         if self.graph_calls != graphs:
             self.info.graph_calls[str(step.index)] = self.graph_calls - graphs
         if self.compiled_calls != calls:
             self.info.compiled_calls[str(step.index)] = self.compiled_calls - calls
-        self._step_marks = (self.graph_calls, self.compiled_calls)
+        if self.eval_graph_calls != in_eval:
+            self.info.eval_graph_calls[str(step.index)] = self.eval_graph_calls - in_eval
+        self._step_marks = (self.graph_calls, self.compiled_calls, self.eval_graph_calls)
 
     # ---- after the run ------------------------------------------------------------------------------
     def contribute(self, record: RunRecord) -> None:

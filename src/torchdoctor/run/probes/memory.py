@@ -200,25 +200,6 @@ class MemoryProbe:
 
         return self._mode is not None and _get_current_dispatch_mode() is self._mode
 
-    def pause_module_hooks(self):
-        """Take the module hooks out while compiled code runs (Dynamo would trace them into the
-        user's graph); returns what puts them back. Inside compiled code the accounting sees the
-        storages the graph's ops and autograd make, without naming the inner modules."""
-        if not self._active:
-            return None
-        taken = []
-        for handle in self._handles[:2]:
-            for ref in _hook_dicts(handle):
-                hooks = ref()
-                if hooks is not None and handle.id in hooks:
-                    taken.append((hooks, handle.id, hooks.pop(handle.id)))
-
-        def restore() -> None:
-            for hooks, key, hook in taken:
-                hooks[key] = hook
-
-        return restore
-
     # ---- hooks (only while the window is open) ------------------------------------------
     def _enter(self, module, args):
         if current_pid() == self.pid:
@@ -438,11 +419,3 @@ def _address_space_limit() -> str:
     if soft == resource.RLIM_INFINITY:
         return ""
     return f"RLIMIT_AS {format_bytes(soft)} (the process's address space)"
-
-
-def _hook_dicts(handle) -> tuple:
-    """The dictionaries a RemovableHandle's hook lives in (one, or two for an always-called hook)."""
-    refs = getattr(handle, "hooks_dict_ref", None)
-    refs = refs if isinstance(refs, tuple) else (refs,)
-    extra = getattr(handle, "extra_dict_ref", ())
-    return tuple(r for r in (*refs, *(extra if isinstance(extra, tuple) else (extra,))) if r is not None)

@@ -199,6 +199,7 @@ class StepProbe:
             # (set by the script, or by a `--set foreach=...` knob just before this step).
             group = optimizer.param_groups[0]
             info.foreach, info.fused = group.get("foreach", info.foreach), group.get("fused", info.fused)
+            info.implementation, info.fused_available, info.param_devices = update_path(optimizer)
 
     # ---- zero_grad and backward ---------------------------------------------------
     def _wrap_zero_grad(self, original):
@@ -307,3 +308,42 @@ def _describe(optimizer: Optimizer, created_at) -> OptimizerInfo:
         fused=defaults.get("fused"),
         created_at=created_at,
     )
+
+
+def update_path(optimizer: Optimizer) -> tuple[str | None, bool | None, list[str]]:
+    """(implementation, fused available, parameter device types) of a torch.optim optimizer, from
+    torch's own rules: `foreach=None, fused=None` resolves through
+    `torch.optim.optimizer._default_to_fused_or_foreach` (foreach only where every parameter sits on
+    a foreach device: CUDA, not the CPU), fused needs a `fused` argument and floating-point parameters
+    on `_get_fused_kernels_supported_devices()`. (None, None, devices) for an optimizer outside
+    torch.optim's family or a torch without these helpers: never a guess."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    devices = sorted({p.device.type for p in params})
+    try:
+        import inspect
+
+        from torch.optim import optimizer as optim_module
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        base = next((c for c in type(optimizer).__mro__ if c.__module__.startswith("torch.optim.")
+                     and c is not Optimizer), None)
+        if base is None or "foreach" not in inspect.signature(base.__init__).parameters:
+            return None, None, devices
+        groups = optimizer.param_groups
+        differentiable = any(g.get("differentiable") for g in groups)
+        fused_devices = set(_get_fused_kernels_supported_devices())
+        fused_available = ("fused" in inspect.signature(base.__init__).parameters and not differentiable
+                           and all(torch.is_floating_point(p) and p.device.type in fused_devices for p in params))
+        if any(g.get("fused") for g in groups):
+            return "fused", fused_available, devices
+        foreach = {g.get("foreach") for g in groups}
+        if foreach == {True}:
+            return "foreach", fused_available, devices
+        if foreach == {False}:
+            return "for-loop", fused_available, devices
+        if foreach == {None}:
+            _, chosen = optim_module._default_to_fused_or_foreach(params, differentiable, use_fused=False)
+            return ("foreach" if chosen else "for-loop"), fused_available, devices
+        return None, fused_available, devices  # groups that differ: no one path
+    except Exception:  # noqa: BLE001 - a torch without these helpers: not measurable
+        return None, None, devices

@@ -282,3 +282,47 @@ def test_the_compile_knob_sees_a_model_the_script_compiled_itself():
     assert not _already_compiled(plain)
     assert _already_compiled(wrapped) and _already_compiled(in_place)
     del compiled
+
+
+def test_the_compile_knob_sees_the_scripts_wrapper_itself():
+    """The module called from the script whose parameters the optimizer trains is the
+    `torch.compile(model)` wrapper when the script compiled before it made the optimizer."""
+    from torchdoctor.run.knobs.compute import _already_compiled
+
+    compiled = torch.compile(torch.nn.Linear(2, 2))  # nothing compiles before the first call
+    assert _already_compiled(compiled)
+
+
+# The script compiles its model itself after the knob did (a first forward before its own compile)
+COMPILES_LATER = """
+import torch
+from torch import nn
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with torch.no_grad():
+    model(torch.randn(2, 8))            # the knob finds the model here and compiles it
+model.compile()                         # the script's own compile, later
+for step in range(8):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_the_compile_knob_is_taken_back_when_the_script_compiles_the_model_later(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_compile(self, *args, **kwargs):  # Module.compile's effect, without compiling
+        calls.append(type(self).__name__)
+        self._compiled_call_impl = self._call_impl
+
+    monkeypatch.setattr(torch.nn.Module, "compile", fake_compile)
+    script = tmp_path / "train.py"
+    script.write_text(COMPILES_LATER)
+    record = execute(RunRequest(target=str(script), warmup=1, steps=4, knobs=parse_settings(["compile=true"])),
+                     tmp_path)
+    assert record.run.status in ("completed", "step-limit"), record.run.error
+    assert calls == ["Sequential", "Sequential"]  # the knob's, then the script's own
+    result = outcome(record, "compile")
+    assert not result.applied and "already compiled by the script" in result.detail and "train.py:8" in result.detail
