@@ -50,7 +50,7 @@ def main():
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)  # verdict: TD606
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)  # one multi-tensor update (not TD306)
     gen = torch.Generator().manual_seed(dist.get_rank())
     for step in range(args.steps):
         x = torch.randn(args.batch_size, 256, generator=gen)

@@ -55,7 +55,7 @@ def main():
         if isinstance(layer, (nn.Linear, nn.LayerNorm)):
             fully_shard(layer, mesh=mesh)  # expect: TD608  # verdict: TD606
     fully_shard(model, mesh=mesh)  # verdict: TD606
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)  # one multi-tensor update (not TD306)
     gen = torch.Generator().manual_seed(dist.get_rank())
     for step in range(args.steps):
         x = torch.randn(args.batch_size, 256, generator=gen)
