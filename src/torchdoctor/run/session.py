@@ -36,6 +36,11 @@ DONE = object()
 EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit", "on_stop", "on_output", "on_training_start",
           "on_failure", "on_optimizer_created")
 OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
+# A listener whose on_step only watches for news (a module imported, a process group made, a
+# /proc reading due) sets `polls_steps = True`: it gets every step a window ran in, every warm-up
+# step, and an unmeasured step at most every POLL_S. An unmeasured step then calls no handler at
+# all unless a listener needs every step (the follower, a progress line).
+POLL_S = 0.05
 
 
 class StopRun(BaseException):
@@ -155,6 +160,8 @@ class RunSession:
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None
         self._listeners: dict[str, list[Callable]] = {event: [] for event in EVENTS}
+        self._pollers: list[Callable] = []  # on_step handlers of listeners that poll (POLL_S)
+        self._polled_at = self.t0
         self.line_sampler = None  # a window probe too: samples lines in its own steps
         self.memory: WindowProbe | None = None  # storage accounting: opens at the first training activity
         first = config.warmup + 2  # one clean measured step first, for the baseline
@@ -186,10 +193,24 @@ class RunSession:
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
         """Pass each event on to `listener`'s handler of the same name, if it has one."""
+        polls = getattr(listener, "polls_steps", False) is True
         for event in EVENTS:
             handler = getattr(listener, event, None)
             if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
-                self._listeners[event].append(handler)
+                (self._pollers if polls and event == "on_step" else self._listeners[event]).append(handler)
+
+    def every_step(self, handler: Callable) -> None:
+        """A polling on_step handler needs every step from now on (a probe that began counting per step)."""
+        if handler in self._pollers:
+            self._pollers = [h for h in self._pollers if h != handler]
+            self._listeners["on_step"].append(handler)
+
+    def _poll(self, sample: StepSample, now: float) -> None:
+        self._polled_at = now
+        handlers = self._pollers
+        for handler in handlers:
+            if handler(sample) is DONE:
+                self._pollers = [h for h in self._pollers if h is not handler]
 
     def notify(self, event: str, *args) -> None:
         handlers = self._listeners[event]
@@ -273,9 +294,15 @@ class RunSession:
         index = len(self.steps) + 1
         ledger = self.ledger
         if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
-            # no window ran in this step nor opens in the next: the lean path, what an unmeasured step costs
-            warmup = index <= self.config.warmup
-            sample = self._step_sample(index, now, warmup=warmup, sampled=False)
+            # No window ran in this step nor opens in the next: the lean path, what an unmeasured step
+            # costs (README, "The doctor's own cost"). _step_sample inline: a call less a step.
+            t0, warmup, sec, held = self.t0, index <= self.config.warmup, ledger.seconds, ledger.batch_shape
+            sample = StepSample(
+                index, self.interval_start - t0, now - t0, warmup, False, ledger.micro_batches,
+                ledger.closure_calls, ledger.samples, sec["data_wait"], sec["backward"], sec["optimizer"],
+                sec["zero_grad"], sec["eval"], sec["checkpoint"], sec["logging"], None,
+                None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)), ledger.doctor_s,
+                [], [])
             self.steps.append(sample)
             if not warmup:
                 clean = self._clean
@@ -284,7 +311,10 @@ class RunSession:
                     self.baseline_s = statistics.median(clean[-64:])
             ledger.reset()
             self.interval_start = now
-            self.notify("on_step", sample)
+            if self._listeners["on_step"]:
+                self.notify("on_step", sample)
+            if self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1):
+                self._poll(sample, now)
         else:
             self._close_windowed_step(index, now)
         if index - self.config.warmup >= self.config.steps:
@@ -316,6 +346,8 @@ class RunSession:
         ledger.reset()
         self.interval_start = now
         self.notify("on_step", sample)
+        if self._pollers:
+            self._poll(sample, now)
         lines = self.line_sampler
         if lines is not None and lines.active:
             # Samples count only for whole steps: what the interval just closed recorded is

@@ -208,10 +208,41 @@ class DataLoaderProbe:
             entered = clock()
             if session.stop_reason is not None:
                 session.raise_if_stopping()
+            ledger = session.ledger
+            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
+            if stats is not None and not session._open and not ledger.heavy_probe_ran \
+                    and session.eval_started is None and stats.batches % CPU_EVERY and not listeners["on_batch"]:
+                # The lean path: a training batch outside every window, in a step left to time alone
+                session.loading_depth += 1
+                started = clock()
+                try:
+                    batch = original(it)
+                finally:
+                    ended = clock()
+                    session.loading_depth -= 1
+                    seconds = ended - started
+                    ledger.seconds["data_wait"] += seconds
+                    stats.wait_total_s += seconds
+                    if it.__dict__.get(_FIRST):
+                        _first_batch(it, stats, seconds)
+                stats.batches += 1
+                kind = type(batch)
+                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and batch[0].dim() > 0:
+                    tensor = batch[0]  # first_tensor's usual case, inline
+                else:
+                    tensor = first_tensor(batch)
+                if tensor is not None:
+                    ledger.samples = (ledger.samples or 0) + tensor.size(0)
+                    ledger.batch_shape = tensor
+                sampler = session.sampler
+                if sampler is not None and sampler.active:
+                    sampler.on_batch(False)
+                if ended - session.t0 > session.config.max_seconds:
+                    session.check_time()
+                ledger.doctor_s += (started - entered) + (clock() - ended)
+                return batch
             if session._open:
                 session.checkpoint()  # before the batch: outside every torch mode
-            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
-            ledger = session.ledger
             heavy = ledger.heavy_probe_ran
             # The training thread's CPU time inside next() tells loading that computes from loading
             # that waits: read on one batch in CPU_EVERY, and on every batch of a step already left out
