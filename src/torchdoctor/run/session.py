@@ -43,6 +43,66 @@ OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 POLL_S = 0.05
 
 
+class StepLog(list):
+    """`session.steps`: the run's StepSamples. An unmeasured step that no listener needs at once is
+    kept as a row (a tuple of the figures its sample is made of, in the sample's field order) and
+    made a StepSample only when the steps are read: building one costs the user's loop a few µs a
+    step on a busy machine (README, "The doctor's own cost"). Reads see every step, in order."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self._rows: list[tuple] = []
+
+    def _build(self) -> None:
+        rows, self._rows = self._rows, []
+        list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc, [], [])
+                           for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in rows])
+
+    def __len__(self) -> int:
+        return list.__len__(self) + len(self._rows)
+
+    def __bool__(self) -> bool:
+        return bool(self._rows) or list.__len__(self) > 0
+
+    def __getitem__(self, key):
+        if self._rows:
+            self._build()
+        return list.__getitem__(self, key)
+
+    def __iter__(self):
+        if self._rows:
+            self._build()
+        return list.__iter__(self)
+
+    def __reversed__(self):
+        if self._rows:
+            self._build()
+        return list.__reversed__(self)
+
+    def append(self, sample: StepSample) -> None:
+        if self._rows:
+            self._build()
+        list.append(self, sample)
+
+
+def _built_first(name: str):
+    method = getattr(list, name)
+
+    def built_first(self, *args, **kwargs):
+        if self._rows:
+            self._build()
+        return method(self, *args, **kwargs)
+
+    built_first.__name__ = name
+    return built_first
+
+
+for _name in ("__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
+              "__setitem__", "__delitem__", "__iadd__", "__reduce_ex__", "copy", "count", "index", "extend", "insert",
+              "pop", "remove", "reverse", "sort", "clear", "__repr__"):
+    setattr(StepLog, _name, _built_first(_name))
+
+
 class StopRun(BaseException):
     """Raised into the user's script to end it after the last measured step.
 
@@ -141,7 +201,8 @@ class RunSession:
         # there they must neither count steps nor stop anything, so the user's workers run as written
         self.pid = current_pid()
         self.ledger = StepLedger()
-        self.steps: list[StepSample] = []
+        self.steps: list[StepSample] = StepLog()
+        self.step_count = 0  # len(self.steps), without a call: steps closed so far
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -291,30 +352,40 @@ class RunSession:
         if self.eval_started is not None:  # a step inside an eval region: split it here
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
             self.eval_started = now
-        index = len(self.steps) + 1
+        index = self.step_count + 1
         ledger = self.ledger
         if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
             # No window ran in this step nor opens in the next: the lean path, what an unmeasured step
             # costs (README, "The doctor's own cost"). _step_sample inline: a call less a step.
-            t0, warmup, sec, held = self.t0, index <= self.config.warmup, ledger.seconds, ledger.batch_shape
-            sample = StepSample(
-                index, self.interval_start - t0, now - t0, warmup, False, ledger.micro_batches,
-                ledger.closure_calls, ledger.samples, sec["data_wait"], sec["backward"], sec["optimizer"],
-                sec["zero_grad"], sec["eval"], sec["checkpoint"], sec["logging"], None,
-                None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)), ledger.doctor_s,
-                [], [])
-            self.steps.append(sample)
+            t0, warmup, held, handlers = self.t0, index <= self.config.warmup, ledger.batch_shape, \
+                self._listeners["on_step"]
+            poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
+            # StepLog's row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s,
+            # then the seconds by category in CATEGORIES' order, the sample's field order)
+            row = (index, self.interval_start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls,
+                   ledger.samples, None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)),
+                   ledger.doctor_s, *ledger.seconds.values())
+            steps = self.steps
+            if handlers or poll or type(steps) is not StepLog:  # a listener reads it now: the sample itself
+                steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
+            else:
+                steps._rows.append(row)
+            self.step_count = index
             if not warmup:
                 clean = self._clean
                 clean.append(now - self.interval_start)
                 if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
                     self.baseline_s = statistics.median(clean[-64:])
-            ledger.reset()
+            # ledger.reset, inline: no window ran, so no probe name to clear
+            ledger.seconds.update(_ZERO)
+            ledger.samples = ledger.batch_shape = None
+            ledger.micro_batches = ledger.closure_calls = 0
+            ledger.doctor_s = 0.0
             self.interval_start = now
-            if self._listeners["on_step"]:
-                self.notify("on_step", sample)
-            if self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1):
-                self._poll(sample, now)
+            if handlers:
+                self.notify("on_step", steps[-1])
+            if poll:
+                self._poll(steps[-1], now)
         else:
             self._close_windowed_step(index, now)
         if index - self.config.warmup >= self.config.steps:
@@ -336,6 +407,7 @@ class RunSession:
         sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
                                    sampled=ledger.heavy_probe_ran or bool(ledger.probes))
         self.steps.append(sample)
+        self.step_count = index
         for name in sample.probes:
             budget = self.budgets.get(name)
             if budget is not None:

@@ -212,14 +212,13 @@ class DataLoaderProbe:
             stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
             if stats is not None and not session._open and not ledger.heavy_probe_ran \
                     and session.eval_started is None and stats.batches % CPU_EVERY and not listeners["on_batch"]:
-                # The lean path: a training batch outside every window, in a step left to time alone
-                session.loading_depth += 1
+                # The lean path: a training batch outside every window, in a step left to time alone.
+                # No sampler runs here, so none reads loading_depth: it is not kept.
                 started = clock()
                 try:
                     batch = original(it)
                 finally:
                     ended = clock()
-                    session.loading_depth -= 1
                     seconds = ended - started
                     ledger.seconds["data_wait"] += seconds
                     stats.wait_total_s += seconds
@@ -232,11 +231,10 @@ class DataLoaderProbe:
                 else:
                     tensor = first_tensor(batch)
                 if tensor is not None:
-                    ledger.samples = (ledger.samples or 0) + tensor.size(0)
+                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
                     ledger.batch_shape = tensor
-                sampler = session.sampler
-                if sampler is not None and sampler.active:
-                    sampler.on_batch(False)
+                # no window is open nor was in this step: the op sampler is off (it samples in windows,
+                # and in evaluations, which take the full path)
                 if ended - session.t0 > session.config.max_seconds:
                     session.check_time()
                 ledger.doctor_s += (started - entered) + (clock() - ended)
@@ -278,7 +276,7 @@ class DataLoaderProbe:
             if not in_eval:
                 tensor = first_tensor(batch)
                 if tensor is not None:
-                    ledger.samples = (ledger.samples or 0) + tensor.size(0)
+                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
                     ledger.batch_shape = tensor  # its shape is read at the step's end: a batch or sequence that grows
             sampler = session.sampler
             if sampler is not None and sampler.active:

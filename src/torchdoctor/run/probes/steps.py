@@ -81,7 +81,7 @@ class StepProbe:
                 or tensor.numel() != 1:
             self._losses_dropped += 1
             return
-        self._losses.append((len(self.session.steps) + 1, tensor.detach()))
+        self._losses.append((self.session.step_count + 1, tensor.detach()))
 
     def _loss_trace(self) -> LossTrace | None:
         if not self._losses:
@@ -218,8 +218,26 @@ class StepProbe:
         probe = self
         session = self.session
 
+        clock = session.clock
+
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
+            if obj is probe._last_optimizer and not session._open and session.eval_started is None \
+                    and probe._last_info.zero_grad_location is not None:
+                # the lean path: the loop's optimizer, training, outside every window
+                started = clock()
+                try:
+                    return original(obj, set_to_none, *args, **kwargs)
+                finally:
+                    ended = clock()
+                    seconds = ended - started
+                    ledger = session.ledger
+                    ledger.seconds["zero_grad"] += seconds
+                    info = probe._last_info
+                    info.zero_grad_calls += 1
+                    info.zero_grad_total_s += seconds
+                    info.zero_grad_set_to_none = bool(set_to_none)
+                    ledger.doctor_s += clock() - ended
             entered = session.clock()
             if session.training_started is None:
                 session.note_training_activity()
@@ -274,13 +292,17 @@ class StepProbe:
             if probe._in_tensor_backward:
                 return original(tensor, *args, **kwargs)
             if session._open or session.eval_started is not None or not session.backward_loops_seen \
-                    or session.step_source != OPTIMIZER or getattr(session.sampler, "wants_parameters", False):
+                    or session.step_source != OPTIMIZER:
                 return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
             # The lean path of an optimizer's loop outside every window: _timed_backward, _keep_loss
-            # and on_backward_done inline (a call is a microsecond on a busy machine, every step)
+            # and on_backward_done inline (a call is a microsecond on a busy machine, every step). The
+            # op sampler wants the parameters at the run's first backward (the full path: no loop seen
+            # yet) and in its window: never here.
             entered = clock()
-            if type(tensor) is Tensor and len(losses) < MAX_LOSSES and tensor.numel() == 1:
-                losses.append((len(session.steps) + 1, tensor.detach()))
+            if len(losses) >= MAX_LOSSES:
+                probe._losses_dropped += 1
+            elif type(tensor) is Tensor and tensor.numel() == 1:
+                losses.append((session.step_count + 1, tensor.detach()))
             else:
                 probe._keep_loss(tensor)
             probe._in_tensor_backward += 1
