@@ -11,6 +11,7 @@ ends) steps once per `backward()` instead: the backward-to-backward interval.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -51,12 +52,17 @@ class StepLog(list):
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
-        self._rows: list[tuple] = []
+        self._rows: list[tuple] = []  # the training thread appends here, without a lock
+        self._building = threading.Lock()  # readers (a rank's heartbeat thread reads the last step)
 
     def _build(self) -> None:
-        rows, self._rows = self._rows, []
-        list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc, [], [])
-                           for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in rows])
+        with self._building:
+            rows = self._rows
+            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
+            list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc,
+                                          [], [])
+                               for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
+            del rows[:len(taken)]
 
     def __len__(self) -> int:
         return list.__len__(self) + len(self._rows)
@@ -84,6 +90,9 @@ class StepLog(list):
             self._build()
         list.append(self, sample)
 
+    def __reduce_ex__(self, protocol):  # copied or pickled: the steps, as a plain list
+        return list, (list(self),)
+
 
 def _built_first(name: str):
     method = getattr(list, name)
@@ -98,7 +107,7 @@ def _built_first(name: str):
 
 
 for _name in ("__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
-              "__setitem__", "__delitem__", "__iadd__", "__reduce_ex__", "copy", "count", "index", "extend", "insert",
+              "__setitem__", "__delitem__", "__iadd__", "copy", "count", "index", "extend", "insert",
               "pop", "remove", "reverse", "sort", "clear", "__repr__"):
     setattr(StepLog, _name, _built_first(_name))
 
