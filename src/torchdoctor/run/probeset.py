@@ -46,6 +46,8 @@ class Probe(Protocol):
 class ProbeSet:
     """All probes of a run. `trace`: None captures a profiler window only once CUDA is in use."""
 
+    polls_steps = True  # on_step decides on the profiler window, which comes after the sampled windows
+
     def __init__(self, session: RunSession, run_dir: Path, trace: bool | None, listeners: Sequence[object] = (),
                  options=None) -> None:
         self.session = session

@@ -20,6 +20,8 @@ WHOLE_LINE_INTERVAL_S = 10.0  # whole_lines: a line this often at most
 
 
 class RunProgress:
+    polls_steps = True  # redrawn every MIN_REDRAW_INTERVAL_S at most: the session's poll (POLL_S) is enough
+
     def __init__(self, total_steps: int, warmup: int, stream: TextIO | None = None,
                  enabled: bool | None = None, min_interval_s: float = MIN_REDRAW_INTERVAL_S,
                  whole_lines: bool = False):

@@ -11,6 +11,7 @@ ends) steps once per `backward()` instead: the backward-to-backward interval.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -36,6 +37,79 @@ DONE = object()
 EVENTS = ("on_step", "on_batch", "on_eval_enter", "on_eval_exit", "on_stop", "on_output", "on_training_start",
           "on_failure", "on_optimizer_created")
 OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
+# A listener whose on_step only watches for news (a module imported, a process group made, a
+# /proc reading due) sets `polls_steps = True`: it gets every step a window ran in, every warm-up
+# step, and an unmeasured step at most every POLL_S. An unmeasured step then calls no handler at
+# all unless a listener needs every step (the follower, a progress line).
+POLL_S = 0.05
+
+
+class StepLog(list):
+    """`session.steps`: the run's StepSamples. An unmeasured step that no listener needs at once is
+    kept as a row (a tuple of the figures its sample is made of, in the sample's field order) and
+    made a StepSample only when the steps are read: building one costs the user's loop a few µs a
+    step on a busy machine (README, "The doctor's own cost"). Reads see every step, in order."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self._rows: list[tuple] = []  # the training thread appends here, without a lock
+        self._building = threading.Lock()  # readers (a rank's heartbeat thread reads the last step)
+
+    def _build(self) -> None:
+        with self._building:
+            rows = self._rows
+            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
+            list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc,
+                                          [], [])
+                               for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
+            del rows[:len(taken)]
+
+    def __len__(self) -> int:
+        return list.__len__(self) + len(self._rows)
+
+    def __bool__(self) -> bool:
+        return bool(self._rows) or list.__len__(self) > 0
+
+    def __getitem__(self, key):
+        if self._rows:
+            self._build()
+        return list.__getitem__(self, key)
+
+    def __iter__(self):
+        if self._rows:
+            self._build()
+        return list.__iter__(self)
+
+    def __reversed__(self):
+        if self._rows:
+            self._build()
+        return list.__reversed__(self)
+
+    def append(self, sample: StepSample) -> None:
+        if self._rows:
+            self._build()
+        list.append(self, sample)
+
+    def __reduce_ex__(self, protocol):  # copied or pickled: the steps, as a plain list
+        return list, (list(self),)
+
+
+def _built_first(name: str):
+    method = getattr(list, name)
+
+    def built_first(self, *args, **kwargs):
+        if self._rows:
+            self._build()
+        return method(self, *args, **kwargs)
+
+    built_first.__name__ = name
+    return built_first
+
+
+for _name in ("__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
+              "__setitem__", "__delitem__", "__iadd__", "copy", "count", "index", "extend", "insert",
+              "pop", "remove", "reverse", "sort", "clear", "__repr__"):
+    setattr(StepLog, _name, _built_first(_name))
 
 
 class StopRun(BaseException):
@@ -136,7 +210,8 @@ class RunSession:
         # there they must neither count steps nor stop anything, so the user's workers run as written
         self.pid = current_pid()
         self.ledger = StepLedger()
-        self.steps: list[StepSample] = []
+        self.steps: list[StepSample] = StepLog()
+        self.step_count = 0  # len(self.steps), without a call: steps closed so far
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -155,6 +230,8 @@ class RunSession:
         self.backward_timer: WindowProbe | None = None
         self.profiler: WindowProbe | None = None
         self._listeners: dict[str, list[Callable]] = {event: [] for event in EVENTS}
+        self._pollers: list[Callable] = []  # on_step handlers of listeners that poll (POLL_S)
+        self._polled_at = self.t0
         self.line_sampler = None  # a window probe too: samples lines in its own steps
         self.memory: WindowProbe | None = None  # storage accounting: opens at the first training activity
         first = config.warmup + 2  # one clean measured step first, for the baseline
@@ -186,10 +263,24 @@ class RunSession:
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
         """Pass each event on to `listener`'s handler of the same name, if it has one."""
+        polls = getattr(listener, "polls_steps", False) is True
         for event in EVENTS:
             handler = getattr(listener, event, None)
             if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
-                self._listeners[event].append(handler)
+                (self._pollers if polls and event == "on_step" else self._listeners[event]).append(handler)
+
+    def every_step(self, handler: Callable) -> None:
+        """A polling on_step handler needs every step from now on (a probe that began counting per step)."""
+        if handler in self._pollers:
+            self._pollers = [h for h in self._pollers if h != handler]
+            self._listeners["on_step"].append(handler)
+
+    def _poll(self, sample: StepSample, now: float) -> None:
+        self._polled_at = now
+        handlers = self._pollers
+        for handler in handlers:
+            if handler(sample) is DONE:
+                self._pollers = [h for h in self._pollers if h is not handler]
 
     def notify(self, event: str, *args) -> None:
         handlers = self._listeners[event]
@@ -270,21 +361,40 @@ class RunSession:
         if self.eval_started is not None:  # a step inside an eval region: split it here
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
             self.eval_started = now
-        index = len(self.steps) + 1
+        index = self.step_count + 1
         ledger = self.ledger
         if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
-            # no window ran in this step nor opens in the next: the lean path, what an unmeasured step costs
-            warmup = index <= self.config.warmup
-            sample = self._step_sample(index, now, warmup=warmup, sampled=False)
-            self.steps.append(sample)
+            # No window ran in this step nor opens in the next: the lean path, what an unmeasured step
+            # costs (README, "The doctor's own cost"). _step_sample inline: a call less a step.
+            t0, warmup, held, handlers = self.t0, index <= self.config.warmup, ledger.batch_shape, \
+                self._listeners["on_step"]
+            poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
+            # StepLog's row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s,
+            # then the seconds by category in CATEGORIES' order, the sample's field order)
+            row = (index, self.interval_start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls,
+                   ledger.samples, None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)),
+                   ledger.doctor_s, *ledger.seconds.values())
+            steps = self.steps
+            if handlers or poll or type(steps) is not StepLog:  # a listener reads it now: the sample itself
+                steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
+            else:
+                steps._rows.append(row)
+            self.step_count = index
             if not warmup:
                 clean = self._clean
                 clean.append(now - self.interval_start)
                 if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
                     self.baseline_s = statistics.median(clean[-64:])
-            ledger.reset()
+            # ledger.reset, inline: no window ran, so no probe name to clear
+            ledger.seconds.update(_ZERO)
+            ledger.samples = ledger.batch_shape = None
+            ledger.micro_batches = ledger.closure_calls = 0
+            ledger.doctor_s = 0.0
             self.interval_start = now
-            self.notify("on_step", sample)
+            if handlers:
+                self.notify("on_step", steps[-1])
+            if poll:
+                self._poll(steps[-1], now)
         else:
             self._close_windowed_step(index, now)
         if index - self.config.warmup >= self.config.steps:
@@ -306,6 +416,7 @@ class RunSession:
         sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
                                    sampled=ledger.heavy_probe_ran or bool(ledger.probes))
         self.steps.append(sample)
+        self.step_count = index
         for name in sample.probes:
             budget = self.budgets.get(name)
             if budget is not None:
@@ -316,6 +427,8 @@ class RunSession:
         ledger.reset()
         self.interval_start = now
         self.notify("on_step", sample)
+        if self._pollers:
+            self._poll(sample, now)
         lines = self.line_sampler
         if lines is not None and lines.active:
             # Samples count only for whole steps: what the interval just closed recorded is

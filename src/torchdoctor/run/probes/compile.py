@@ -71,6 +71,9 @@ class _BreakLog(logging.Handler):
 
 class CompileProbe:
     name = "compile"
+    # Until Dynamo is hooked, on_step only looks for frames compiled without torch.compile: a poll
+    # (session.POLL_S). Hooked, it counts graph calls per step: every step (_hook_dynamo).
+    polls_steps = True
 
     def __init__(self, session: RunSession) -> None:
         self.session = session
@@ -131,6 +134,7 @@ class CompileProbe:
 
     def _hook_dynamo(self, existing: bool) -> None:
         self.hooked = True
+        self.session.every_step(self.on_step)  # graph calls are counted per step from now on
         try:
             import torch._dynamo as dynamo
             from torch._dynamo import eval_frame

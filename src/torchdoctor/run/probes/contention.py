@@ -63,6 +63,7 @@ class _Snapshot:
 
 class ContentionProbe:
     name = "contention"
+    polls_steps = True  # a reading every SNAPSHOT_EVERY_S: the session's poll is often enough (session.POLL_S)
 
     def __init__(self, session: RunSession) -> None:
         self.session = session

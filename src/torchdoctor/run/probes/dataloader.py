@@ -208,10 +208,39 @@ class DataLoaderProbe:
             entered = clock()
             if session.stop_reason is not None:
                 session.raise_if_stopping()
+            ledger = session.ledger
+            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
+            if stats is not None and not session._open and not ledger.heavy_probe_ran \
+                    and session.eval_started is None and stats.batches % CPU_EVERY and not listeners["on_batch"]:
+                # The lean path: a training batch outside every window, in a step left to time alone.
+                # No sampler runs here, so none reads loading_depth: it is not kept.
+                started = clock()
+                try:
+                    batch = original(it)
+                finally:
+                    ended = clock()
+                    seconds = ended - started
+                    ledger.seconds["data_wait"] += seconds
+                    stats.wait_total_s += seconds
+                    if it.__dict__.get(_FIRST):
+                        _first_batch(it, stats, seconds)
+                stats.batches += 1
+                kind = type(batch)
+                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and batch[0].dim() > 0:
+                    tensor = batch[0]  # first_tensor's usual case, inline
+                else:
+                    tensor = first_tensor(batch)
+                if tensor is not None:
+                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
+                    ledger.batch_shape = tensor
+                # no window is open nor was in this step: the op sampler is off (it samples in windows,
+                # and in evaluations, which take the full path)
+                if ended - session.t0 > session.config.max_seconds:
+                    session.check_time()
+                ledger.doctor_s += (started - entered) + (clock() - ended)
+                return batch
             if session._open:
                 session.checkpoint()  # before the batch: outside every torch mode
-            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
-            ledger = session.ledger
             heavy = ledger.heavy_probe_ran
             # The training thread's CPU time inside next() tells loading that computes from loading
             # that waits: read on one batch in CPU_EVERY, and on every batch of a step already left out
@@ -247,7 +276,7 @@ class DataLoaderProbe:
             if not in_eval:
                 tensor = first_tensor(batch)
                 if tensor is not None:
-                    ledger.samples = (ledger.samples or 0) + tensor.size(0)
+                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
                     ledger.batch_shape = tensor  # its shape is read at the step's end: a batch or sequence that grows
             sampler = session.sampler
             if sampler is not None and sampler.active:

@@ -54,6 +54,7 @@ class _Tracked:
 
 class DdpProbe:
     name = "ddp"
+    polls_steps = True  # on_step reads the buffers at the first measured step: the session polls then
 
     def __init__(self, session: RunSession) -> None:
         self.session = session

@@ -40,6 +40,7 @@ def _dtype(value) -> str | None:
 
 class FsdpProbe:
     name = "fsdp"
+    polls_steps = True  # on_step only looks for a process group made without init_process_group: a poll
 
     def __init__(self, session: RunSession) -> None:
         self.session = session

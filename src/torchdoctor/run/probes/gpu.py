@@ -15,6 +15,7 @@ from torchdoctor.run.session import DONE
 
 class GpuProbe:
     name = "gpu"
+    polls_steps = True  # on_step only looks for CUDA coming into use: a poll (session.POLL_S)
 
     def __init__(self, clock: Callable[[], float], t0: float, torch_module: Any = torch, nvml: Any = None) -> None:
         self.clock = clock

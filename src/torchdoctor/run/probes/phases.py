@@ -35,12 +35,13 @@ class _Site:
     def __init__(self, stats: PhaseStats, stack: list[Location]) -> None:
         self.stats = stats
         self.stack = stack  # the user's own frames at the first call, innermost first
-        self.pending_s = 0.0  # in the step in progress: counted when the step closes
-        self.pending_calls = 0
 
 
 class PhaseProbe:
     name = "phases"
+    # on_step looks for pyplot imported and counts the calls of the steps closed since the last
+    # call (each call is kept with its step): a poll is enough (session.POLL_S)
+    polls_steps = True
 
     def __init__(self, session: RunSession) -> None:
         self.session = session
@@ -51,7 +52,8 @@ class PhaseProbe:
         self._eval_began: tuple[int, float] | None = None
         self._busy = False  # a print inside logging (or the reverse) is timed once
         self._pyplot_patched = False
-        self._pending: list[_Site] = []  # sites called in the step in progress
+        # calls in measured steps not yet seen closed, by (site, step index): [site, index, seconds, calls]
+        self._pending: dict[tuple[int, int], list] = {}
 
     @property
     def stats(self) -> dict[tuple, PhaseStats]:
@@ -77,22 +79,28 @@ class PhaseProbe:
         self.patches.restore()
 
     def on_step(self, step: StepSample) -> None:
-        """A step closed: its phase time counts as in the measured steps if it was one."""
+        """Steps up to `step` closed: their calls count as in the measured steps (a warm-up step's
+        calls were never kept). Polled (session.POLL_S): several steps may have closed since."""
         if not self._pyplot_patched and "matplotlib.pyplot" in sys.modules:
             self._patch_pyplot()  # imported by the script after the probes went in (at its top, usually)
-        if not self._pending:
-            return
-        measured = not step.warmup
-        for site in self._pending:
-            if site.pending_calls:
-                if measured:
-                    site.stats.in_measured_steps_s += site.pending_s
-                    site.stats.calls_in_measured += site.pending_calls
-                site.pending_s, site.pending_calls = 0.0, 0
-        self._pending.clear()
+        if self._pending:
+            self._count_closed(step.index)
+
+    def _count_closed(self, last: int) -> None:
+        kept = {}
+        for key, entry in self._pending.items():
+            site, index, seconds, calls = entry
+            if index <= last:
+                site.stats.in_measured_steps_s += seconds
+                site.stats.calls_in_measured += calls
+            else:
+                kept[key] = entry
+        self._pending = kept
 
     def contribute(self, record: RunRecord) -> None:
         self.close_eval()
+        if self._pending:  # steps closed since the last poll; the calls of a step left open never count
+            self._count_closed(len(self.session.steps))
         loop = _loop_function(record)
         for site in self.sites.values():
             site.stats.location = _blame(site.stack, loop, site.stats.inner_location)
@@ -112,12 +120,15 @@ class PhaseProbe:
         stats = site.stats
         stats.calls += 1
         stats.total_s += seconds
-        site.pending_s += seconds
-        if not site.pending_calls:
-            self._pending.append(site)
-        site.pending_calls += 1
+        after_step, at = began
+        if after_step + 1 > self.session.config.warmup:  # a measured step's, once that step closes
+            entry = self._pending.get((id(site), after_step + 1))
+            if entry is None:
+                self._pending[(id(site), after_step + 1)] = [site, after_step + 1, seconds, 1]
+            else:
+                entry[2] += seconds
+                entry[3] += 1
         if len(stats.occurrences) < MAX_OCCURRENCES:
-            after_step, at = began
             stats.occurrences.append(PhaseOccurrence(after_step=after_step, t=round(at, 6),
                                                      seconds=round(seconds, 6)))
 

@@ -25,7 +25,8 @@ from torchdoctor.run.probes.frames import caller_location, display_path, locatio
 from torchdoctor.run.probes.loops import loops_around
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.model.record import LossTrace, OptimizerInfo, RunRecord
-from torchdoctor.run.session import RunSession
+from torchdoctor.run.process import current_pid
+from torchdoctor.run.session import OPTIMIZER, RunSession
 
 
 MAX_LOSSES = 2000  # backward calls whose value the numerics guard keeps
@@ -80,7 +81,7 @@ class StepProbe:
                 or tensor.numel() != 1:
             self._losses_dropped += 1
             return
-        self._losses.append((len(self.session.steps) + 1, tensor.detach()))
+        self._losses.append((self.session.step_count + 1, tensor.detach()))
 
     def _loss_trace(self) -> LossTrace | None:
         if not self._losses:
@@ -131,7 +132,13 @@ class StepProbe:
         session = self.session
         entered = session.clock()
         self._step_started[id(optimizer)] = entered
-        self._closure_s[id(optimizer)] = 0.0
+        if optimizer is self._last_optimizer and len(args) < 2 and not kwargs \
+                and self._last_info.step_location is not None:
+            # `opt.step()` of the loop's optimizer (torch passes (opt,), {}): no closure, nothing to learn
+            if self._closure_s:  # a closure step that raised left its entry
+                self._closure_s.pop(id(optimizer), None)
+            session.ledger.doctor_s += session.clock() - entered
+            return None
         info = self._last_info if optimizer is self._last_optimizer else self._info(optimizer)
         if info.step_location is None:
             frame, _ = user_frame(sys._getframe(1))
@@ -146,6 +153,7 @@ class StepProbe:
         if info.closure is None and code is not None:
             info.closure = Location(display_path(code.co_filename), code.co_firstlineno,
                                     getattr(code, "co_qualname", code.co_name))
+        self._closure_s[id(optimizer)] = 0.0
         timed = self._timed_closure(closure, id(optimizer))
         session.ledger.doctor_s += session.clock() - entered
         # The hook may hand the step new arguments: the same closure, timed.
@@ -175,20 +183,25 @@ class StepProbe:
         session = self.session
         entered = session.clock()
         started = self._step_started.pop(id(optimizer), None)
-        inside_closure = self._closure_s.pop(id(optimizer), 0.0)
+        closures = self._closure_s
+        inside_closure = closures.pop(id(optimizer), 0.0) if closures else 0.0
+        ledger = session.ledger
         if started is not None and session.eval_started is None:  # session.add_time, inline: every step
-            session.ledger.seconds["optimizer"] += max(0.0, entered - started - inside_closure)
+            ledger.seconds["optimizer"] += max(0.0, entered - started - inside_closure)
         info = self._last_info if optimizer is self._last_optimizer else self._info(optimizer)
         info.step_calls += 1
         if info.step_calls == 1:
             self._first_step(optimizer, info)
         if self.primary is None:
             self.primary = weakref.ref(optimizer)
-        session.ledger.doctor_s += session.clock() - entered  # the step's close times itself
+        ledger.doctor_s += session.clock() - entered  # the step's close times itself
         if self.primary() is optimizer:
             if session.loop_location is None:
                 session.loop_location = info.step_location
-            session.on_optimizer_step()
+            if session.step_source == OPTIMIZER and session.pid == current_pid():
+                session._close_step()  # session.on_optimizer_step, inline: every step
+            else:
+                session.on_optimizer_step()
 
     def _first_step(self, optimizer: Optimizer, info: OptimizerInfo) -> None:
         # the loops around any optimizer's step() are training loops (an actor's too)
@@ -206,8 +219,26 @@ class StepProbe:
         probe = self
         session = self.session
 
+        clock = session.clock
+
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
+            if obj is probe._last_optimizer and not session._open and session.eval_started is None \
+                    and probe._last_info.zero_grad_location is not None:
+                # the lean path: the loop's optimizer, training, outside every window
+                started = clock()
+                try:
+                    return original(obj, set_to_none, *args, **kwargs)
+                finally:
+                    ended = clock()
+                    seconds = ended - started
+                    ledger = session.ledger
+                    ledger.seconds["zero_grad"] += seconds
+                    info = probe._last_info
+                    info.zero_grad_calls += 1
+                    info.zero_grad_total_s += seconds
+                    info.zero_grad_set_to_none = bool(set_to_none)
+                    ledger.doctor_s += clock() - ended
             entered = session.clock()
             if session.training_started is None:
                 session.note_training_activity()
@@ -252,12 +283,45 @@ class StepProbe:
         sampler's modes while torch is between pushing and popping them, so the outermost call
         does the work and closes the step once the method has returned."""
         probe = self
+        session = self.session
+        clock = session.clock
+        losses = self._losses
+        Tensor = torch.Tensor
 
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
             if probe._in_tensor_backward:
                 return original(tensor, *args, **kwargs)
-            return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
+            if session._open or session.eval_started is not None or not session.backward_loops_seen \
+                    or session.step_source != OPTIMIZER:
+                return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
+            # The lean path of an optimizer's loop outside every window: _timed_backward, _keep_loss
+            # and on_backward_done inline (a call is a microsecond on a busy machine, every step). The
+            # op sampler wants the parameters at the run's first backward (the full path: no loop seen
+            # yet) and in its window: never here.
+            entered = clock()
+            if len(losses) >= MAX_LOSSES:
+                probe._losses_dropped += 1
+            elif type(tensor) is Tensor and tensor.numel() == 1:
+                losses.append((session.step_count + 1, tensor.detach()))
+            else:
+                probe._keep_loss(tensor)
+            probe._in_tensor_backward += 1
+            started = clock()
+            try:
+                result = original(tensor, *args, **kwargs)
+            finally:
+                ended = clock()
+                probe._in_tensor_backward -= 1
+                ledger = session.ledger
+                ledger.seconds["backward"] += ended - started
+            if session._open:
+                session.checkpoint()
+            if session.pid == current_pid():  # on_backward_done (the step closes at the optimizer's)
+                session.backward_calls += 1
+                ledger.micro_batches += 1
+            ledger.doctor_s += (started - entered) + (clock() - ended)
+            return result
 
         return backward
 

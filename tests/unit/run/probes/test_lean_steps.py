@@ -1,0 +1,122 @@
+"""An unmeasured step's cost (README, "The doctor's own cost"): outside every window the hooks take
+their lean paths, the step is kept as a row until read, and only listeners that need every step
+are called; the figures are the same as the full paths record."""
+
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers.session_fakes import FakeClock, FakeWindow
+from torch.utils.data import DataLoader, TensorDataset
+
+from torchdoctor.run.probed import ProbedRun, ProbeOptions
+from torchdoctor.run.probes.phases import PhaseProbe
+from torchdoctor.run.probes.steps import StepProbe
+from torchdoctor.run.session import POLL_S, RunSession, SessionConfig
+
+NO_WINDOWS = dict(sampled_steps=0, backward_steps=0, profiled_steps=0, line_steps=0, memory_steps=0)
+
+
+def test_an_unmeasured_step_is_kept_as_a_row_and_read_as_its_sample():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=50, **NO_WINDOWS), clock)
+    for i in range(1, 5):
+        clock.advance(0.5)
+        session.add_time("data_wait", 0.1 * i)
+        session.add_time("backward", 0.2)
+        session.add_time("optimizer", 0.05)
+        session.add_time("zero_grad", 0.01)
+        session.ledger.add_samples(32)
+        session.ledger.batch_shape = (32, 3)
+        session.ledger.micro_batches = 2
+        session.ledger.doctor_s = 1e-5
+        session.on_optimizer_step()
+    assert len(session.steps._rows) == 4 and len(session.steps) == 4 and session.step_count == 4
+    last = session.steps[-1]  # reading builds them, in order
+    assert not session.steps._rows and [s.index for s in session.steps] == [1, 2, 3, 4]
+    assert (last.start, last.end, last.warmup, last.sampled) == (1.5, 2.0, False, False)
+    assert (last.data_wait_s, last.backward_s, last.optimizer_s, last.zero_grad_s, last.eval_s) \
+        == pytest.approx((0.4, 0.2, 0.05, 0.01, 0.0))
+    assert (last.samples, last.micro_batches, last.batch_shape, last.doctor_s) == (32, 2, (32, 3), 1e-5)
+    assert session.steps[0].warmup and session.steps[0].data_wait_s == pytest.approx(0.1)
+    assert last.probes == [] and last.partial == []
+
+
+def test_a_polling_listener_gets_warmup_and_window_steps_and_an_unmeasured_one_each_poll_interval():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=2, steps=100, **{**NO_WINDOWS, "sampled_steps": 2}), clock)
+    session.sampler = FakeWindow()
+
+    class Poller:
+        polls_steps = True
+
+        def __init__(self):
+            self.seen = []
+
+        def on_step(self, step):
+            self.seen.append(step.index)
+
+    poller = Poller()
+    session.subscribe(poller)
+    step_s = POLL_S / 2.5
+    for _ in range(40):
+        clock.advance(step_s)
+        session.on_optimizer_step()
+    seen = poller.seen
+    assert {1, 2, 3, 4, 5} <= set(seen)  # warm-up, the first measured and the sampled steps
+    later = [i for i in seen if i > 5]
+    assert later and len(seen) < 20 and max(b - a for a, b in zip([5, *later], later)) <= 3
+    assert not session._listeners["on_step"] and session.steps._rows  # nothing needed the other steps
+
+
+def test_outside_every_window_the_hooks_take_their_lean_paths_and_record_the_same_figures(monkeypatch):
+    full_backward = []
+    timed = StepProbe._timed_backward
+    monkeypatch.setattr(StepProbe, "_timed_backward", lambda self, *a: full_backward.append(1) or timed(self, *a))
+    probed = ProbedRun(ProbeOptions(warmup=2, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    with probed:
+        loader = DataLoader(TensorDataset(torch.randn(64, 3), torch.randn(64, 1)), batch_size=4)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    session = probed.session
+    assert len(full_backward) == 1  # the run's first backward: the loops around it are learned there
+    assert not session._listeners["on_step"]  # the probes' per-step handlers only poll
+    record = probed.record()
+    assert len(record.steps) == 16
+    for step in record.steps[2:]:
+        assert step.micro_batches == 1 and step.samples == 4 and step.batch_shape == [4, 3]
+        assert step.data_wait_s > 0 and step.backward_s > 0 and step.optimizer_s > 0 and step.zero_grad_s > 0
+        assert 0 < step.doctor_s < step.duration_s
+    assert record.losses.steps == list(range(1, 17)) and len(record.losses.values) == 16
+    (info,) = record.optimizers
+    assert info.step_calls == 16 and info.zero_grad_calls == 16 and info.zero_grad_set_to_none is True
+    assert record.loaders[0].batches == 16
+
+
+def test_a_polled_phase_probe_counts_the_calls_of_every_closed_measured_step_and_not_the_open_one(capsys):
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=100, **NO_WINDOWS), clock)
+    phases = PhaseProbe(session)
+    session.subscribe(phases)
+    phases.install()
+    try:
+        for _ in range(6):  # steps far shorter than the poll interval: polled once after the warm-up
+            print("step")
+            clock.advance(POLL_S / 10)
+            session.on_optimizer_step()
+        print("in a step that never closes")
+    finally:
+        phases.uninstall()
+    sites = list(phases.stats.values())  # the loop's print and the last one
+    assert sum(s.calls for s in sites) == 7
+    assert sum(s.calls_in_measured for s in sites) == 1  # polled at step 2; steps 3-6 not yet seen closed
+    phases.contribute(SimpleNamespace(run=SimpleNamespace(loop_location=None), phases=[]))
+    assert sum(s.calls_in_measured for s in sites) == 5  # steps 2-6: not the warm-up step's, not the open step's
