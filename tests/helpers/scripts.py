@@ -1,9 +1,9 @@
 """Small training scripts the integration tests run under the doctor, written to a file."""
 
-LINEAR_LOOP = """
+LOOP = """
 import time, torch
 from torch import nn
-model = nn.Linear(16, 4)
+{setup}
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(32, 16)
 for i in range({iterations}):
@@ -16,27 +16,12 @@ for i in range({iterations}):
 
 def linear_loop(iterations: int, tail: str) -> str:
     """A one-layer model trained for `iterations` steps; `tail`: the loop's last lines, indented."""
-    return LINEAR_LOOP.format(iterations=iterations, tail=tail)
-
-
-DDP_LOOP = """
-import time, torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = DDP(nn.Linear(32, 4))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(16, 32)
-for i in range({iterations}):
-    loss = model(x).pow(2).mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-{tail}"""
+    return LOOP.format(setup="model = nn.Linear(16, 4)", iterations=iterations, tail=tail)
 
 
 def ddp_loop(iterations: int, tail: str) -> str:
-    """A DDP model trained on every rank for `iterations` steps (gloo, run it under --nproc-per-node);
-    `tail`: the loop's last lines, indented (`rank` is the rank)."""
-    return DDP_LOOP.format(iterations=iterations, tail=tail)
+    """The same model under DDP on every rank (gloo, run it under --nproc-per-node); `tail`: the
+    loop's last lines, indented (`rank` is the rank)."""
+    setup = ("import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+             "dist.init_process_group(\"gloo\")\nrank = dist.get_rank()\nmodel = DDP(nn.Linear(16, 4))")
+    return LOOP.format(setup=setup, iterations=iterations, tail=tail)

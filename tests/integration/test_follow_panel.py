@@ -11,26 +11,17 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.scripts import ddp_loop, linear_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
-SCRIPT = """
-import time, torch
-from torch import nn
-model = nn.Linear(16, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 16)
-for i in range(1, 601):
-    loss = model(x).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    time.sleep(0.004)
-    if i % 40 == 0:
-        print(f"SCRIPT LINE {i} loss {loss.item():.4f}")
+PANEL_TAIL = """    time.sleep(0.004)
+    if (i + 1) % 40 == 0:
+        print(f"SCRIPT LINE {i + 1} loss {loss.item():.4f}")
 """
+SCRIPT = linear_loop(600, PANEL_TAIL)
 
 
 def in_a_terminal(args, env, timeout=180) -> tuple[int, str]:
@@ -84,7 +75,7 @@ def test_the_panel_is_drawn_in_a_terminal_and_never_shares_a_line_with_the_scrip
 
 def test_no_panel_in_pipes_or_under_ci(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT.replace("range(1, 601)", "range(1, 201)"))
+    script.write_text(linear_loop(200, PANEL_TAIL))
     piped = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "0.5",
                             "--out", str(tmp_path / "a"), str(script)], env=env(), capture_output=True, text=True,
                            timeout=180)
@@ -95,24 +86,10 @@ def test_no_panel_in_pipes_or_under_ci(tmp_path):
     assert code == 0 and "torchdoctor --follow" not in raw
 
 
-RANKS_SCRIPT = """
-import time, torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = DDP(nn.Linear(16, 4))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 16)
-for i in range(1, 401):
-    loss = model(x).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    time.sleep(0.006)
-    if i % 40 == 0:
-        print(f"RANK {rank} LINE {i} loss {loss.item():.4f}", flush=True)
-"""
+RANKS_SCRIPT = ddp_loop(400, """    time.sleep(0.006)
+    if (i + 1) % 40 == 0:
+        print(f"RANK {rank} LINE {i + 1} loss {loss.item():.4f}", flush=True)
+""")
 
 
 def test_a_followed_jobs_panel_has_a_row_per_rank_and_never_splits_a_ranks_line(tmp_path):
