@@ -24,7 +24,8 @@ RAISES = ddp_loop(300, "    if rank == 1 and i == 40:\n        raise RuntimeErro
 
 
 def env():
-    out = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    # wide enough that a long temporary path is never folded inside the report's first lines
+    out = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", COLUMNS="200")
     out.pop("CI", None)
     out.pop("TORCHDOCTOR_SIMULATED_LINK_GBPS", None)
     return out
