@@ -372,6 +372,10 @@ class OptimizerForLoop(Rule):
         fix = None if opt.fused_available else (
             f"`{opt.class_name}` has no fused kernels here; ask for the multi-tensor path and measure it:\n```python\n"
             f"opt = torch.optim.{opt.class_name}(model.parameters(), ..., foreach=True)\n```")
+        # A script that would use a GPU if there were one, run here on a CPU with the flags unset: on
+        # CUDA torch's default is already the multi-tensor path, so the cost is this CPU run's.
+        cpu_stand_in = (not facts.cuda_used and bool(record.sources_mention_cuda) and opt.fused is None
+                        and set(opt.param_devices) <= {"cpu"})
         spread = (f"between {low:.0%} and {high:.0%} of a step ({SPREAD_QUANTILES[0]:.0%}-{SPREAD_QUANTILES[1]:.0%} "
                   f"of the {len(steps)} measured steps)")
         return [self.finding(
@@ -384,18 +388,21 @@ class OptimizerForLoop(Rule):
                      f"{median:.0%} of the step ({ms(optimizer_s):.1f} of {ms(step_s):.1f} ms), {spread}"
                      + (f"; the time is that of all {others + 1} optimizers' steps" if others else "") + "."
                      + (f" Torch {record.environment.torch} has fused {opt.class_name} kernels for these parameters"
-                        f" on the {devices} too: `fused=True`." if opt.fused_available else "")),
+                        f" on the {devices} too: `fused=True`." if opt.fused_available else "")
+                     + (" The script also runs on CUDA (its sources mention it), where torch's default for these "
+                        "flags is already the multi-tensor path: this cost is this CPU run's, low for a GPU run."
+                        if cpu_stand_in else "")),
             location=opt.created_at,
             evidence={"optimizer": opt.class_name, "implementation": opt.implementation,
                       "fused_available": opt.fused_available, "param_devices": opt.param_devices,
                       "param_tensors": opt.param_tensors, "optimizer_ms_per_step": ms(optimizer_s),
                       "step_ms": ms(step_s), "share_of_step_time": round(median, 3),
                       "share_low": round(low, 3), "share_high": round(high, 3), "measured_steps": len(steps),
-                      "suggested": f"{knob}=True"},
+                      "suggested": f"{knob}=True", "cpu_run_of_a_cuda_script": cpu_stand_in},
             speedup=reported,
             basis=basis,
-            severity=(severity_for(min(reported, floor)) if reported is not None else
-                      Severity.MEDIUM if low >= 2 * FOR_LOOP_MIN_SHARE else Severity.LOW),
+            severity=(Severity.LOW if cpu_stand_in else severity_for(min(reported, floor)) if reported is not None
+                      else Severity.MEDIUM if low >= 2 * FOR_LOOP_MIN_SHARE else Severity.LOW),
             fix=fix,
         )]
 

@@ -30,3 +30,21 @@ def executed_user_files(script: str | None, modules_before: set[str]) -> list[st
         if not path.startswith(roots) and "site-packages" not in path and path not in files:
             files.append(path)
     return files[:MAX_FILES]
+
+
+MENTION_MAX_BYTES = 2 << 20  # a generated or vendored file larger than this is not read for the mention
+
+
+def mention_cuda(files: list[str]) -> bool:
+    """Whether the user's executed sources mention CUDA (`torch.cuda.is_available()`, `.cuda()`,
+    `device="cuda"`): a script written to use a GPU when there is one, run here on a CPU."""
+    for path in files:
+        try:
+            if os.path.getsize(path) > MENTION_MAX_BYTES:
+                continue
+            with open(path, "rb") as f:
+                if b"cuda" in f.read():
+                    return True
+        except OSError:
+            continue
+    return False

@@ -127,3 +127,26 @@ def test_severity_holds_at_the_low_end_of_the_measured_share():
     noisy.optimizers = [looping()]
     (f,) = check(noisy)
     assert f.severity.value == "low" and f.estimated_speedup > 1.05
+
+
+def test_a_cpu_run_of_a_script_that_uses_cuda_when_it_can_is_low_and_says_why():
+    """On CUDA torch's default is already the multi-tensor path: a GPU-minded script run on a CPU
+    (the sources mention cuda) gets the same measured finding, ranked low, saying the cost is the
+    CPU run's; a CPU-only script keeps its measured severity."""
+    shares = [0.38, 0.40, 0.42, 0.44, 0.41, 0.39, 0.43, 0.40, 0.45, 0.36]
+    cpu_only, gpu_minded = with_shares(shares), with_shares(shares)
+    cpu_only.optimizers, gpu_minded.optimizers = [looping()], [looping()]
+    cpu_only.sources_mention_cuda, gpu_minded.sources_mention_cuda = False, True
+    (plain,), (stand_in,) = check(cpu_only), check(gpu_minded)
+    assert plain.severity.value != "low" and not plain.evidence["cpu_run_of_a_cuda_script"]
+    assert stand_in.severity.value == "low" and stand_in.evidence["cpu_run_of_a_cuda_script"]
+    assert "this CPU run's" in stand_in.message and stand_in.estimated_speedup == plain.estimated_speedup
+
+
+def test_the_sources_mention_of_cuda_is_read_from_the_files(tmp_path):
+    from torchdoctor.run.sources import mention_cuda
+
+    gpu, cpu = tmp_path / "gpu.py", tmp_path / "cpu.py"
+    gpu.write_text("device = 'cuda' if torch.cuda.is_available() else 'cpu'\n")
+    cpu.write_text("model = Net()\n")
+    assert mention_cuda([str(cpu), str(gpu)]) and not mention_cuda([str(cpu), str(tmp_path / "gone.py")])
