@@ -45,7 +45,7 @@ def main():
     sampler = DistributedSampler(data, num_replicas=dist.get_world_size(), rank=dist.get_rank())
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     model = DDP(build_model())  # verdict: TD606
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # verdict: TD306 (the CPU's for-loop default)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         train_one_epoch(model, loader, optimizer, args.accum_steps)
