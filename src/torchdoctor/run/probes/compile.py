@@ -211,14 +211,8 @@ class CompileProbe:
             return
         self.patches.wrap(context, "__init__", self._wrap_context_init)
         if existing and _frames_compiled():  # contexts made before the probes went in
-            import gc
-            import warnings
-
-            with warnings.catch_warnings():  # isinstance on deprecated module proxies warns
-                warnings.simplefilter("ignore")
-                for obj in gc.get_objects():
-                    if isinstance(obj, context):
-                        self._add_enter_hook(obj)
+            for obj in existing_instances(context):
+                self._add_enter_hook(obj)
 
     def _modes_off(self) -> None:
         config = self.session.config
@@ -545,3 +539,13 @@ def _frames_compiled() -> bool:
         _dynamo_counters = counters
     frames = _dynamo_counters.get("frames")  # .get: reading never adds an entry (a defaultdict of Counters)
     return bool(frames and frames.get("total"))
+
+
+def existing_instances(cls: type) -> list:
+    """The live objects of `cls`, found through the garbage collector's list. `type(obj)`, not
+    `isinstance`: isinstance reads `__class__`, which warns on deprecated module proxies, and
+    silencing that with `warnings.catch_warnings()` would reset every module's record of warnings
+    already shown, so the script's own once-per-line warnings would print again."""
+    import gc
+
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), cls)]
