@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.model import enclosing_loops
+from torchdoctor.lint.parse_cost import slow_to_parse
 from torchdoctor.lint.source import MAX_FILE_BYTES, Problem, read_source
 
 PARENT_FOLDERS = 2  # the importing file's folder and up to this many above it (a `scripts/` or `tools/` folder)
@@ -70,11 +72,12 @@ def _module_file(module: str, folder: str) -> tuple[str, str] | None:
 
 @functools.lru_cache(maxsize=64)
 def _facts_of(path: str):
-    """The lint facts of a project module, or None when it cannot be read or parsed."""
-    from torchdoctor.lint.facts import Facts  # facts → project is the other way round at import time
-
+    """The lint facts of a project module, or None when it cannot be read or parsed (within the
+    same bounds as a linted file: its size, and the parser's pathological inputs)."""
     source = read_source(Path(path), path, MAX_FILE_BYTES)
     if isinstance(source, Problem) or source.cells is not None:  # a notebook is not importable
+        return None
+    if slow_to_parse(source.text) is not None:
         return None
     try:
         return Facts(ast.parse(source.text), source.text, path=None)  # one call deep: its own calls are not followed
@@ -88,7 +91,7 @@ def _reads_in(path: str, function: str) -> tuple[int, str] | None:
     scope = facts.model.module.functions.get(function) if facts is not None else None
     if scope is None or scope.kind != "function":
         return None
-    from torchdoctor.lint.checks.sync import host_reads  # the sync check's own notion of a read
+    from torchdoctor.lint.checks.sync import host_reads  # the sync check's own notion of a read (it imports this module)
 
     # Once per call, in the function's own body: a read inside a loop of the helper (a whole epoch's
     # loop) is that file's own finding, and the functions it defines run when they are called.
