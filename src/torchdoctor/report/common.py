@@ -51,6 +51,11 @@ def checked(report: Report) -> list[Finding]:
     return [f for f in ranked_findings(report) if f.severity is Severity.INFO]
 
 
+def no_causes(report: Report) -> str:
+    """What stands where the ranked causes would: nothing found, or only info findings."""
+    return "No causes found." if report.findings else "No findings."
+
+
 def fmt_ms(seconds: float | None) -> str:
     return DASH if seconds is None else f"{seconds * 1000:.1f} ms"
 

@@ -10,7 +10,7 @@ from typing import Any
 from torchdoctor.model.findings import Finding, Report, RunSummary, Table
 from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, DASH, busy_line, causes, checked,
                                        evidence_label, evidence_value, fmt_ms, fmt_share, fmt_speedup, fmt_value,
-                                       headline, split_rows, summary_rows, where)
+                                       headline, no_causes, split_rows, summary_rows, where)
 from torchdoctor.report.mdtext import cell, code, heading, prose
 
 
@@ -24,7 +24,7 @@ def render_markdown(report: Report) -> str:
     if report.summary:
         out += _headline(report.summary)
     if findings or report.source in ("run", "lint", "trace"):
-        out += _ranked_table(findings, bool(report.findings))
+        out += _ranked_table(findings, no_causes(report))
     for rank, finding in enumerate(findings, 1):
         out += _finding_section(f"{rank}. ", finding)
     out += _checked(checked(report))
@@ -83,10 +83,10 @@ def _time_split(s: RunSummary) -> list[str]:
     return out
 
 
-def _ranked_table(findings: list[Finding], any_findings: bool) -> list[str]:
+def _ranked_table(findings: list[Finding], empty: str) -> list[str]:
     out = ["## Causes, ranked", ""]
     if not findings:
-        return out + ["No causes found." if any_findings else "No findings.", ""]
+        return out + [empty, ""]
     rows = [(str(rank), code(f.code), code(f.slug), f.severity.value, _where_cell(f), fmt_speedup(f))
             for rank, f in enumerate(findings, 1)]
     return out + _table(("#", "code", "cause", "severity", "where", "est. speedup"), rows,

@@ -23,8 +23,8 @@ from rich.text import Text
 from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary
 from torchdoctor.model.findings import Table as ReportTable
 from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, NOT_MEASURED, busy_line, causes, checked, fmt_ms,
-                                       fmt_share, fmt_speedup, fmt_value, headline, one_line, plain, split_rows,
-                                       summary_rows, where)
+                                       fmt_share, fmt_speedup, fmt_value, headline, no_causes, one_line, plain,
+                                       split_rows, summary_rows, where)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 INDENT = 3  # per-finding details sit under their heading
@@ -55,7 +55,7 @@ def render_text(report: Report, color: bool = False, width: int = 100) -> str:
         console.print()
         _print_grid(console, _ranked_table(findings, TOP_IN_FULL), width)
     if not findings and report.source in ("run", "lint", "trace"):  # a comparison's content is its tables
-        console.print("No findings." if not report.findings else "No causes found.")
+        console.print(no_causes(report))
     _print_checked(console, checked(report))
     if report.summary:
         _print_summary(console, report.summary)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torchdoctor.model.figures import Figures, StepSeries
 from torchdoctor.model.findings import Report
 from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, NOT_MEASURED, causes, checked, fmt_ms, fmt_share,
-                                       fmt_value, summary_rows)
+                                       fmt_value, no_causes, summary_rows)
 from torchdoctor.report.html import bars, cards, charts, memory_charts
 from torchdoctor.report.html.text import esc_line, facts, inline, inline_line, note, prose, table
 
@@ -193,14 +193,14 @@ def findings(report: Report) -> Section | None:
     if not ranked:
         if report.source not in ("run", "lint", "trace"):
             return None  # a comparison's content is its bars and tables
-        return Section("findings", "Causes, ranked", note("No causes found." if report.findings else "No findings."))
+        return Section("findings", "Causes, ranked", note(no_causes(report)))
     body = cards.overview(ranked) + "".join(
         cards.card(rank, f, report.excerpt_for(f)) for rank, f in enumerate(ranked, 1))
     return Section("findings", "Causes, ranked", body)
 
 
 def checked_findings(report: Report) -> Section | None:
-    """The info findings, apart from the causes; their cards are numbered after the causes' (unique anchors)."""
+    """The info findings, apart from the causes: unnumbered cards, anchored after the causes' (unique ids)."""
     infos = checked(report)
     if not infos:
         return None
