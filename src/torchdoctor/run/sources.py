@@ -7,6 +7,8 @@ import os
 import sys
 import sysconfig
 
+from torchdoctor.model.units import MIB
+
 MAX_FILES = 200  # a run importing more user files than this is linted only in part
 
 
@@ -32,7 +34,7 @@ def executed_user_files(script: str | None, modules_before: set[str]) -> list[st
     return files[:MAX_FILES]
 
 
-MENTION_MAX_BYTES = 2 << 20  # a generated or vendored file larger than this is not read for the mention
+MENTION_MAX_BYTES = 2 * MIB  # a generated or vendored file larger than this is not read for the mention
 
 
 def mention_cuda(files: list[str]) -> bool:

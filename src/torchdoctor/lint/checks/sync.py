@@ -57,8 +57,7 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
         return not on_host(expr, block, facts)
 
     def candidates(events):
-        return ((node, block) for node, block in events
-                if wanted(block) and not on_error_path(block) and not in_dataset(block, kinds))
+        return ((node, block) for node, block in events if _counted(block, wanted, kinds))
     for call, block in candidates(facts.model.calls_named(*_HOST_METHODS)):
         func = call.func
         if _host_only_numpy(call):
@@ -115,6 +114,12 @@ def host_reads(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str]]:
                 break
 
 
+def _counted(block: Block, wanted, kinds) -> bool:
+    """A read in `block` counts: `wanted` accepts the block (asked first: it is the cheapest), and it
+    is neither on the way to an exception nor in a Dataset's code."""
+    return wanted(block) and not on_error_path(block) and not in_dataset(block, kinds)
+
+
 def _host_only_numpy(call: ast.Call) -> bool:
     """`t.numpy()` (not after `.cpu()`, which is the read) raises on a CUDA tensor, so code that
     calls it runs with `t` on the CPU: no device to wait for. `numpy(force=True)` copies from any
@@ -147,7 +152,7 @@ def _project_helpers(facts: Facts, wanted) -> Iterator[tuple[ast.AST, Block, str
     for call, block in facts.model.calls:
         if type(call.func) is not ast.Attribute and type(call.func) is not ast.Name:
             continue
-        if not wanted(block) or on_error_path(block) or in_dataset(block, facts.kinds):
+        if not _counted(block, wanted, facts.kinds):
             continue
         qualified = facts.qualify(call.func)
         read = helper_read(qualified, facts.path) if qualified else None
