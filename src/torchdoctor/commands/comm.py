@@ -49,12 +49,12 @@ def main(argv: Sequence[str]) -> int:
     if opts.repeats < 1:
         raise UsageError("--repeats must be at least 1")
     backend, nproc = _backend_and_ranks(opts)
-    from torchdoctor.run.children import torchrun_options
+    from torchdoctor.run.children import torchrun_entry, torchrun_options
     from torchdoctor.run.ranks.launch import LaunchOutcome, capture_nccl_log, run_elastic
 
     with tempfile.TemporaryDirectory(prefix="torchdoctor-comm-") as tmp:
         out = Path(tmp) / "comm.json"
-        argv = [*torchrun_options(nproc), "--module", "torchdoctor.run.ranks.comm_worker", "--out", str(out),
+        argv = [*torchrun_options(nproc), *torchrun_entry("torchdoctor.run.ranks.comm_worker"), "--out", str(out),
                 "--backend", backend,
                 "--sizes", ",".join(map(str, sizes)), "--warmup", str(opts.warmup), "--repeats", str(opts.repeats),
                 "--budget", str(opts.max_seconds)]

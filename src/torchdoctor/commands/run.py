@@ -90,6 +90,7 @@ def main(argv: Sequence[str]) -> int:
         if not opts.target:
             raise UsageError("no script given; usage: torchdoctor run [OPTIONS] train.py [ARGS...]")
         target, args, module = opts.target, opts.args, False
+    target, args, module = _through_torchrun(opts, target, args, module)
     _resolve_limits(opts)
     Limits(warmup=opts.warmup, steps=opts.steps, max_seconds=opts.max_seconds).check()
     knobs = parse_settings(opts.knobs)
@@ -131,6 +132,28 @@ def main(argv: Sequence[str]) -> int:
     if code != EXIT_OK:
         raise _OUTCOME_ERRORS[code](_outcome_message(record, run_dir))
     return EXIT_OK
+
+
+def _through_torchrun(opts, target: str, args: list[str], module: bool) -> tuple[str, list[str], bool]:
+    """A target that is torchrun's launcher (`-m torch.distributed.run ... train.py`): the doctor would measure
+    the agent, which trains nothing; its ranks and script are taken from torchrun's own command line instead and
+    launched the doctor's way (through the same torch.distributed.run), said on stderr."""
+    from torchdoctor.run.ranks.launch import from_torchrun, is_torchrun
+
+    if not is_torchrun(target, module):
+        return target, args, module
+    if opts.nproc_per_node is not None or opts.nnodes != 1:
+        raise UsageError("the ranks are given twice (torchrun's options and the doctor's --nproc-per-node/--nnodes); "
+                         "keep one: torchdoctor run --nproc-per-node N train.py ARGS")
+    job = from_torchrun(args)
+    opts.nproc_per_node, opts.nnodes, opts.node_rank, opts.rdzv_endpoint = (
+        job.nproc_per_node, job.nnodes, job.node_rank, job.rdzv_endpoint)
+    nodes = f" --nnodes {job.nnodes} --node-rank {job.node_rank} --rdzv-endpoint {job.rdzv_endpoint}" \
+        if job.nnodes > 1 else ""
+    sys.stderr.write(f"torchdoctor: {target} is torchrun's launcher: measuring its {job.nproc_per_node} rank(s) of "
+                     f"{job.target} as `torchdoctor run --nproc-per-node {job.nproc_per_node}{nodes}"
+                     f"{' -m' if job.module else ''} {job.target} ...`\n")
+    return job.target, job.args, job.module
 
 
 def _resolve_limits(opts) -> None:

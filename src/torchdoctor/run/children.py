@@ -52,9 +52,15 @@ def torchrun_options(nproc_per_node: int, *, nnodes: int = 1, node_rank: int = 0
     return argv
 
 
+def torchrun_entry(module: str) -> list[str]:
+    """torchrun's entry point `python -m module`, after its options. The `--` ends torchrun's options: its parser
+    otherwise takes a script argument that abbreviates one of its own (`--logs` for `--logs-specs`) and exits 2."""
+    return ["--module", "--", module]
+
+
 def torchrun_command(nproc_per_node: int, module: str) -> list[str]:
     """A launch of `python -m module` on one machine, as a command line of its own (a trial)."""
-    return [sys.executable, "-m", "torch.distributed.run", *torchrun_options(nproc_per_node), "--module", module]
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_options(nproc_per_node), *torchrun_entry(module)]
 
 
 def doctor_command(subcommand: str, limits: Limits) -> list[str]:

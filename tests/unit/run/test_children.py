@@ -42,7 +42,7 @@ def test_every_launch_gives_torchrun_the_same_options(tmp_path):
     trials = ProcessTrials(MemorySettings("t.py", [], steps=4, warmup=1, max_seconds=50.0, nproc_per_node=2), tmp_path)
     command = trials.command(8, tmp_path / "trial")
     assert command[1:3] == ["-m", "torch.distributed.run"] and command[3:3 + len(options)] == options
-    assert command[command.index("--module") + 1] == "torchdoctor.memory.child"
+    assert command[command.index("--module") + 1:command.index("--module") + 3] == ["--", "torchdoctor.memory.child"]
 
 
 def test_every_child_command_line_carries_the_same_limits(tmp_path):

@@ -26,7 +26,7 @@ from pathlib import Path
 from torchdoctor.errors import UsageError
 from torchdoctor.machine.cpus import usable_cpus
 from torchdoctor.machine.oom import oom_kills
-from torchdoctor.run.children import torchrun_options
+from torchdoctor.run.children import torchrun_entry, torchrun_options
 from torchdoctor.run.ranks.heartbeat import Stall, StallWatch
 from torchdoctor.run.ranks.identity import JOB_ID_ENV, RANKS_DIR_ENV
 
@@ -117,7 +117,7 @@ def _free_port() -> int:
 def launcher_argv(request: LaunchRequest) -> list[str]:
     tee_dir = request.output.log_dir if request.output is not None else None
     return [*torchrun_options(request.nproc_per_node, nnodes=request.nnodes, node_rank=request.node_rank,
-                              rdzv_endpoint=request.rdzv_endpoint, tee_dir=tee_dir), "--module", "torchdoctor",
+                              rdzv_endpoint=request.rdzv_endpoint, tee_dir=tee_dir), *torchrun_entry("torchdoctor"),
             "run", *request.child_argv]
 
 
@@ -205,3 +205,54 @@ def capture_nccl_log(run_dir: Path) -> None:
     folder.mkdir(exist_ok=True)
     os.environ.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
                        "NCCL_DEBUG_FILE": str(folder / NCCL_LOG_PATTERN), NCCL_LOG_ENV: str(folder)})
+
+
+# Targets that are torchrun's launcher itself: `torchdoctor run -m torch.distributed.run ... train.py` (or the
+# `torchrun` script) would measure the agent, which trains nothing; the ranks are read from its command line.
+TORCHRUN_MODULES = ("torch.distributed.run",)
+TORCHRUN_SCRIPTS = ("torchrun",)
+
+
+@dataclass
+class TorchrunTarget:
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int | None
+    rdzv_endpoint: str | None
+    target: str
+    args: list[str]
+    module: bool
+
+
+def is_torchrun(target: str, module: bool) -> bool:
+    return target in TORCHRUN_MODULES if module else Path(target).name in TORCHRUN_SCRIPTS
+
+
+def from_torchrun(args: list[str]) -> TorchrunTarget:
+    """torchrun's command line read by torchrun's own parser, as the doctor's multi-rank run. What the
+    doctor's launch does not carry (restarts, elastic node counts, no-python) is refused by name."""
+    from torch.distributed.run import parse_args
+
+    try:
+        parsed = parse_args(list(args))
+    except SystemExit:  # argparse has printed what it could not read
+        raise UsageError("torchrun's options above could not be read; e.g. torchdoctor run --nproc-per-node 2 "
+                         "train.py ARGS") from None
+    nproc = str(parsed.nproc_per_node)
+    if not nproc.isdigit() or int(nproc) < 1:
+        raise UsageError(f"torchrun --nproc-per-node {nproc}: give the number of ranks, e.g. --nproc-per-node 2")
+    low, _, high = str(parsed.nnodes).partition(":")
+    if not low.isdigit() or (high and high != low):
+        raise UsageError(f"torchrun --nnodes {parsed.nnodes}: an elastic node count is not followed by the doctor; "
+                         "give a fixed one, e.g. --nnodes 2")
+    refused = [name for name, given in (("--max-restarts", parsed.max_restarts), ("--no-python", parsed.no_python),
+                                         ("--run-path", parsed.run_path)) if given]
+    if refused:
+        raise UsageError(f"torchrun {refused[0]} is not carried into the doctor's run (each rank is measured once, "
+                         "as a Python script or module); leave it out")
+    endpoint = parsed.rdzv_endpoint or (f"{parsed.master_addr}:{parsed.master_port}" if parsed.master_port else None)
+    nnodes = int(low)
+    return TorchrunTarget(nproc_per_node=int(nproc), nnodes=nnodes,
+                          node_rank=parsed.node_rank if nnodes > 1 else None,
+                          rdzv_endpoint=endpoint if nnodes > 1 else None, target=parsed.training_script,
+                          args=list(parsed.training_script_args), module=bool(parsed.module))

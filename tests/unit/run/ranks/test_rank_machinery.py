@@ -13,7 +13,7 @@ from torchdoctor.run.knobs.spec import parse_settings
 from torchdoctor.comm import slow_link
 from torchdoctor.run.ranks.heartbeat import StallWatch
 from torchdoctor.run.children import launcher_accepts
-from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, launcher_argv
+from torchdoctor.run.ranks.launch import LaunchRequest, check_endpoint, from_torchrun, is_torchrun, launcher_argv
 
 
 def beat(rank, steps, position, waiting, state="running", slowest=0.05):
@@ -98,12 +98,16 @@ def test_a_port_in_use_on_the_rendezvous_node_is_refused_with_a_free_one_named()
 def test_the_ranks_are_started_by_torch_distributed_run():
     single = launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["train.py"]))
     assert single[:2] == ["--nproc-per-node", "2"] and "--standalone" in single
-    assert single[-4:] == ["--module", "torchdoctor", "run", "train.py"]
+    assert single[-4:] == ["--", "torchdoctor", "run", "train.py"] and "--module" in single
+    from torch.distributed.run import parse_args
+
+    # a script argument that abbreviates one of torchrun's own options (--logs ~ --logs-specs) stays the script's
+    with_logs = parse_args(launcher_argv(LaunchRequest(nproc_per_node=2, child_argv=["t.py", "--logs", "none"])))
+    assert (with_logs.module, with_logs.training_script) == (True, "torchdoctor")
+    assert with_logs.training_script_args == ["run", "t.py", "--logs", "none"]
     two = launcher_argv(LaunchRequest(nproc_per_node=1, nnodes=2, node_rank=1, rdzv_endpoint="host:29500",
                                       child_argv=["t.py"]))
     assert two[two.index("--node-rank") + 1] == "1" and two[two.index("--rdzv-endpoint") + 1] == "host:29500"
-    from torch.distributed.run import parse_args
-
     args = parse_args(two)  # torchrun's own parser accepts what we build
     assert (args.nnodes, args.node_rank, args.rdzv_backend, args.max_restarts) == ("2", 1, "static", 0)
 
@@ -185,3 +189,21 @@ def test_a_script_that_trains_in_processes_it_starts_is_told_how_to_launch(tmp_p
     why = no_step_explanation(record)
     assert "not measured" in why and "launcher.py:11" in why and "running train with multiprocessing" in why
     assert "--nproc-per-node N" in why
+
+
+def test_a_torchrun_target_is_read_by_torchruns_parser_as_the_doctors_ranks():
+    """`torchdoctor run -m torch.distributed.run ... -m pkg.train ARGS` would measure torchrun's agent."""
+    assert is_torchrun("torch.distributed.run", module=True) and is_torchrun("/usr/bin/torchrun", module=False)
+    assert not is_torchrun("train.py", module=False) and not is_torchrun("torchrun_helpers", module=True)
+    job = from_torchrun(["--standalone", "--nproc_per_node=2", "-m", "--", "pkg.train", "--logs", "none"])
+    assert (job.nproc_per_node, job.nnodes, job.target, job.module, job.args) == (
+        2, 1, "pkg.train", True, ["--logs", "none"])
+    nodes = from_torchrun(["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29400",
+                           "--nproc-per-node", "4", "train.py"])
+    assert (nodes.nnodes, nodes.node_rank, nodes.rdzv_endpoint, nodes.module) == (2, 1, "10.0.0.1:29400", False)
+    for argv, named in ((["--nproc-per-node", "gpu", "t.py"], "--nproc-per-node gpu"),
+                        (["--nnodes", "1:4", "--nproc-per-node", "2", "t.py"], "elastic"),
+                        (["--max-restarts", "3", "--nproc-per-node", "2", "t.py"], "--max-restarts"),
+                        (["--no-python", "--nproc-per-node", "2", "t.py"], "--no-python")):
+        with pytest.raises(UsageError, match=named):
+            from_torchrun(argv)
