@@ -21,7 +21,8 @@ AT_START, PERIODIC, AFTER_CHANGE = "start", "periodic", "change"
 @dataclass
 class TimelinePoint:
     """One step's cheap figures, or the mean of `span` consecutive steps once the timeline thinned
-    its older part (each field then the mean over those steps; `mem_bytes` their maximum)."""
+    its older part (each field then the mean over those steps; `mem_bytes` and `gpu_mem_bytes` their
+    maximum)."""
 
     step: Count  # the (first) step it stands for
     t: Seconds  # when that step ended
@@ -36,6 +37,13 @@ class TimelinePoint:
     # the step's wait in collectives (DDP's all-reduce not hidden by backward, FSDP's exposed
     # communication, the collectives the script calls); None where none was measured (schema 10)
     comm_wait_s: Seconds | None = None
+    # the run's GPU as NVML saw it at the follower's latest tick before the step ended (the sample of the
+    # device this process uses: a rank its own): utilization in percent, power in watts, memory used on
+    # the device in bytes (every process's); None where not measured (no CUDA, no NVML), never a guess
+    # (schema 10)
+    gpu_util: float | None = None
+    gpu_power_w: float | None = None
+    gpu_mem_bytes: Count | None = None
     span: Count = 1  # steps this point stands for
     sampled: bool = False  # a costly probe window ran in it (left out of the change tests)
     warmup: bool = False
@@ -152,3 +160,10 @@ class FollowRecord:
     memory_limit_bytes: Count | None = None
     exports: list[str] = field(default_factory=list)  # where the figures were also sent
     live: bool = False  # written while the run was going (live.json): not the run's final record
+
+
+def rank_message(message: str, rank: int | None) -> str:
+    """An event's line with the rank it is of in front (`rank 1: ...`), once; as it is without a rank."""
+    if rank is None or message.startswith(f"rank {rank}: "):
+        return message
+    return f"rank {rank}: {message}"

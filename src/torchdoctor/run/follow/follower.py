@@ -2,8 +2,9 @@
 end (its limits still hold), and all along
 
 - every step's cheap figures (step time, data wait, the hooks' compute time, samples, the memory
-  high-water mark) go to the timeline (run/follow/timeline.py), appended every `every_s` seconds,
-  with the record so far (RUN_DIR/live.json), so `torchdoctor report DIR` works while it runs;
+  high-water mark, the GPU's utilization, power and memory as NVML last saw them) go to the
+  timeline (run/follow/timeline.py), appended every `every_s` seconds, with the record so far
+  (RUN_DIR/live.json), so `torchdoctor report DIR` works while it runs;
 - the series are tested for a persistent change (rules/shifts.py): a step-time shift, a data wait
   that appears, memory creeping toward the limit; a change is kept with the step and time it
   began and what changed, and a line-sampler window is sampled right after it, so its cause is
@@ -22,7 +23,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import os
 import resource
 import statistics
 import sys
@@ -100,6 +100,7 @@ class Follower:
         self._mem_t: list[float] = []
         self._mem: list[int] = []
         self._mark: int | None = None  # the memory high-water mark at the last tick
+        self._gpu: tuple[float | None, float | None, int | None] = (None, None, None)  # NVML's at the last tick
         self._mem_reported = False
         self._last_step_t: float | None = None
         self._first_measured_t: float | None = None  # when the first step after the warm-up ended
@@ -237,6 +238,7 @@ class Follower:
         now = session.clock() - session.t0
         self._read_cpu_wait(now)
         self._read_memory(now)
+        self._read_gpu()
         new = self._drain()
         if new:
             self._test(new)
@@ -253,11 +255,13 @@ class Follower:
         """The steps the training thread queued, as timeline points."""
         incoming, new = self._incoming, []
         mem = self._mark
+        util, power, gpu_mem = self._gpu
         while incoming:
             index, start, end, wait, compute, samples, sampled, warmup, probes = incoming.popleft()
             point = TimelinePoint(step=index, t=end, step_s=max(0.0, end - start), data_wait_s=wait,
                                   compute_s=compute, samples=samples, mem_bytes=mem, cpu_wait=self._cpu_wait,
-                                  sampled=sampled, warmup=warmup)
+                                  gpu_util=util, gpu_power_w=power, gpu_mem_bytes=gpu_mem, sampled=sampled,
+                                  warmup=warmup)
             new.append(point)
             self._window_step(point, probes)
             if not warmup and self._first_measured_t is None:
@@ -303,6 +307,17 @@ class Follower:
         if last is not None and reading[0] > last[0]:
             self._cpu_wait = min(1.0, max(0.0, (reading[2] - last[2]) / (reading[0] - last[0])))
 
+    def _read_gpu(self) -> None:
+        """NVML's latest sample of this process's GPU (a rank's own device), for the points of this tick."""
+        gpu = getattr(self.probes, "gpu", None)
+        latest = getattr(gpu, "latest_sample", None)
+        sample = latest() if latest is not None else None
+        self._gpu = (None, None, None) if sample is None else (sample.gpu_util, sample.power_w, sample.mem_used_bytes)
+
+    def _cuda_device(self) -> int | None:
+        """The device the GPU probe found this process training on (a rank's own); None: the current one."""
+        return getattr(getattr(self.probes, "gpu", None), "device_index", None)
+
     # ---- memory ------------------------------------------------------------------------------
     def _read_memory(self, now: float) -> None:
         mark = self._high_water()
@@ -335,7 +350,7 @@ class Follower:
         try:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
-                return int(torch.cuda.max_memory_allocated())
+                return int(torch.cuda.max_memory_allocated(self._cuda_device()))
             kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             return int(kb) * (1 if sys.platform == "darwin" else 1024)
         except Exception:
@@ -345,7 +360,9 @@ class Follower:
         try:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
-                return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+                device = self._cuda_device()
+                return int(torch.cuda.get_device_properties(torch.cuda.current_device() if device is None
+                                                            else device).total_memory)
             from torchdoctor.machine.memory import available_memory_bytes
 
             left = available_memory_bytes()

@@ -192,13 +192,18 @@ class JobWatch:
                 rows.append({"rank": rank, "step": 0})
                 continue
             comm = [p.comm_wait_s for p in clean if p.comm_wait_s is not None]
+            # the rank's own GPU (its device, as its NVML sampler saw it last); absent: not measurable
+            gpu = next((p for p in reversed(points)
+                        if p.gpu_util is not None or p.gpu_power_w is not None or p.gpu_mem_bytes is not None), None)
             rates = [p.samples / p.step_s for p in clean if p.samples and p.step_s > 0]
             rows.append({"rank": rank, "step": points[-1].step, "t": points[-1].t,
                          "step_ms": statistics.median(p.step_s for p in clean) * 1000,
                          "wait_ms": statistics.median(p.data_wait_s for p in clean) * 1000,
                          "comm_ms": statistics.median(comm) * 1000 if comm else None,
                          "samples_s": statistics.median(rates) if rates else None,
-                         "mem": max((p.mem_bytes for p in points if p.mem_bytes), default=None)})
+                         "mem": max((p.mem_bytes for p in points if p.mem_bytes), default=None),
+                         "gpu_util": gpu.gpu_util if gpu else None, "gpu_power_w": gpu.gpu_power_w if gpu else None,
+                         "gpu_mem": gpu.gpu_mem_bytes if gpu else None})
         last = self.changes[-1] if self.changes else None
         if last is None:
             latest = None

@@ -141,18 +141,25 @@ class LivePanel:
         from torchdoctor.model.units import format_bytes
 
         table = Table(box=None, padding=(0, 1), show_edge=False)
-        for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory"):
-            table.add_column(name, justify="right" if name != "rank" else "left", no_wrap=True, min_width=len(name))
+        # GPU: the rank's own device as its NVML sampler saw it (utilization, power, memory used on it)
+        for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory", "GPU"):
+            # the GPU's cell folds onto a second line on a narrow terminal: the figures never cut
+            table.add_column(name, justify="right" if name not in ("rank", "GPU") else "left", no_wrap=name != "GPU",
+                             min_width=len(NOT_MEASURABLE) if name == "GPU" else len(name))
         for row in state["ranks"]:
             if not row.get("step"):
-                table.add_row(str(row["rank"]), "—", "", "", "", "", "")
+                table.add_row(str(row["rank"]), "—", "", "", "", "", "", "")
                 continue
+            gpu = gpu_text(row.get("gpu_util"), row.get("gpu_power_w"), row.get("gpu_mem"), named=False)
             table.add_row(str(row["rank"]), f"{row['step']:,}", f"{row['step_ms']:.2f} ms", f"{row['wait_ms']:.2f} ms",
                           f"{row['comm_ms']:.2f} ms" if row.get("comm_ms") is not None else "—",
                           f"{row['samples_s']:,.0f}" if row.get("samples_s") else "—",
-                          format_bytes(row["mem"]) if row.get("mem") else "—")
-        if state.get("last_change"):
-            table.caption = f"latest: {state['last_change']}"
+                          format_bytes(row["mem"]) if row.get("mem") else "—", gpu or NOT_MEASURABLE)
+        captions = [f"latest: {state['last_change']}"] if state.get("last_change") else []
+        if state.get("stopped"):  # the first rank's black box: it stopped (crash, signal, stall)
+            captions.append(f"stopped: {state['stopped']}")
+        if captions:
+            table.caption = "\n".join(captions)
         return table
 
     def _finish(self, table, title: str) -> str:
@@ -181,18 +188,31 @@ class LivePanel:
             self._closed = True
 
 
+NOT_MEASURABLE = "not measurable"  # a rank's GPU cell where NVML gave no figure (no CUDA, no NVML): never a number
+
+
 def _gpu_line(probes) -> str | None:
     """The GPU's latest NVML sample, when the run uses CUDA and NVML answers (run/probes/nvml.py)."""
-    sampler = getattr(getattr(probes, "gpu", None), "sampler", None)
-    samples = getattr(sampler, "samples", None)
-    if not samples:
+    gpu = getattr(probes, "gpu", None)
+    s = gpu.latest_sample() if gpu is not None and hasattr(gpu, "latest_sample") else None
+    if s is None:
         return None
-    s = samples[-1]
+    return gpu_text(s.gpu_util, s.power_w, s.mem_used_bytes, s.power_limit_w, s.mem_total_bytes)
+
+
+def gpu_text(util: float | None, power_w: float | None, mem_bytes: int | None, power_limit_w: float | None = None,
+             mem_total_bytes: int | None = None, named: bool = True) -> str | None:
+    """NVML's figures as the panel shows them: the run's line (`named`), or a rank's cell (`97% · 310W ·
+    41.0GiB`, narrow enough for a row of a 100-column terminal); None when it has none."""
     parts = []
-    if s.gpu_util is not None:
-        parts.append(f"util {s.gpu_util:.0f}%")
-    if s.power_w is not None:
-        parts.append(f"power {s.power_w:.0f}" + (f"/{s.power_limit_w:.0f} W" if s.power_limit_w else " W"))
-    if s.mem_used_bytes is not None and s.mem_total_bytes:
-        parts.append(f"memory {s.mem_used_bytes / 2**30:.1f}/{s.mem_total_bytes / 2**30:.1f} GiB")
+    if util is not None:
+        parts.append(f"util {util:.0f}%" if named else f"{util:.0f}%")
+    if power_w is not None:
+        watts = " W" if named else "W"
+        power = f"{power_w:.0f}" + (f"/{power_limit_w:.0f}{watts}" if power_limit_w else watts)
+        parts.append(f"power {power}" if named else power)
+    if mem_bytes is not None:
+        unit = " GiB" if named else "GiB"  # a cell folds between figures, never inside one
+        memory = f"{mem_bytes / 2**30:.1f}" + (f"/{mem_total_bytes / 2**30:.1f}{unit}" if mem_total_bytes else unit)
+        parts.append(f"memory {memory}" if named else memory)
     return " · ".join(parts) or None

@@ -7,50 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchdoctor.model.record import StepSample
+from helpers.follow_fakes import FakeSession, Lines, make, step
 from torchdoctor.run.follow.follower import Follower, FollowOptions
-
-
-class FakeSession:
-    def __init__(self):
-        self.now = 0.0
-        self.t0 = 0.0
-        self.steps = []
-        self.baseline_s = None
-        self.stop_reason = None
-        self.stop_signal = None
-        self.line_sampler = object()
-        self.planned = []
-
-    def clock(self):
-        return self.now
-
-    def plan_window(self, name, first, count):
-        self.planned.append((name, first, count))
-
-    def request_stop(self, reason):
-        self.stop_reason = reason
-
-
-class Lines:  # the line sampler's counters, as the follower reads them
-    def __init__(self):
-        self.hits, self.seconds, self.loading_hits, self.total, self.total_s = {}, {}, {}, 0, 0.0
-
-
-def make(tmp_path, **options):
-    session = FakeSession()
-    follower = Follower(session, SimpleNamespace(lines=Lines()), tmp_path, FollowOptions(**options))
-    return session, follower
-
-
-def step(session, follower, seconds, probes=(), wait=0.0):
-    index = len(session.steps) + 1
-    start = session.now
-    session.now += seconds
-    sample = StepSample(index=index, start=start, end=session.now, warmup=index <= 3, sampled=bool(probes),
-                        samples=32, data_wait_s=wait, probes=list(probes))
-    session.steps.append(sample)
-    follower.on_step(sample)
 
 
 def test_a_slowdown_is_found_and_a_window_planned_right_after_it(tmp_path):
