@@ -175,8 +175,7 @@ class TensorBoardExporter:
         self.writer.flush()
 
     def on_blackbox(self, box: BlackBox, rank: int | None = None) -> None:
-        where = f" at {box.where}" if box.where else ""
-        self.writer.add_text("torchdoctor/stopped", f"{box.message}{where}", global_step=box.step)
+        self.writer.add_text("torchdoctor/stopped", stopped_text(box, rank), global_step=box.step)
         self.writer.flush()
 
     def on_report(self, report) -> None:
@@ -381,7 +380,7 @@ class OtlpExporter:
                  **({"torchdoctor.rank": rank} if rank is not None else {})}
         if box.where is not None:
             extra.update({"code.filepath": box.where.path, "code.lineno": box.where.line})
-        self.logger.error(box.message, extra=extra)
+        self.logger.error(stopped_text(box, rank), extra=extra)
 
     def on_report(self, report) -> None:
         for f in report.findings[:50]:

@@ -143,6 +143,16 @@ class BlackBox:
 
 
 @dataclass
+class BlackBoxFile:
+    """RUN_DIR/blackbox.json (a rank's RUN_DIR/rank-K/blackbox.json): the black box on its own, written the
+    moment it is kept, so what watches the run (a followed job's launcher, its exporters) has it then and
+    not only once record.json is written at the end. `schema_version` is the RunRecord's."""
+
+    schema_version: int
+    blackbox: BlackBox
+
+
+@dataclass
 class FollowRecord:
     timeline_file: str = "timeline.jsonl"
     every_s: Seconds = 10.0  # the timeline is appended (and flushed) this often

@@ -16,6 +16,7 @@ HTML_FILE = "report.html"
 TIMELINE_FILE = "timeline.jsonl"  # `run --follow`: one line per step (older ones thinned), appended while it runs
 CHANGES_FILE = "changes.jsonl"  # `run --follow`: each change as it was found (the launcher of a followed job reads it)
 LIVE_FILE = "live.json"  # `run --follow`: the record so far, rewritten while it runs (record.json at the end)
+BLACKBOX_FILE = "blackbox.json"  # `run --follow`: the black box, written the moment it is kept (crash, signal, stall)
 DEFAULT_PARENT = Path("torchdoctor-runs")
 
 

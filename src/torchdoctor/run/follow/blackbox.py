@@ -1,6 +1,8 @@
 """The black box (`run --follow`): when a run crashes, is stopped by a signal or stalls, every
 thread's Python stack (as faulthandler would print it, per thread, from `sys._current_frames`) and
-the last steps' figures are kept, and written before the process ends.
+the last steps' figures are kept, and written before the process ends: at once on their own
+(RUN_DIR/blackbox.json, `write_box`), which a followed job's launcher reads while the job goes on
+(`read_box`, run/follow/job.py), then in live.json and record.json.
 
 The training thread's stack is the one that says where: for an exception, the frames of its
 traceback (where it was raised); for a signal or a stall, where the thread is now. torchdoctor's
@@ -14,7 +16,9 @@ import threading
 import traceback
 from types import FrameType, TracebackType
 
-from torchdoctor.model.follow_record import BlackBox, StackFrame, ThreadStack, TimelinePoint
+from pathlib import Path
+
+from torchdoctor.model.follow_record import BlackBox, BlackBoxFile, StackFrame, ThreadStack, TimelinePoint
 from torchdoctor.run.probes.frames import DOCTOR, USER, classify_file, display_path, source_text
 from torchdoctor.model.paths import library_of
 
@@ -97,3 +101,19 @@ def capture(reason: str, message: str, main_ident: int, step: int, t: float, las
                     threads=threads, last_points=list(last))
 
 
+
+
+def write_box(path: Path, box: BlackBox) -> None:
+    """RUN_DIR/blackbox.json, replaced whole (a reader never sees half of it)."""
+    from torchdoctor.model.record import SCHEMA_VERSION
+    from torchdoctor.model.serialize import write_json
+
+    write_json(path, BlackBoxFile(schema_version=SCHEMA_VERSION, blackbox=box))
+
+
+def read_box(path: Path) -> BlackBox:
+    """A blackbox.json read back, bounded and typed; SchemaError or InputError (one line) when it is not one."""
+    from torchdoctor.model.record import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
+    from torchdoctor.model.serialize import read_json
+
+    return read_json(path, BlackBoxFile, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA).blackbox

@@ -37,10 +37,10 @@ import msgspec
 from torchdoctor.model.follow_record import (AFTER_CHANGE, AT_START, DATA_WAIT, MEMORY, PERIODIC, STEP_TIME,
                                              BlackBox, ChangePoint, FollowRecord, Level, ProbeWindow,
                                              TimelinePoint, WindowLine)
-from torchdoctor.model.layout import CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
+from torchdoctor.model.layout import BLACKBOX_FILE, CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
 from torchdoctor.model.location import Location
 from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
-from torchdoctor.run.follow.blackbox import capture
+from torchdoctor.run.follow.blackbox import capture, write_box
 from torchdoctor.run.follow.kept import FIRST_STEPS, LAST_STEPS, TRIM_EVERY, KeptSteps
 from torchdoctor.run.follow.timeline import Timeline
 from torchdoctor.run.session import StepLog
@@ -196,7 +196,11 @@ class Follower:
         return rec
 
     # ---- the black box ---------------------------------------------------------------------
-    def black_box(self, reason: str, message: str, exc: BaseException | None = None) -> None:
+    def black_box(self, reason: str, message: str, exc: BaseException | None = None,
+                  stall: tuple[float, float] | None = None) -> None:
+        """Keep the black box and send it out at once: RUN_DIR/blackbox.json (a followed job's launcher
+        passes it to the exporters from there), this run's exporters, live.json. `stall`: (seconds
+        without a step, the limit)."""
         if self.record.blackbox is not None:
             return  # the first event is what happened; a stop after a stall is its consequence
         now = self.session.clock() - self.session.t0
@@ -209,8 +213,14 @@ class Follower:
             except Exception as err:  # the box must never replace what happened
                 box = BlackBox(reason=reason, message=message, step=step, t=now)
                 self.errors.append(f"black box: {type(err).__name__}: {err}")
+            if stall is not None:
+                box.stall_s, box.stall_limit_s = round(stall[0], 3), stall[1]
             self.record.blackbox = box
-            self._flush(now)
+            try:
+                write_box(self.run_dir / BLACKBOX_FILE, box)
+            except (OSError, TypeError, ValueError) as err:
+                self.errors.append(f"black box file: {type(err).__name__}: {err}")
+            self._flush(now)  # live.json before the exporters: a collector that does not answer delays only them
         for sink in self.options.sinks:
             self._call(sink, "on_blackbox", box)
 
@@ -586,9 +596,7 @@ class Follower:
         usual = f", the usual step {base * 1000:.1f} ms" if base else ""
         message = (f"no step finished for {now - self._last_step_t:.1f} s after step {self.record.steps} (limit "
                    f"{limit:g} s{usual})")
-        self.black_box("stall", message)
-        if self.record.blackbox is not None:
-            self.record.blackbox.stall_s, self.record.blackbox.stall_limit_s = round(quiet, 3), limit
+        self.black_box("stall", message, stall=(quiet, limit))
         self.session.request_stop("stalled")
 
     # ---- writing -----------------------------------------------------------------------------

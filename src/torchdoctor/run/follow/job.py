@@ -9,7 +9,9 @@ rank thinned and rewrote it) and
 - tests them for a rank that becomes a straggler (rules/shifts.py's StragglerTest, fed step by
   step once every rank has written that step), for the panel and the exporters; the report finds
   the same from the ranks' records (diagnosis/ranks.py);
-- hands each rank's new points to the exporters, labelled with the rank;
+- hands each rank's new points to the exporters, labelled with the rank, and each rank's black box
+  as soon as the rank wrote it (RUN_DIR/rank-K/blackbox.json: a crash, a signal, a stall), so a
+  team's dashboard shows the stop while the job is still being torn down, not at its end;
 - draws the live panel with one row per rank. The ranks' output reaches the terminal through this
   process then (torchrun's agent tees each rank's lines from files in RUN_DIR/logs, `JobOutput`),
   and every line erases the panel before it is written, so the panel never splits a line.
@@ -29,8 +31,8 @@ from typing import Any
 
 import msgspec
 
-from torchdoctor.model.follow_record import STRAGGLER, ChangePoint, Level, TimelinePoint
-from torchdoctor.model.layout import CHANGES_FILE, TIMELINE_FILE
+from torchdoctor.model.follow_record import STRAGGLER, BlackBox, ChangePoint, Level, TimelinePoint, rank_message
+from torchdoctor.model.layout import BLACKBOX_FILE, CHANGES_FILE, TIMELINE_FILE
 from torchdoctor.rules.shifts import StragglerTest, own_time
 
 MAX_READ = 64 * 1024 * 1024  # bytes read from one timeline per tick at most
@@ -91,12 +93,14 @@ class JobWatch:
         self.change_tails = {r: TimelineTail(run_dir / f"rank-{r}" / CHANGES_FILE, ChangePoint) for r in ranks}
         self.points: dict[int, list[TimelinePoint]] = {r: [] for r in ranks}
         self.changes: list[ChangePoint] = []
+        self.boxes: dict[int, BlackBox] = {}  # the ranks' black boxes, as each wrote it (sent to the exporters)
         self.errors: list[str] = []
         self.output = JobOutput(run_dir / LOG_DIR, self.panel) if self.panel is not None else None
         self._test = StragglerTest()
         self._waiting: dict[int, dict[int, TimelinePoint]] = {r: {} for r in ranks}  # not yet fed to the test
         self._next_step = 0
         self._unsent: dict[int, list[TimelinePoint]] = {r: [] for r in ranks}
+        self._unreadable: set[int] = set()  # ranks whose blackbox.json was not a black box
         self._last_send = time.monotonic()
         self._started = time.monotonic()
         self._stop = threading.Event()
@@ -146,6 +150,7 @@ class JobWatch:
                 self.changes.append(change)
                 self._call_sinks("on_change", change)
         self._feed()
+        self._read_boxes()
         if final or time.monotonic() - self._last_send >= self.options.every_s:
             self._last_send = time.monotonic()
             for rank, points in self._unsent.items():
@@ -211,13 +216,38 @@ class JobWatch:
             latest = f"rank {last.rank} became the straggler at step {last.step}"
         else:
             latest = f"rank {last.rank}: {last.kind} changed at step {last.step}"
+        stopped = [rank_message(box.message, r) for r, box in sorted(self.boxes.items(), key=lambda kv: kv[1].t)]
         return {"ranks": rows, "t": time.monotonic() - self._started, "changes": len(self.changes),
-                "last_change": latest}
+                "last_change": latest, "stopped": stopped[0] if stopped else None}
+
+    def _read_boxes(self) -> None:
+        """A rank's black box once it is written (one stat a rank a tick until then), to the exporters."""
+        from torchdoctor.errors import InputError
+        from torchdoctor.model.serialize import SchemaError
+        from torchdoctor.run.follow.blackbox import read_box
+
+        for rank in self.ranks:
+            if rank in self.boxes or rank in self._unreadable:
+                continue
+            path = self.run_dir / f"rank-{rank}" / BLACKBOX_FILE
+            if not path.exists():
+                continue
+            try:
+                box = read_box(path)
+            except (SchemaError, InputError) as err:  # said once; the merged record's box goes out at the end
+                self._unreadable.add(rank)
+                self.errors.append(f"rank {rank}'s black box: {err}")
+                continue
+            box.rank = rank
+            self.boxes[rank] = box
+            self._call_sinks("on_blackbox", box, rank=rank)
 
     def blackboxes(self, record) -> None:
-        """The ranks' black boxes, from the merged record, to the exporters (each labelled with its rank)."""
+        """The ranks' black boxes the exporters have not had yet (a rank whose blackbox.json could not be
+        read), from the merged record, each labelled with its rank."""
         for view in getattr(record, "ranks", []):
-            if view.blackbox is not None:
+            if view.blackbox is not None and view.rank not in self.boxes:
+                self.boxes[view.rank] = view.blackbox
                 self._call_sinks("on_blackbox", view.blackbox, rank=view.rank)
 
     def _call_sinks(self, method: str, *args, **kwargs) -> None:
