@@ -1,5 +1,6 @@
-"""The run directory's layout (DESIGN.md §3): its file names, a fresh directory per run, and
-the hashes of the sources its report quoted. Plain file handling: what runs in a run
+"""The run directory's layout (DESIGN.md §3; for users, README "What a run directory holds", which
+lists every file below and a rank's rank-K/ files with their schema): its file names, a fresh
+directory per run, and the hashes of the sources its report quoted. Plain file handling: what runs in a run
 directory is in `torchdoctor.pipeline`."""
 
 from __future__ import annotations
