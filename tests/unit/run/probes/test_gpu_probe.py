@@ -3,6 +3,8 @@ step, shares the run's time origin, and stops with the other probes."""
 
 import types
 
+import pytest
+
 from helpers.gpu_fakes import FakeCuda, FakeNvml
 from torchdoctor.run.probes.gpu import GpuProbe
 from torchdoctor.model.record import Environment, RunInfo, RunRecord
@@ -61,3 +63,18 @@ def test_no_sample_without_nvml_is_none_never_a_number():
     probe = sampled_probe(FakeCuda(), FakeNvml(init_error=True))
     assert probe.cuda_in_use and probe.sampler is None and probe.latest_sample() is None
     assert "NVML could not be initialised" in probe.nvml_reason
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_the_device_in_use_is_the_one_holding_the_model():
+    """torch's own allocator figures (not a fake's): the device a tensor lives on is found, whatever
+    the current device is."""
+    import torch
+
+    from torchdoctor.run.probes.gpu import device_in_use
+
+    last = torch.cuda.device_count() - 1
+    held = torch.empty(64, 2**20, device=f"cuda:{last}")  # 256 MiB on the last device
+    torch.cuda.set_device(0)
+    assert device_in_use(torch.cuda) == last
+    del held
