@@ -130,6 +130,8 @@ def test_a_rank_that_hangs_is_stopped_and_leads_the_report_the_others_waiting(tm
     boxes = {v["rank"]: v["blackbox"] for v in record["ranks"]}
     assert boxes[0]["reason"] == boxes[1]["reason"] == "stall"
     assert boxes[1]["where"]["line"] == line  # the hung rank, where it hangs; rank 0 waits in its backward
+    assert boxes[0]["waiting_in"].startswith("backward() at ") and boxes[1]["waiting_in"] is None
+    assert "waits in backward() at " in done.stdout  # the stacks table says what rank 0 waited in
     # each rank's box on its own as well, written when it was kept (the launcher sent it on from there)
     assert read_box(out / "rank-1" / "blackbox.json").where.line == line
     if exports:

@@ -124,9 +124,10 @@ def change_text(change: ChangePoint) -> str:
 
 
 def stopped_text(box: BlackBox, rank: int | None = None) -> str:
-    """The black box as one line: what happened, where, the rank it is of."""
+    """The black box as one line: what happened, where, the rank it is of, what it waited in."""
     where = f" at {box.where}" if box.where else ""
-    return rank_message(f"{box.message}{where}", rank if rank is not None else box.rank)
+    waits = f"; waits in {box.waiting_in}" if box.waiting_in else ""
+    return rank_message(f"{box.message}{where}{waits}", rank if rank is not None else box.rank)
 
 
 def _change_line(change: ChangePoint) -> str:
@@ -380,6 +381,8 @@ class OtlpExporter:
                  **({"torchdoctor.rank": rank} if rank is not None else {})}
         if box.where is not None:
             extra.update({"code.filepath": box.where.path, "code.lineno": box.where.line})
+        if box.waiting_in:
+            extra["torchdoctor.waiting_in"] = box.waiting_in
         self.logger.error(stopped_text(box, rank), extra=extra)
 
     def on_report(self, report) -> None:

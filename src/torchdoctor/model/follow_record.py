@@ -140,6 +140,10 @@ class BlackBox:
     stall_s: Seconds | None = None  # "stall": how long no step had finished, and the limit it passed
     stall_limit_s: Seconds | None = None
     rank: int | None = None  # a multi-rank run: the rank whose box it is (schema 10)
+    # what the training thread waits in for the other ranks, read from its stack: a torch.distributed
+    # collective (`all_reduce() at train.py:42`) or a backward() whose gradient all-reduce waits in it;
+    # None when it waits in none (schema 10)
+    waiting_in: str | None = None
 
 
 @dataclass

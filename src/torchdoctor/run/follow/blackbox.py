@@ -97,8 +97,39 @@ def capture(reason: str, message: str, main_ident: int, step: int, t: float, las
             exc: BaseException | None = None) -> BlackBox:
     threads = thread_stacks(main_ident, exc)
     main = next((s for s in threads if s.main), None)
-    return BlackBox(reason=reason, message=message, step=step, t=t, where=innermost_user(main),
-                    threads=threads, last_points=list(last))
+    where = innermost_user(main)
+    return BlackBox(reason=reason, message=message, step=step, t=t, where=where, threads=threads,
+                    last_points=list(last), waiting_in=waiting_in(main, where, _process_group_up()))
+
+
+def waiting_in(main: ThreadStack | None, where=None, distributed: bool = False) -> str | None:
+    """The collective the training thread waits in, from its stack (outermost first): the innermost
+    torch.distributed collective on it (the script's, FSDP's, an object collective's), else, in a job with
+    a process group, a backward() it is inside (DDP's gradient all-reduce waits for the other ranks
+    there, in C++, with no frame of its own). `where`: the user's line it was called from."""
+    from torchdoctor.run.probes.collectives import OPS
+
+    if main is None:
+        return None
+    at = f" at {where}" if where is not None else ""
+    for frame in reversed(main.frames):
+        path = frame.path.replace("\\", "/")
+        if "torch/distributed/" in path and frame.function.rsplit(".", 1)[-1] in OPS:
+            return f"{frame.function.rsplit('.', 1)[-1]}(){at} (torch.distributed)"
+    if distributed:
+        for frame in reversed(main.frames):
+            if "torch/autograd/" in frame.path.replace("\\", "/") and frame.function in ("backward",
+                                                                                       "_engine_run_backward"):
+                return f"backward(){at}, where DDP's gradient all-reduce waits for the other ranks"
+    return None
+
+
+def _process_group_up() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # a half-torn-down process group: no claim
+        return False
 
 
 

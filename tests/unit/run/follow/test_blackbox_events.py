@@ -99,3 +99,26 @@ def test_an_unreadable_black_box_is_said_once_and_sent_from_the_record_at_the_en
     box = SimpleNamespace(reason="exception", message="boom", t=1.0)
     watch.blackboxes(SimpleNamespace(ranks=[SimpleNamespace(rank=0, blackbox=box)]))
     assert sent == [(box, 0)]
+
+
+def test_the_collective_a_rank_waits_in_is_read_from_its_stack():
+    from torchdoctor.model.follow_record import StackFrame, ThreadStack
+    from torchdoctor.model.location import Location
+    from torchdoctor.run.follow.blackbox import waiting_in
+
+    site = "/venv/lib/python3.11/site-packages/torch"
+    user = StackFrame("train.py", 42, "<module>")
+    where = Location("train.py", 42, "<module>")
+
+    def stack(*frames):
+        return ThreadStack(name="MainThread", ident=1, main=True, daemon=False, frames=[user, *frames])
+
+    in_all_reduce = stack(StackFrame(f"{site}/distributed/c10d_logger.py", 81, "_exception_logger.<locals>.wrapper"),
+                          StackFrame(f"{site}/distributed/distributed_c10d.py", 2806, "all_reduce"))
+    assert waiting_in(in_all_reduce, where) == "all_reduce() at train.py:42 (torch.distributed)"
+    in_backward = stack(StackFrame(f"{site}/_tensor.py", 625, "Tensor.backward"),
+                        StackFrame(f"{site}/autograd/__init__.py", 354, "backward"),
+                        StackFrame(f"{site}/autograd/graph.py", 829, "_engine_run_backward"))
+    assert waiting_in(in_backward, where, distributed=True).startswith("backward() at train.py:42, where DDP's")
+    assert waiting_in(in_backward, where, distributed=False) is None  # no process group: no one to wait for
+    assert waiting_in(stack(StackFrame("time.py", 1, "sleep")), where, distributed=True) is None
