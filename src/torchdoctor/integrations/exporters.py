@@ -48,7 +48,10 @@ from pathlib import Path
 from torchdoctor.errors import UsageError
 from torchdoctor.model.follow_record import BlackBox, ChangePoint, TimelinePoint, rank_message
 
-TB_SCALARS = ("step_time_ms", "data_wait_ms", "samples_per_s", "memory_high_water_bytes")
+# every TensorBoard scalar a point can give (torchdoctor/<name>); collective_wait_ms under --nproc-per-node, the
+# GPU's where NVML measured them
+TB_SCALARS = ("step_time_ms", "data_wait_ms", "samples_per_s", "memory_high_water_bytes", "collective_wait_ms",
+              "gpu_util_percent", "gpu_power_w", "gpu_memory_used_bytes")
 PROMETHEUS_GAUGES = {
     "torchdoctor_step": "The last training step the run finished",
     "torchdoctor_step_time_seconds": "Median step time of the steps since the last export",
