@@ -68,6 +68,9 @@ class FollowOptions:
     period_s: float = PERIOD_S
     sinks: list[Any] = field(default_factory=list)  # exporters: on_points, on_change, on_blackbox, close
     panel: Any = None  # a live panel: update(state), close()
+    # the panel's current top findings from the record so far (diagnosis/run.py's top_findings, handed in
+    # from above: run/ never imports diagnosis/); asked at each live.json write, only with a panel
+    top_findings: Callable[[Any], list[str]] | None = None
     # False: the caller closes the sinks itself, after handing them the report (commands/run.py)
     close_sinks: bool = True
 
@@ -113,6 +116,7 @@ class Follower:
         self._planned: dict[int, tuple[str, int | None]] = {}  # first planned step -> (reason, change)
         self._line_snapshot = self._line_counters()
         self._stalled = False
+        self.top_findings: list[str] = []  # the panel's, as of the last live.json write
         self.errors: list[str] = []
         self._main_tid = threading.get_native_id()  # the training thread's, for its run-queue wait
         self._sched: tuple[float, float, float] | None = None  # (wall, cpu, waiting) at the last tick
@@ -620,6 +624,12 @@ class Follower:
                 record.save(self.run_dir / LIVE_FILE)
             except Exception as exc:
                 self.errors.append(f"live record: {type(exc).__name__}: {exc}")
+                return
+            if self.options.panel is not None and self.options.top_findings is not None:
+                try:  # a few ms every `every_s`, on this thread
+                    self.top_findings = self.options.top_findings(record)
+                except Exception as exc:  # the panel goes on without them
+                    self.errors.append(f"top findings: {type(exc).__name__}: {exc}")
 
     def _call(self, target, method: str, *args) -> None:
         handler = getattr(target, method, None)

@@ -1,10 +1,11 @@
 """The live panel of a followed run (`run --follow` on a terminal): a few lines on stderr, drawn
 with rich, redrawn in place at most every REDRAW_S.
 
-It never mixes with the script's output: it is drawn only from the training thread, right after a
-step closes (never in the middle of the script's own write), and erased whenever the script is about
-to print or log (the session's on_output event), to be drawn again below the script's lines after
-the next step. The follower's thread only hands it the figures. It is off where stderr is not a
+It shows the run's figures and, from the record so far, the current top findings (those `torchdoctor
+report DIR` would rank first now). It never mixes with the script's output: it is drawn only from the
+training thread, right after a step closes (never in the middle of the script's own write), and erased
+whenever the script is about to print or log (the session's on_output event), to be drawn again below
+the script's lines after the next step. The follower's thread only hands it the figures. It is off where stderr is not a
 terminal (pipes, files), under CI (the CI variable), with TERM=dumb, and with --no-live.
 """
 
@@ -64,7 +65,8 @@ class LivePanel:
                        "wait_ms": wait * 1000, "samples_s": statistics.median(rates) if rates else None,
                        "mem": mem, "changes": len(changes),
                        "last_change": f"{last.kind} changed at step {last.step}" if last else None,
-                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes)}
+                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes),
+                       "top": list(getattr(follower, "top_findings", []))}
 
     # ---- session events (the training thread) ----------------------------------------------------
     def on_step(self, sample) -> None:
@@ -133,7 +135,7 @@ class LivePanel:
             table.add_row("GPU", state["gpu"], "", "")
         if state["last_change"]:
             table.add_row("latest", state["last_change"], "", "")
-        return self._finish(table, "torchdoctor --follow")
+        return self._finish(table, "torchdoctor --follow", state.get("top") or [])
 
     def _job_table(self, state: dict):
         from rich.table import Table
@@ -162,14 +164,22 @@ class LivePanel:
             table.caption = "\n".join(captions)
         return table
 
-    def _finish(self, table, title: str) -> str:
-        from rich.console import Console
+    def _finish(self, table, title: str, top: list[str] = ()) -> str:
+        """The panel's text; `top`: the current top findings, a line each below the figures (cut, never
+        folded, at the panel's width)."""
+        from rich.console import Console, Group
         from rich.panel import Panel
+        from rich.text import Text
 
         buffer = io.StringIO()
         console = Console(file=buffer, width=self.width, force_terminal=True, color_system="standard",
                           emoji=False, highlight=False)
-        console.print(Panel(table, title=title, title_align="left", expand=False))
+        body = table
+        if top:
+            lines = [Text(f"top findings so far ({len(top)}):", style="bold")]
+            lines += [Text(f"  {i}. {finding}", no_wrap=True, overflow="ellipsis") for i, finding in enumerate(top, 1)]
+            body = Group(table, *lines)
+        console.print(Panel(body, title=title, title_align="left", expand=False))
         text = buffer.getvalue()
         self._lines = text.count("\n")
         return text

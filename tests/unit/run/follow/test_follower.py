@@ -140,3 +140,40 @@ def test_follow_in_the_api_has_no_limits_unless_given():
     assert MeasureSpec.of().steps == DEFAULT_STEPS and not MeasureSpec.of().follow
     with pytest.raises(UsageError, match="follow_every_s must be a positive number"):
         MeasureSpec.of(follow=True, follow_every_s=0)
+
+
+def test_the_panels_top_findings_are_asked_at_each_live_record_write(tmp_path):
+    """Made from the record just written as live.json (the report's ranking, handed in from above), only
+    when there is a panel; a failure leaves the panel without them, said in the errors."""
+    from helpers.records import record
+
+    asked = []
+
+    def top(rec):
+        asked.append(len(rec.steps))
+        return [f"TD902 From step {rec.follow.steps - 5}, steps became 2.00x slower and stayed so"]
+
+    class Panel:
+        def update(self, follower):
+            self.top = list(follower.top_findings)
+
+    panel = Panel()
+    session, follower = make(tmp_path, every_s=0.5, panel=panel, top_findings=top)
+    follower.live_record = lambda: record(steps=2)
+    for _ in range(20):
+        step(session, follower, 0.010)
+    session.now = 1.0
+    follower.tick()
+    assert asked == [4] and panel.top == ["TD902 From step 15, steps became 2.00x slower and stayed so"]
+    quiet_session, quiet = make(tmp_path / "q", every_s=0.5, top_findings=top)  # no panel: never asked
+    (tmp_path / "q").mkdir()
+    quiet.live_record = lambda: record(steps=2)
+    quiet_session.now = 1.0
+    quiet.tick()
+    assert (tmp_path / "q" / "live.json").exists() and asked == [4]
+    broken_session, broken = make(tmp_path / "b", every_s=0.5, panel=Panel(), top_findings=lambda rec: 1 / 0)
+    (tmp_path / "b").mkdir()
+    broken.live_record = lambda: record(steps=2)
+    broken_session.now = 1.0
+    broken.tick()
+    assert broken.top_findings == [] and any("top findings: ZeroDivisionError" in e for e in broken.errors)

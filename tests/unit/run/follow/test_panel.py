@@ -38,6 +38,17 @@ def test_each_ranks_row_has_its_own_gpu_or_says_it_is_not_measurable():
     assert "not measurable" in rows["1"] and "%" not in rows["1"]
 
 
+def test_the_current_top_findings_are_a_line_each_cut_at_the_panels_width():
+    top = ["TD902 From step 301, steps became 2.26x slower and stayed so",
+           "TD101 from step 301: Steps wait 17.6 ms for data (70% of each step) " + "and so on " * 20]
+    text = LivePanel(io.StringIO(), width=80).render({**STATE, "top": top})
+    lines = text.splitlines()
+    assert any("1. TD902 From step 301, steps became 2.26x slower and stayed so" in line for line in lines)
+    assert any("2. TD101 from step 301" in line and line.rstrip(" │").endswith("…") for line in lines)
+    assert max(len(line) for line in lines) <= 80 + len("\x1b[1m\x1b[0m")  # cut, not folded onto more lines
+    assert "top findings" not in LivePanel(io.StringIO(), width=80).render(STATE)
+
+
 def test_the_script_printing_erases_the_panel_first():
     stream = io.StringIO()
     panel = LivePanel(stream)
