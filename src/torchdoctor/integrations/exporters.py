@@ -22,7 +22,8 @@ Prometheus (a registry of its own; gauges are the latest flush's median over its
                                              (the three only once NVML measured them: absent, never 0, without)
     torchdoctor_changes_total{kind}          changes found (kind: step-time, data-wait, memory)
     torchdoctor_change_step{kind}            the step the latest change of that kind began at
-    torchdoctor_stopped{reason}              1 once the run crashed, was stopped by a signal or stalled
+    torchdoctor_stopped{reason}              1 once the run crashed, was stopped by a signal or stalled (a
+                                             followed job's rank also `lost`: gone without writing anything)
     torchdoctor_finding{code,slug,severity,where}   at the end, one per finding: its estimated speedup
                                                      (0 when not estimated)
 

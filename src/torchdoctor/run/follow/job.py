@@ -10,8 +10,9 @@ rank thinned and rewrote it) and
   step once every rank has written that step), for the panel and the exporters; the report finds
   the same from the ranks' records (diagnosis/ranks.py);
 - hands each rank's new points to the exporters, labelled with the rank, and each rank's black box
-  as soon as the rank wrote it (RUN_DIR/rank-K/blackbox.json: a crash, a signal, a stall), so a
-  team's dashboard shows the stop while the job is still being torn down, not at its end;
+  as soon as the rank wrote it (RUN_DIR/rank-K/blackbox.json: a crash, a signal, a stall), or a
+  `lost` stop once a rank's process is gone without writing one, so a team's dashboard shows the stop
+  while the job is still being torn down, not at its end;
 - draws the live panel with one row per rank. The ranks' output reaches the terminal through this
   process then (torchrun's agent tees each rank's lines from files in RUN_DIR/logs, `JobOutput`),
   and every line erases the panel before it is written, so the panel never splits a line.
@@ -103,6 +104,7 @@ class JobWatch:
         self._unreadable: set[int] = set()  # ranks whose blackbox.json was not a black box
         self._last_send = time.monotonic()
         self._started = time.monotonic()
+        self._started_epoch = time.time()  # the ranks' heartbeats say when in epoch seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torchdoctor-job-follow", daemon=True)
 
@@ -151,6 +153,7 @@ class JobWatch:
                 self._call_sinks("on_change", change)
         self._feed()
         self._read_boxes()
+        self._find_lost()
         if final or time.monotonic() - self._last_send >= self.options.every_s:
             self._last_send = time.monotonic()
             for rank, points in self._unsent.items():
@@ -242,6 +245,32 @@ class JobWatch:
             self.boxes[rank] = box
             self._call_sinks("on_blackbox", box, rank=rank)
 
+    def _find_lost(self) -> None:
+        """A rank whose process is gone without a record or a black box (SIGKILL, the out-of-memory killer):
+        a `lost` stop to the exporters at once, with what its last heartbeat said (its steps, its line). The
+        merged record lists it lost at the end, as before."""
+        from torchdoctor.model.layout import RECORD_FILE
+        from torchdoctor.run.ranks.heartbeat import read_heartbeats
+
+        waiting = [r for r in self.ranks if r not in self.boxes]
+        if not waiting:
+            return
+        beats = read_heartbeats(self.run_dir)
+        for rank in waiting:
+            beat, rank_dir = beats.get(rank), self.run_dir / f"rank-{rank}"
+            pid, steps = (beat or {}).get("pid"), (beat or {}).get("steps")
+            if not isinstance(pid, int) or not isinstance(steps, int) or steps < 0 or _alive(pid) \
+                    or (rank_dir / RECORD_FILE).exists() or (rank_dir / BLACKBOX_FILE).exists():
+                continue
+            seen = f", last seen at {beat['position']}" if beat.get("position") else ""
+            when = beat.get("t")
+            box = BlackBox(reason=LOST, step=steps, rank=rank,
+                           t=max(0.0, when - self._started_epoch) if isinstance(when, (int, float)) else 0.0,
+                           message=f"the rank's process {pid} ended without writing its record or black box after "
+                                   f"step {steps}{seen} (killed: SIGKILL, the out-of-memory killer)")
+            self.boxes[rank] = box
+            self._call_sinks("on_blackbox", box, rank=rank)
+
     def blackboxes(self, record) -> None:
         """The ranks' black boxes the exporters have not had yet (a rank whose blackbox.json could not be
         read), from the merged record, each labelled with its rank."""
@@ -259,6 +288,21 @@ class JobWatch:
                 handler(*args, **kwargs)
             except Exception as err:  # an exporter's failure is said, never raised into the launch
                 self.errors.append(f"{type(sink).__name__}.{method}: {type(err).__name__}: {err}")
+
+
+LOST = "lost"  # a stop's reason: the rank's process ended without writing anything (exporters' label)
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie does not: it ended, its parent has not reaped it). Where /proc cannot
+    say (not Linux), it is taken as running: no rank is called lost on a guess."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self/stat").exists()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 class JobOutput:

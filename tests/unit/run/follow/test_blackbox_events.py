@@ -122,3 +122,34 @@ def test_the_collective_a_rank_waits_in_is_read_from_its_stack():
     assert waiting_in(in_backward, where, distributed=True).startswith("backward() at train.py:42, where DDP's")
     assert waiting_in(in_backward, where, distributed=False) is None  # no process group: no one to wait for
     assert waiting_in(stack(StackFrame("time.py", 1, "sleep")), where, distributed=True) is None
+
+
+def test_a_rank_killed_without_a_word_is_a_lost_stop_at_once(tmp_path):
+    """SIGKILL (the out-of-memory killer) leaves no black box: the rank's heartbeat names a process that no
+    longer runs and no record: a `lost` stop goes out, with its steps and line; a running rank's, or one
+    that wrote its record, does not."""
+    import json
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    beats = {0: {"pid": gone.pid, "steps": 41, "position": "train.py:17 in <module>"},
+             1: {"pid": __import__("os").getpid(), "steps": 41},  # runs (this test's process)
+             2: {"pid": gone.pid, "steps": 41}}
+    for rank, beat in beats.items():
+        (tmp_path / f"rank-{rank}").mkdir()
+        (tmp_path / f"rank-{rank}" / "heartbeat.json").write_text(json.dumps({"rank": rank, "state": "running",
+                                                                              "t": 0.0, **beat}))
+    (tmp_path / "rank-2" / "record.json").write_text("{}")  # ended after writing its record: not lost
+    textfile = tmp_path / "torchdoctor.prom"
+    prom = PrometheusExporter(textfile=textfile, per_rank=True)
+    watch = JobWatch(tmp_path, [0, 1, 2], FollowOptions(every_s=100.0, sinks=[prom]))
+    watch.tick()
+    watch.tick()
+    stopped = {k: v for k, v in prometheus(textfile).items() if k[0] == "torchdoctor_stopped"}
+    assert stopped == {("torchdoctor_stopped", (("rank", "0"), ("reason", "lost"))): 1.0}
+    box = watch.boxes[0]
+    assert box.step == 41 and "after step 41, last seen at train.py:17 in <module>" in box.message
+    assert watch.state()["stopped"].startswith("rank 0: the rank's process")
+    prom.close()
