@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers.otlp import log_records, otlp_receiver
 from helpers.scripts import linear_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,34 +133,13 @@ def test_an_export_without_follow_is_a_one_line_usage_error(tmp_path):
 
 def test_otlp_metrics_and_events_reach_a_collector(tmp_path):
     """An OTLP/HTTP receiver in the test: what arrives is decoded with OpenTelemetry's own protobufs."""
-    import http.server
-    import threading
-
     metrics_pb = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
-    logs_pb = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
-    received: dict[str, list[bytes]] = {"/v1/metrics": [], "/v1/logs": []}
-
-    class Collector(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the stdlib's name
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.setdefault(self.path, []).append(body)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = tmp_path / "run"
+    out = tmp_path / "run"
+    with otlp_receiver() as (endpoint, received):
         done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
-                               "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}", "--out", str(out),
+                               "--otlp-endpoint", endpoint, "--out", str(out),
                                str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
-    finally:
-        server.shutdown()
     assert done.returncode == 0, done.stderr[-3000:]
     names, last_step = set(), 0
     for body in received["/v1/metrics"]:
@@ -174,11 +154,7 @@ def test_otlp_metrics_and_events_reach_a_collector(tmp_path):
     assert {"torchdoctor.step", "torchdoctor.step_time", "torchdoctor.data_wait", "torchdoctor.samples_per_second",
             "torchdoctor.memory.high_water", "torchdoctor.changes"} <= names
     assert last_step == 600
-    records = []
-    for body in received["/v1/logs"]:
-        for rl in logs_pb.ExportLogsServiceRequest.FromString(body).resource_logs:
-            for sl in rl.scope_logs:
-                records += [(r.body.string_value, {a.key: a.value for a in r.attributes}) for r in sl.log_records]
+    records = log_records(received)
     changes = [(text, attrs) for text, attrs in records if attrs["torchdoctor.event"].string_value == "change"]
     assert changes and "changed at step" in changes[0][0]
     findings = [attrs for _, attrs in records if attrs["torchdoctor.event"].string_value == "finding"]

@@ -3,6 +3,7 @@ written and read back, a rank that slows down is the straggler from that step (T
 `report DIR` works while the ranks run, and a rank that raises leads the report with which rank and
 where, every rank's stack kept. Every subprocess has a timeout; no rank outlives its launcher."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.scripts import ddp_loop
 
+from torchdoctor.run.follow.blackbox import read_box
 from torchdoctor.run.follow.timeline import read_timeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +117,10 @@ def test_a_rank_that_hangs_is_stopped_and_leads_the_report_the_others_waiting(tm
     script.write_text(HANGS)
     out = tmp_path / "run"
     started = time.monotonic()
-    done = doctor("run", "--follow", "--nproc-per-node", "2", "--stall-timeout", "2", "--out", str(out), str(script))
+    prom = tmp_path / "torchdoctor.prom"  # the launcher's exporter: the rank's black box, with its rank
+    exports = ["--prometheus-textfile", str(prom)] if importlib.util.find_spec("prometheus_client") else []
+    done = doctor("run", "--follow", "--nproc-per-node", "2", "--stall-timeout", "2", *exports, "--out", str(out),
+                  str(script))
     assert done.returncode == 1 and time.monotonic() - started < LIMIT_S
     line = HANGS.splitlines().index("        time.sleep(300)  # HANGS HERE") + 1
     first = " ".join(done.stdout.split("\n\n")[0].split())
@@ -125,4 +130,10 @@ def test_a_rank_that_hangs_is_stopped_and_leads_the_report_the_others_waiting(tm
     boxes = {v["rank"]: v["blackbox"] for v in record["ranks"]}
     assert boxes[0]["reason"] == boxes[1]["reason"] == "stall"
     assert boxes[1]["where"]["line"] == line  # the hung rank, where it hangs; rank 0 waits in its backward
+    assert boxes[0]["waiting_in"].startswith("backward() at ") and boxes[1]["waiting_in"] is None
+    assert "waits in backward() at " in done.stdout  # the stacks table says what rank 0 waited in
+    # each rank's box on its own as well, written when it was kept (the launcher sent it on from there)
+    assert read_box(out / "rank-1" / "blackbox.json").where.line == line
+    if exports:
+        assert 'torchdoctor_stopped{rank="1",reason="stall"} 1.0' in prom.read_text()
     assert_no_rank_left(out)

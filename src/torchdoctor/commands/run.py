@@ -194,7 +194,10 @@ def _follow_options(opts):
 
         panel = LivePanel.for_terminal(sys.stderr, force=bool(opts.live))
         if panel is not None:
+            from torchdoctor.diagnosis.run import top_findings
+
             follow.panel = panel
+            follow.top_findings = top_findings  # one run's; a job's launcher shows its ranks' changes instead
     return follow
 
 

@@ -178,15 +178,17 @@ def _rank_stacks(record: RunRecord) -> Table | None:
             if not thread.main and box.rank != lead:
                 continue
             label = f"rank {box.rank} · {thread.name}{' (training)' if thread.main else ''}"
+            why = f"{box.reason}; waits in {box.waiting_in}" if thread.main and box.waiting_in else box.reason
             if not thread.frames:
-                rows.append([label, box.reason, "—", ""])
+                rows.append([label, why, "—", ""])
             for i, frame in enumerate(reversed(thread.frames[-12:])):
-                rows.append([label if i == 0 else "", box.reason if i == 0 else "",
+                rows.append([label if i == 0 else "", why if i == 0 else "",
                              f"{frame.path}:{frame.line} {frame.function}()", frame.text])
     missing = [v.rank for v in record.ranks if v.blackbox is None]
     caption = ("Every rank's black box: the training thread's stack of each rank (and every thread of the rank that "
                f"{'failed first' if lead is not None else 'stopped first'}), innermost frame first, up to 12 per "
-               "thread; torchdoctor's own frames and threads left out.")
+               "thread, with the collective it waited in for the others; torchdoctor's own frames and threads left "
+               "out.")
     if missing:
         caption += f" No black box from rank(s) {', '.join(map(str, missing))} (ended well, or killed before writing)."
     return Table(title="Black box: every rank's stacks when the run stopped", columns=["rank · thread", "why", "frame",

@@ -21,7 +21,7 @@ from torchdoctor.rules.noise import throughput
 from torchdoctor.run.ranks.heartbeat import read_heartbeats
 from torchdoctor.model.serialize import SchemaError
 from torchdoctor.model.layout import LIVE_FILE
-from torchdoctor.model.follow_record import BlackBox, FollowRecord
+from torchdoctor.model.follow_record import BlackBox, FollowRecord, rank_message
 from torchdoctor.rules.changes import straggler_changes
 
 RANK_RECORD = "record.json"
@@ -236,9 +236,7 @@ def _waits_for_others(box: BlackBox) -> bool:
 
 
 def _with_rank(box: BlackBox) -> BlackBox:
-    if box.rank is None or box.message.startswith(f"rank {box.rank}: "):
-        return box
-    return replace(box, message=f"rank {box.rank}: {box.message}")
+    return replace(box, message=rank_message(box.message, box.rank))
 
 
 def _view(record: RunRecord, heartbeat: dict | None) -> RankView:

@@ -22,7 +22,7 @@ from torchdoctor.diagnosis.steps import no_step_explanation, step_definition_not
 from torchdoctor.diagnosis.trace_evidence import merge_trace_findings
 from torchdoctor.diagnosis.stacks import stack_tables
 from torchdoctor.diagnosis.wall_time import wall_time_table
-from torchdoctor.model.findings import NotMeasured, Report, RunSummary, Table, TimeSplit
+from torchdoctor.model.findings import NotMeasured, Report, RunSummary, Severity, Table, TimeSplit
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.registry import RUNTIME_RULES
@@ -156,6 +156,16 @@ def analyze(record: RunRecord, recorded_sources: Mapping[str, str] | None = None
     report.figures = run_figures(record, report.summary.gpu_metrics_missing)
     report.sources = source_excerpts(report.findings, record, recorded_sources)
     return report
+
+
+LIVE_TOP = 3  # the live panel's current top findings
+
+
+def top_findings(record: RunRecord, count: int = LIVE_TOP) -> list[str]:
+    """The live panel's current top findings (`run --follow` on a terminal), from the record so far: the
+    report's own (code and title), ranked as `torchdoctor report DIR` ranks them on a live directory,
+    information left out."""
+    return [f"{f.code} {f.title}" for f in analyze(record).findings if f.severity is not Severity.INFO][:count]
 
 
 def _knob_tables(record: RunRecord) -> list[Table]:

@@ -6,7 +6,8 @@ The names are stable (README, "Following a whole job"):
 
 TensorBoard scalars (global step: the training step)
     torchdoctor/step_time_ms, torchdoctor/data_wait_ms, torchdoctor/samples_per_s,
-    torchdoctor/memory_high_water_bytes
+    torchdoctor/memory_high_water_bytes; where NVML measured them, torchdoctor/gpu_util_percent,
+    torchdoctor/gpu_power_w, torchdoctor/gpu_memory_used_bytes
 TensorBoard text (the events): torchdoctor/changes, torchdoctor/stopped, torchdoctor/findings (at the end)
 
 Prometheus (a registry of its own; gauges are the latest flush's median over its clean steps)
@@ -15,16 +16,23 @@ Prometheus (a registry of its own; gauges are the latest flush's median over its
     torchdoctor_data_wait_seconds            time a step waited for its batch
     torchdoctor_samples_per_second           throughput
     torchdoctor_memory_high_water_bytes      memory high-water mark
+    torchdoctor_gpu_utilization_percent      the GPU's utilization (NVML), median of the same steps
+    torchdoctor_gpu_power_watts              the GPU's power draw (NVML), median of the same steps
+    torchdoctor_gpu_memory_used_bytes        memory used on the GPU (NVML, every process's), their maximum
+                                             (the three only once NVML measured them: absent, never 0, without)
     torchdoctor_changes_total{kind}          changes found (kind: step-time, data-wait, memory)
     torchdoctor_change_step{kind}            the step the latest change of that kind began at
-    torchdoctor_stopped{reason}              1 once the run crashed, was stopped by a signal or stalled
+    torchdoctor_stopped{reason}              1 once the run crashed, was stopped by a signal or stalled (a
+                                             followed job's rank also `lost`: gone without writing anything)
     torchdoctor_finding{code,slug,severity,where}   at the end, one per finding: its estimated speedup
                                                      (0 when not estimated)
 
 OpenTelemetry (OTLP over HTTP, `--otlp-endpoint http://collector:4318`; metrics to /v1/metrics, log
 records to /v1/logs; resource service.name=torchdoctor)
     gauges torchdoctor.step, torchdoctor.step_time (s), torchdoctor.data_wait (s),
-    torchdoctor.samples_per_second, torchdoctor.memory.high_water (By); counter torchdoctor.changes{kind}
+    torchdoctor.samples_per_second, torchdoctor.memory.high_water (By), where NVML measured them
+    torchdoctor.gpu.utilization (%), torchdoctor.gpu.power (W), torchdoctor.gpu.memory.used (By);
+    counter torchdoctor.changes{kind}
     log records: each change (WARNING), the black box (ERROR), each finding at the end (INFO), with
     the attributes torchdoctor.code, torchdoctor.step, code.filepath, code.lineno,
     torchdoctor.estimated_speedup where they apply
@@ -39,15 +47,23 @@ import statistics
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
-from torchdoctor.model.follow_record import BlackBox, ChangePoint, TimelinePoint
+from torchdoctor.model.follow_record import BlackBox, ChangePoint, TimelinePoint, rank_message
 
-TB_SCALARS = ("step_time_ms", "data_wait_ms", "samples_per_s", "memory_high_water_bytes")
+# every TensorBoard scalar a point can give (torchdoctor/<name>); collective_wait_ms under --nproc-per-node, the
+# GPU's where NVML measured them
+TB_SCALARS = ("step_time_ms", "data_wait_ms", "samples_per_s", "memory_high_water_bytes", "collective_wait_ms",
+              "gpu_util_percent", "gpu_power_w", "gpu_memory_used_bytes")
 PROMETHEUS_GAUGES = {
     "torchdoctor_step": "The last training step the run finished",
     "torchdoctor_step_time_seconds": "Median step time of the steps since the last export",
     "torchdoctor_data_wait_seconds": "Median time a step waited for its batch, since the last export",
     "torchdoctor_samples_per_second": "Median samples per second, since the last export",
     "torchdoctor_memory_high_water_bytes": "Memory high-water mark (CUDA max allocated, else the process's max RSS)",
+}
+PROMETHEUS_GPU_GAUGES = {  # made at the first figure NVML measured: an unlabelled gauge would read 0 before
+    "torchdoctor_gpu_utilization_percent": "The GPU's utilization in percent (NVML), median of the steps since the last export",
+    "torchdoctor_gpu_power_watts": "The GPU's power draw in watts (NVML), median of the steps since the last export",
+    "torchdoctor_gpu_memory_used_bytes": "Memory used on the GPU (NVML, every process's), the most since the last export",
 }
 PROMETHEUS_RANK_GAUGES = {  # `--nproc-per-node` only
     "torchdoctor_collective_wait_seconds": "Median time a step waited in collectives (the other ranks), since the last export",
@@ -81,10 +97,44 @@ def _point_values(p: TimelinePoint) -> dict[str, float]:
         values["samples_per_s"] = p.samples / p.step_s
     if p.mem_bytes is not None:
         values["memory_high_water_bytes"] = float(p.mem_bytes)
+    for name, value in (("gpu_util_percent", p.gpu_util), ("gpu_power_w", p.gpu_power_w),
+                        ("gpu_memory_used_bytes", p.gpu_mem_bytes)):
+        if value is not None:  # not measured: no scalar, never a 0
+            values[name] = float(value)
     return values
 
 
+def gpu_figures(points: list[TimelinePoint]) -> dict[str, float]:
+    """The GPU's figures of the steps since the last export, as the gauges hold them: utilization and power
+    their median, memory used its maximum; only those NVML measured."""
+    out: dict[str, float] = {}
+    util = [p.gpu_util for p in points if p.gpu_util is not None]
+    power = [p.gpu_power_w for p in points if p.gpu_power_w is not None]
+    used = [p.gpu_mem_bytes for p in points if p.gpu_mem_bytes is not None]
+    if util:
+        out["util"] = statistics.median(util)
+    if power:
+        out["power"] = statistics.median(power)
+    if used:
+        out["memory"] = float(max(used))
+    return out
+
+
 def change_text(change: ChangePoint) -> str:
+    """A change as one line; a rank's own change (a followed job's) starts with its rank."""
+    if change.kind != "straggler":  # the straggler's line names its rank itself
+        return rank_message(_change_line(change), change.rank)
+    return _change_line(change)
+
+
+def stopped_text(box: BlackBox, rank: int | None = None) -> str:
+    """The black box as one line: what happened, where, the rank it is of, what it waited in."""
+    where = f" at {box.where}" if box.where else ""
+    waits = f"; waits in {box.waiting_in}" if box.waiting_in else ""
+    return rank_message(f"{box.message}{where}{waits}", rank if rank is not None else box.rank)
+
+
+def _change_line(change: ChangePoint) -> str:
     if change.kind == "memory":
         return (f"memory creeps from step {change.step}: high-water {change.after.median / 2**20:.0f} MiB, "
                 f"{(change.bytes_per_s or 0) / 2**20 * 60:.1f} MiB/min")
@@ -130,8 +180,7 @@ class TensorBoardExporter:
         self.writer.flush()
 
     def on_blackbox(self, box: BlackBox, rank: int | None = None) -> None:
-        where = f" at {box.where}" if box.where else ""
-        self.writer.add_text("torchdoctor/stopped", f"{box.message}{where}", global_step=box.step)
+        self.writer.add_text("torchdoctor/stopped", stopped_text(box, rank), global_step=box.step)
         self.writer.flush()
 
     def on_report(self, report) -> None:
@@ -214,7 +263,17 @@ class PrometheusExporter:
         comm = [p.comm_wait_s for p in clean if p.comm_wait_s is not None]
         if comm and self.per_rank:
             self._gauge("torchdoctor_collective_wait_seconds", rank).set(statistics.median(comm))
+        for key, value in gpu_figures(points).items():
+            self._gpu_gauge(key, rank).set(value)
         self._write()
+
+    def _gpu_gauge(self, key: str, rank: int | None):
+        name = {"util": "torchdoctor_gpu_utilization_percent", "power": "torchdoctor_gpu_power_watts",
+                "memory": "torchdoctor_gpu_memory_used_bytes"}[key]
+        if name not in self.gauges:
+            self.gauges[name] = self._prom.Gauge(name, PROMETHEUS_GPU_GAUGES[name], ["rank"] if self.per_rank else [],
+                                                 registry=self.registry)
+        return self._gauge(name, rank)
 
     def on_change(self, change: ChangePoint) -> None:
         self.changes.labels(kind=change.kind, **self._rank(change.rank)).inc()
@@ -276,6 +335,13 @@ class OtlpExporter:
             "samples": meter.create_gauge("torchdoctor.samples_per_second", description="Median samples per second"),
             "memory": meter.create_gauge("torchdoctor.memory.high_water", unit="By",
                                          description="Memory high-water mark"),
+            # set only where NVML measured them: an OpenTelemetry gauge never set is not exported
+            "gpu_util": meter.create_gauge("torchdoctor.gpu.utilization", unit="%",
+                                           description="The GPU's utilization (NVML), median"),
+            "gpu_power": meter.create_gauge("torchdoctor.gpu.power", unit="W",
+                                            description="The GPU's power draw (NVML), median"),
+            "gpu_memory": meter.create_gauge("torchdoctor.gpu.memory.used", unit="By",
+                                             description="Memory used on the GPU (NVML, every process's), maximum"),
         }
         self.changes = meter.create_counter("torchdoctor.changes", description="Changes found along the run")
         self.logs = LoggerProvider(resource=resource)
@@ -303,6 +369,8 @@ class OtlpExporter:
         mem = [p.mem_bytes for p in points if p.mem_bytes is not None]
         if mem:
             self.gauges["memory"].set(max(mem), attributes)
+        for key, value in gpu_figures(points).items():
+            self.gauges[f"gpu_{key}"].set(value, attributes)
         self.meters.force_flush(timeout_millis=10_000)
 
     def on_change(self, change: ChangePoint) -> None:
@@ -317,7 +385,9 @@ class OtlpExporter:
                  **({"torchdoctor.rank": rank} if rank is not None else {})}
         if box.where is not None:
             extra.update({"code.filepath": box.where.path, "code.lineno": box.where.line})
-        self.logger.error(box.message, extra=extra)
+        if box.waiting_in:
+            extra["torchdoctor.waiting_in"] = box.waiting_in
+        self.logger.error(stopped_text(box, rank), extra=extra)
 
     def on_report(self, report) -> None:
         for f in report.findings[:50]:

@@ -21,7 +21,8 @@ AT_START, PERIODIC, AFTER_CHANGE = "start", "periodic", "change"
 @dataclass
 class TimelinePoint:
     """One step's cheap figures, or the mean of `span` consecutive steps once the timeline thinned
-    its older part (each field then the mean over those steps; `mem_bytes` their maximum)."""
+    its older part (each field then the mean over those steps; `mem_bytes` and `gpu_mem_bytes` their
+    maximum)."""
 
     step: Count  # the (first) step it stands for
     t: Seconds  # when that step ended
@@ -36,6 +37,13 @@ class TimelinePoint:
     # the step's wait in collectives (DDP's all-reduce not hidden by backward, FSDP's exposed
     # communication, the collectives the script calls); None where none was measured (schema 10)
     comm_wait_s: Seconds | None = None
+    # the run's GPU as NVML saw it at the follower's latest tick before the step ended (the sample of the
+    # device this process uses: a rank its own): utilization in percent, power in watts, memory used on
+    # the device in bytes (every process's); None where not measured (no CUDA, no NVML), never a guess
+    # (schema 10)
+    gpu_util: float | None = None
+    gpu_power_w: float | None = None
+    gpu_mem_bytes: Count | None = None
     span: Count = 1  # steps this point stands for
     sampled: bool = False  # a costly probe window ran in it (left out of the change tests)
     warmup: bool = False
@@ -132,6 +140,20 @@ class BlackBox:
     stall_s: Seconds | None = None  # "stall": how long no step had finished, and the limit it passed
     stall_limit_s: Seconds | None = None
     rank: int | None = None  # a multi-rank run: the rank whose box it is (schema 10)
+    # what the training thread waits in for the other ranks, read from its stack: a torch.distributed
+    # collective (`all_reduce() at train.py:42`) or a backward() whose gradient all-reduce waits in it;
+    # None when it waits in none (schema 10)
+    waiting_in: str | None = None
+
+
+@dataclass
+class BlackBoxFile:
+    """RUN_DIR/blackbox.json (a rank's RUN_DIR/rank-K/blackbox.json): the black box on its own, written the
+    moment it is kept, so what watches the run (a followed job's launcher, its exporters) has it then and
+    not only once record.json is written at the end. `schema_version` is the RunRecord's."""
+
+    schema_version: int
+    blackbox: BlackBox
 
 
 @dataclass
@@ -152,3 +174,10 @@ class FollowRecord:
     memory_limit_bytes: Count | None = None
     exports: list[str] = field(default_factory=list)  # where the figures were also sent
     live: bool = False  # written while the run was going (live.json): not the run's final record
+
+
+def rank_message(message: str, rank: int | None) -> str:
+    """An event's line with the rank it is of in front (`rank 1: ...`), once; as it is without a rank."""
+    if rank is None or message.startswith(f"rank {rank}: "):
+        return message
+    return f"rank {rank}: {message}"

@@ -1,5 +1,6 @@
-"""The run directory's layout (DESIGN.md §3): its file names, a fresh directory per run, and
-the hashes of the sources its report quoted. Plain file handling: what runs in a run
+"""The run directory's layout (DESIGN.md §3; for users, README "What a run directory holds", which
+lists every file below and a rank's rank-K/ files with their schema): its file names, a fresh
+directory per run, and the hashes of the sources its report quoted. Plain file handling: what runs in a run
 directory is in `torchdoctor.pipeline`."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ HTML_FILE = "report.html"
 TIMELINE_FILE = "timeline.jsonl"  # `run --follow`: one line per step (older ones thinned), appended while it runs
 CHANGES_FILE = "changes.jsonl"  # `run --follow`: each change as it was found (the launcher of a followed job reads it)
 LIVE_FILE = "live.json"  # `run --follow`: the record so far, rewritten while it runs (record.json at the end)
+BLACKBOX_FILE = "blackbox.json"  # `run --follow`: the black box, written the moment it is kept (crash, signal, stall)
 DEFAULT_PARENT = Path("torchdoctor-runs")
 
 

@@ -36,7 +36,8 @@ from torchdoctor.model.trace_summary import TraceSummary
 # 9: follow (`run --follow`: the timeline, probe windows along the run, changes found, the black box)
 # 10: following per rank (`run --follow --nproc-per-node N`): TimelinePoint.comm_wait_s (the step's wait in
 #     collectives), ChangePoint.rank (a rank that became a straggler, kind "straggler"), BlackBox.rank, and
-#     RankView.blackbox (every rank's black box in a merged run)
+#     RankView.blackbox (every rank's black box in a merged run), TimelinePoint.gpu_util, .gpu_power_w,
+#     .gpu_mem_bytes (the GPU of the process, rank by rank, as NVML saw it)
 #     and OptimizerInfo.implementation (the update path the first step ran: for-loop | foreach | fused, as torch
 #     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
 #     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:

@@ -113,3 +113,14 @@ def test_a_machine_busy_many_times_is_one_finding():
     shifts = [f for f in report.findings if f.code == "TD902"]
     assert len(shifts) == 1 and shifts[0].evidence["busy_changes_from_steps"] == [301, 450]
     assert shifts[0].title == "From step 301, other processes slowed the steps 2 times"
+
+
+def test_the_live_panels_top_findings_are_the_reports_first_ones():
+    from torchdoctor.diagnosis.run import top_findings
+
+    rec = followed()
+    report = analyze(rec)
+    ranked = [f"{f.code} {f.title}" for f in report.findings if f.severity.value != "info"]
+    top = top_findings(rec)
+    assert top == ranked[:3] and top[0].startswith("TD902 From step 301, steps became 6.00x slower")
+    assert any(t.startswith("TD101 from step 301: ") for t in top)  # the stretch's cause, kept apart

@@ -1,6 +1,8 @@
 """The black box (`run --follow`): when a run crashes, is stopped by a signal or stalls, every
 thread's Python stack (as faulthandler would print it, per thread, from `sys._current_frames`) and
-the last steps' figures are kept, and written before the process ends.
+the last steps' figures are kept, and written before the process ends: at once on their own
+(RUN_DIR/blackbox.json, `write_box`), which a followed job's launcher reads while the job goes on
+(`read_box`, run/follow/job.py), then in live.json and record.json.
 
 The training thread's stack is the one that says where: for an exception, the frames of its
 traceback (where it was raised); for a signal or a stall, where the thread is now. torchdoctor's
@@ -14,7 +16,9 @@ import threading
 import traceback
 from types import FrameType, TracebackType
 
-from torchdoctor.model.follow_record import BlackBox, StackFrame, ThreadStack, TimelinePoint
+from pathlib import Path
+
+from torchdoctor.model.follow_record import BlackBox, BlackBoxFile, StackFrame, ThreadStack, TimelinePoint
 from torchdoctor.run.probes.frames import DOCTOR, USER, classify_file, display_path, source_text
 from torchdoctor.model.paths import library_of
 
@@ -93,7 +97,54 @@ def capture(reason: str, message: str, main_ident: int, step: int, t: float, las
             exc: BaseException | None = None) -> BlackBox:
     threads = thread_stacks(main_ident, exc)
     main = next((s for s in threads if s.main), None)
-    return BlackBox(reason=reason, message=message, step=step, t=t, where=innermost_user(main),
-                    threads=threads, last_points=list(last))
+    where = innermost_user(main)
+    return BlackBox(reason=reason, message=message, step=step, t=t, where=where, threads=threads,
+                    last_points=list(last), waiting_in=waiting_in(main, where, _process_group_up()))
 
 
+def waiting_in(main: ThreadStack | None, where=None, distributed: bool = False) -> str | None:
+    """The collective the training thread waits in, from its stack (outermost first): the innermost
+    torch.distributed collective on it (the script's, FSDP's, an object collective's), else, in a job with
+    a process group, a backward() it is inside (DDP's gradient all-reduce waits for the other ranks
+    there, in C++, with no frame of its own). `where`: the user's line it was called from."""
+    from torchdoctor.run.probes.collectives import OPS
+
+    if main is None:
+        return None
+    at = f" at {where}" if where is not None else ""
+    for frame in reversed(main.frames):
+        path = frame.path.replace("\\", "/")
+        if "torch/distributed/" in path and frame.function.rsplit(".", 1)[-1] in OPS:
+            return f"{frame.function.rsplit('.', 1)[-1]}(){at} (torch.distributed)"
+    if distributed:
+        for frame in reversed(main.frames):
+            if "torch/autograd/" in frame.path.replace("\\", "/") and frame.function in ("backward",
+                                                                                       "_engine_run_backward"):
+                return f"backward(){at}, where DDP's gradient all-reduce waits for the other ranks"
+    return None
+
+
+def _process_group_up() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # a half-torn-down process group: no claim
+        return False
+
+
+
+
+def write_box(path: Path, box: BlackBox) -> None:
+    """RUN_DIR/blackbox.json, replaced whole (a reader never sees half of it)."""
+    from torchdoctor.model.record import SCHEMA_VERSION
+    from torchdoctor.model.serialize import write_json
+
+    write_json(path, BlackBoxFile(schema_version=SCHEMA_VERSION, blackbox=box))
+
+
+def read_box(path: Path) -> BlackBox:
+    """A blackbox.json read back, bounded and typed; SchemaError or InputError (one line) when it is not one."""
+    from torchdoctor.model.record import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
+    from torchdoctor.model.serialize import read_json
+
+    return read_json(path, BlackBoxFile, SCHEMA_VERSION, oldest=OLDEST_READABLE_SCHEMA).blackbox

@@ -2,8 +2,9 @@
 end (its limits still hold), and all along
 
 - every step's cheap figures (step time, data wait, the hooks' compute time, samples, the memory
-  high-water mark) go to the timeline (run/follow/timeline.py), appended every `every_s` seconds,
-  with the record so far (RUN_DIR/live.json), so `torchdoctor report DIR` works while it runs;
+  high-water mark, the GPU's utilization, power and memory as NVML last saw them) go to the
+  timeline (run/follow/timeline.py), appended every `every_s` seconds, with the record so far
+  (RUN_DIR/live.json), so `torchdoctor report DIR` works while it runs;
 - the series are tested for a persistent change (rules/shifts.py): a step-time shift, a data wait
   that appears, memory creeping toward the limit; a change is kept with the step and time it
   began and what changed, and a line-sampler window is sampled right after it, so its cause is
@@ -22,7 +23,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import os
 import resource
 import statistics
 import sys
@@ -37,10 +37,10 @@ import msgspec
 from torchdoctor.model.follow_record import (AFTER_CHANGE, AT_START, DATA_WAIT, MEMORY, PERIODIC, STEP_TIME,
                                              BlackBox, ChangePoint, FollowRecord, Level, ProbeWindow,
                                              TimelinePoint, WindowLine)
-from torchdoctor.model.layout import CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
+from torchdoctor.model.layout import BLACKBOX_FILE, CHANGES_FILE, LIVE_FILE, TIMELINE_FILE
 from torchdoctor.model.location import Location
 from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
-from torchdoctor.run.follow.blackbox import capture
+from torchdoctor.run.follow.blackbox import capture, write_box
 from torchdoctor.run.follow.kept import FIRST_STEPS, LAST_STEPS, TRIM_EVERY, KeptSteps
 from torchdoctor.run.follow.timeline import Timeline
 from torchdoctor.run.session import StepLog
@@ -68,6 +68,9 @@ class FollowOptions:
     period_s: float = PERIOD_S
     sinks: list[Any] = field(default_factory=list)  # exporters: on_points, on_change, on_blackbox, close
     panel: Any = None  # a live panel: update(state), close()
+    # the panel's current top findings from the record so far (diagnosis/run.py's top_findings, handed in
+    # from above: run/ never imports diagnosis/); asked at each live.json write, only with a panel
+    top_findings: Callable[[Any], list[str]] | None = None
     # False: the caller closes the sinks itself, after handing them the report (commands/run.py)
     close_sinks: bool = True
 
@@ -100,6 +103,7 @@ class Follower:
         self._mem_t: list[float] = []
         self._mem: list[int] = []
         self._mark: int | None = None  # the memory high-water mark at the last tick
+        self._gpu: tuple[float | None, float | None, int | None] = (None, None, None)  # NVML's at the last tick
         self._mem_reported = False
         self._last_step_t: float | None = None
         self._first_measured_t: float | None = None  # when the first step after the warm-up ended
@@ -112,6 +116,7 @@ class Follower:
         self._planned: dict[int, tuple[str, int | None]] = {}  # first planned step -> (reason, change)
         self._line_snapshot = self._line_counters()
         self._stalled = False
+        self.top_findings: list[str] = []  # the panel's, as of the last live.json write
         self.errors: list[str] = []
         self._main_tid = threading.get_native_id()  # the training thread's, for its run-queue wait
         self._sched: tuple[float, float, float] | None = None  # (wall, cpu, waiting) at the last tick
@@ -195,7 +200,11 @@ class Follower:
         return rec
 
     # ---- the black box ---------------------------------------------------------------------
-    def black_box(self, reason: str, message: str, exc: BaseException | None = None) -> None:
+    def black_box(self, reason: str, message: str, exc: BaseException | None = None,
+                  stall: tuple[float, float] | None = None) -> None:
+        """Keep the black box and send it out at once: RUN_DIR/blackbox.json (a followed job's launcher
+        passes it to the exporters from there), this run's exporters, live.json. `stall`: (seconds
+        without a step, the limit)."""
         if self.record.blackbox is not None:
             return  # the first event is what happened; a stop after a stall is its consequence
         now = self.session.clock() - self.session.t0
@@ -208,8 +217,14 @@ class Follower:
             except Exception as err:  # the box must never replace what happened
                 box = BlackBox(reason=reason, message=message, step=step, t=now)
                 self.errors.append(f"black box: {type(err).__name__}: {err}")
+            if stall is not None:
+                box.stall_s, box.stall_limit_s = round(stall[0], 3), stall[1]
             self.record.blackbox = box
-            self._flush(now)
+            try:
+                write_box(self.run_dir / BLACKBOX_FILE, box)
+            except (OSError, TypeError, ValueError) as err:
+                self.errors.append(f"black box file: {type(err).__name__}: {err}")
+            self._flush(now)  # live.json before the exporters: a collector that does not answer delays only them
         for sink in self.options.sinks:
             self._call(sink, "on_blackbox", box)
 
@@ -237,6 +252,7 @@ class Follower:
         now = session.clock() - session.t0
         self._read_cpu_wait(now)
         self._read_memory(now)
+        self._read_gpu()
         new = self._drain()
         if new:
             self._test(new)
@@ -253,11 +269,13 @@ class Follower:
         """The steps the training thread queued, as timeline points."""
         incoming, new = self._incoming, []
         mem = self._mark
+        util, power, gpu_mem = self._gpu
         while incoming:
             index, start, end, wait, compute, samples, sampled, warmup, probes = incoming.popleft()
             point = TimelinePoint(step=index, t=end, step_s=max(0.0, end - start), data_wait_s=wait,
                                   compute_s=compute, samples=samples, mem_bytes=mem, cpu_wait=self._cpu_wait,
-                                  sampled=sampled, warmup=warmup)
+                                  gpu_util=util, gpu_power_w=power, gpu_mem_bytes=gpu_mem, sampled=sampled,
+                                  warmup=warmup)
             new.append(point)
             self._window_step(point, probes)
             if not warmup and self._first_measured_t is None:
@@ -303,6 +321,17 @@ class Follower:
         if last is not None and reading[0] > last[0]:
             self._cpu_wait = min(1.0, max(0.0, (reading[2] - last[2]) / (reading[0] - last[0])))
 
+    def _read_gpu(self) -> None:
+        """NVML's latest sample of this process's GPU (a rank's own device), for the points of this tick."""
+        gpu = getattr(self.probes, "gpu", None)
+        latest = getattr(gpu, "latest_sample", None)
+        sample = latest() if latest is not None else None
+        self._gpu = (None, None, None) if sample is None else (sample.gpu_util, sample.power_w, sample.mem_used_bytes)
+
+    def _cuda_device(self) -> int | None:
+        """The device the GPU probe found this process training on (a rank's own); None: the current one."""
+        return getattr(getattr(self.probes, "gpu", None), "device_index", None)
+
     # ---- memory ------------------------------------------------------------------------------
     def _read_memory(self, now: float) -> None:
         mark = self._high_water()
@@ -335,7 +364,7 @@ class Follower:
         try:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
-                return int(torch.cuda.max_memory_allocated())
+                return int(torch.cuda.max_memory_allocated(self._cuda_device()))
             kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             return int(kb) * (1 if sys.platform == "darwin" else 1024)
         except Exception:
@@ -345,7 +374,9 @@ class Follower:
         try:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
-                return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+                device = self._cuda_device()
+                return int(torch.cuda.get_device_properties(torch.cuda.current_device() if device is None
+                                                            else device).total_memory)
             from torchdoctor.machine.memory import available_memory_bytes
 
             left = available_memory_bytes()
@@ -569,9 +600,7 @@ class Follower:
         usual = f", the usual step {base * 1000:.1f} ms" if base else ""
         message = (f"no step finished for {now - self._last_step_t:.1f} s after step {self.record.steps} (limit "
                    f"{limit:g} s{usual})")
-        self.black_box("stall", message)
-        if self.record.blackbox is not None:
-            self.record.blackbox.stall_s, self.record.blackbox.stall_limit_s = round(quiet, 3), limit
+        self.black_box("stall", message, stall=(quiet, limit))
         self.session.request_stop("stalled")
 
     # ---- writing -----------------------------------------------------------------------------
@@ -595,6 +624,12 @@ class Follower:
                 record.save(self.run_dir / LIVE_FILE)
             except Exception as exc:
                 self.errors.append(f"live record: {type(exc).__name__}: {exc}")
+                return
+            if self.options.panel is not None and self.options.top_findings is not None:
+                try:  # a few ms every `every_s`, on this thread
+                    self.top_findings = self.options.top_findings(record)
+                except Exception as exc:  # the panel goes on without them
+                    self.errors.append(f"top findings: {type(exc).__name__}: {exc}")
 
     def _call(self, target, method: str, *args) -> None:
         handler = getattr(target, method, None)

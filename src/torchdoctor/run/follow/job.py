@@ -9,7 +9,10 @@ rank thinned and rewrote it) and
 - tests them for a rank that becomes a straggler (rules/shifts.py's StragglerTest, fed step by
   step once every rank has written that step), for the panel and the exporters; the report finds
   the same from the ranks' records (diagnosis/ranks.py);
-- hands each rank's new points to the exporters, labelled with the rank;
+- hands each rank's new points to the exporters, labelled with the rank, and each rank's black box
+  as soon as the rank wrote it (RUN_DIR/rank-K/blackbox.json: a crash, a signal, a stall), or a
+  `lost` stop once a rank's process is gone without writing one, so a team's dashboard shows the stop
+  while the job is still being torn down, not at its end;
 - draws the live panel with one row per rank. The ranks' output reaches the terminal through this
   process then (torchrun's agent tees each rank's lines from files in RUN_DIR/logs, `JobOutput`),
   and every line erases the panel before it is written, so the panel never splits a line.
@@ -29,8 +32,8 @@ from typing import Any
 
 import msgspec
 
-from torchdoctor.model.follow_record import STRAGGLER, ChangePoint, Level, TimelinePoint
-from torchdoctor.model.layout import CHANGES_FILE, TIMELINE_FILE
+from torchdoctor.model.follow_record import STRAGGLER, BlackBox, ChangePoint, Level, TimelinePoint, rank_message
+from torchdoctor.model.layout import BLACKBOX_FILE, CHANGES_FILE, TIMELINE_FILE
 from torchdoctor.rules.shifts import StragglerTest, own_time
 
 MAX_READ = 64 * 1024 * 1024  # bytes read from one timeline per tick at most
@@ -91,14 +94,17 @@ class JobWatch:
         self.change_tails = {r: TimelineTail(run_dir / f"rank-{r}" / CHANGES_FILE, ChangePoint) for r in ranks}
         self.points: dict[int, list[TimelinePoint]] = {r: [] for r in ranks}
         self.changes: list[ChangePoint] = []
+        self.boxes: dict[int, BlackBox] = {}  # the ranks' black boxes, as each wrote it (sent to the exporters)
         self.errors: list[str] = []
         self.output = JobOutput(run_dir / LOG_DIR, self.panel) if self.panel is not None else None
         self._test = StragglerTest()
         self._waiting: dict[int, dict[int, TimelinePoint]] = {r: {} for r in ranks}  # not yet fed to the test
         self._next_step = 0
         self._unsent: dict[int, list[TimelinePoint]] = {r: [] for r in ranks}
+        self._unreadable: set[int] = set()  # ranks whose blackbox.json was not a black box
         self._last_send = time.monotonic()
         self._started = time.monotonic()
+        self._started_epoch = time.time()  # the ranks' heartbeats say when in epoch seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torchdoctor-job-follow", daemon=True)
 
@@ -146,6 +152,8 @@ class JobWatch:
                 self.changes.append(change)
                 self._call_sinks("on_change", change)
         self._feed()
+        self._read_boxes()
+        self._find_lost()
         if final or time.monotonic() - self._last_send >= self.options.every_s:
             self._last_send = time.monotonic()
             for rank, points in self._unsent.items():
@@ -192,13 +200,18 @@ class JobWatch:
                 rows.append({"rank": rank, "step": 0})
                 continue
             comm = [p.comm_wait_s for p in clean if p.comm_wait_s is not None]
+            # the rank's own GPU (its device, as its NVML sampler saw it last); absent: not measurable
+            gpu = next((p for p in reversed(points)
+                        if p.gpu_util is not None or p.gpu_power_w is not None or p.gpu_mem_bytes is not None), None)
             rates = [p.samples / p.step_s for p in clean if p.samples and p.step_s > 0]
             rows.append({"rank": rank, "step": points[-1].step, "t": points[-1].t,
                          "step_ms": statistics.median(p.step_s for p in clean) * 1000,
                          "wait_ms": statistics.median(p.data_wait_s for p in clean) * 1000,
                          "comm_ms": statistics.median(comm) * 1000 if comm else None,
                          "samples_s": statistics.median(rates) if rates else None,
-                         "mem": max((p.mem_bytes for p in points if p.mem_bytes), default=None)})
+                         "mem": max((p.mem_bytes for p in points if p.mem_bytes), default=None),
+                         "gpu_util": gpu.gpu_util if gpu else None, "gpu_power_w": gpu.gpu_power_w if gpu else None,
+                         "gpu_mem": gpu.gpu_mem_bytes if gpu else None})
         last = self.changes[-1] if self.changes else None
         if last is None:
             latest = None
@@ -206,13 +219,64 @@ class JobWatch:
             latest = f"rank {last.rank} became the straggler at step {last.step}"
         else:
             latest = f"rank {last.rank}: {last.kind} changed at step {last.step}"
+        stopped = [rank_message(box.message, r) for r, box in sorted(self.boxes.items(), key=lambda kv: kv[1].t)]
         return {"ranks": rows, "t": time.monotonic() - self._started, "changes": len(self.changes),
-                "last_change": latest}
+                "last_change": latest, "stopped": stopped[0] if stopped else None}
+
+    def _read_boxes(self) -> None:
+        """A rank's black box once it is written (one stat a rank a tick until then), to the exporters."""
+        from torchdoctor.errors import InputError
+        from torchdoctor.model.serialize import SchemaError
+        from torchdoctor.run.follow.blackbox import read_box
+
+        for rank in self.ranks:
+            if rank in self.boxes or rank in self._unreadable:
+                continue
+            path = self.run_dir / f"rank-{rank}" / BLACKBOX_FILE
+            if not path.exists():
+                continue
+            try:
+                box = read_box(path)
+            except (SchemaError, InputError) as err:  # said once; the merged record's box goes out at the end
+                self._unreadable.add(rank)
+                self.errors.append(f"rank {rank}'s black box: {err}")
+                continue
+            box.rank = rank
+            self.boxes[rank] = box
+            self._call_sinks("on_blackbox", box, rank=rank)
+
+    def _find_lost(self) -> None:
+        """A rank whose process is gone without a record or a black box (SIGKILL, the out-of-memory killer):
+        a `lost` stop to the exporters at once, with what its last heartbeat said (its steps, its line). The
+        merged record lists it lost at the end, as before."""
+        from torchdoctor.model.layout import RECORD_FILE
+        from torchdoctor.run.ranks.heartbeat import read_heartbeats
+
+        waiting = [r for r in self.ranks if r not in self.boxes]
+        if not waiting:
+            return
+        beats = read_heartbeats(self.run_dir)
+        for rank in waiting:
+            beat, rank_dir = beats.get(rank), self.run_dir / f"rank-{rank}"
+            pid, steps = (beat or {}).get("pid"), (beat or {}).get("steps")
+            if not isinstance(pid, int) or not isinstance(steps, int) or steps < 0 or _alive(pid) \
+                    or (rank_dir / RECORD_FILE).exists() or (rank_dir / BLACKBOX_FILE).exists():
+                continue
+            seen = f", last seen at {beat['position']}" if beat.get("position") else ""
+            when = beat.get("t")
+            box = BlackBox(reason=LOST, step=steps, rank=rank,
+                           t=max(0.0, when - self._started_epoch) if isinstance(when, (int, float)) else 0.0,
+                           message=f"the rank's process {pid} ended without writing its record or black box after "
+                                   f"step {steps}{seen} (killed: SIGKILL, the out-of-memory killer)")
+            self.boxes[rank] = box
+            self._call_sinks("on_blackbox", box, rank=rank)
 
     def blackboxes(self, record) -> None:
-        """The ranks' black boxes, from the merged record, to the exporters (each labelled with its rank)."""
+        """The ranks' black boxes the exporters have not had yet (a rank whose blackbox.json could not be
+        read), from the merged record, each labelled with its rank."""
         for view in getattr(record, "ranks", []):
-            if view.blackbox is not None:
+            if view.blackbox is not None and view.rank not in self.boxes:
+                self.boxes[view.rank] = view.blackbox
                 self._call_sinks("on_blackbox", view.blackbox, rank=view.rank)
 
     def _call_sinks(self, method: str, *args, **kwargs) -> None:
@@ -224,6 +288,21 @@ class JobWatch:
                 handler(*args, **kwargs)
             except Exception as err:  # an exporter's failure is said, never raised into the launch
                 self.errors.append(f"{type(sink).__name__}.{method}: {type(err).__name__}: {err}")
+
+
+LOST = "lost"  # a stop's reason: the rank's process ended without writing anything (exporters' label)
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie does not: it ended, its parent has not reaped it). Where /proc cannot
+    say (not Linux), it is taken as running: no rank is called lost on a guess."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self/stat").exists()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 class JobOutput:

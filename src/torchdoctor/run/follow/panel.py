@@ -1,10 +1,11 @@
 """The live panel of a followed run (`run --follow` on a terminal): a few lines on stderr, drawn
 with rich, redrawn in place at most every REDRAW_S.
 
-It never mixes with the script's output: it is drawn only from the training thread, right after a
-step closes (never in the middle of the script's own write), and erased whenever the script is about
-to print or log (the session's on_output event), to be drawn again below the script's lines after
-the next step. The follower's thread only hands it the figures. It is off where stderr is not a
+It shows the run's figures and, from the record so far, the current top findings (those `torchdoctor
+report DIR` would rank first now). It never mixes with the script's output: it is drawn only from the
+training thread, right after a step closes (never in the middle of the script's own write), and erased
+whenever the script is about to print or log (the session's on_output event), to be drawn again below
+the script's lines after the next step. The follower's thread only hands it the figures. It is off where stderr is not a
 terminal (pipes, files), under CI (the CI variable), with TERM=dumb, and with --no-live.
 """
 
@@ -64,7 +65,8 @@ class LivePanel:
                        "wait_ms": wait * 1000, "samples_s": statistics.median(rates) if rates else None,
                        "mem": mem, "changes": len(changes),
                        "last_change": f"{last.kind} changed at step {last.step}" if last else None,
-                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes)}
+                       "windows": len(follower.record.windows), "gpu": _gpu_line(follower.probes),
+                       "top": list(getattr(follower, "top_findings", []))}
 
     # ---- session events (the training thread) ----------------------------------------------------
     def on_step(self, sample) -> None:
@@ -133,7 +135,7 @@ class LivePanel:
             table.add_row("GPU", state["gpu"], "", "")
         if state["last_change"]:
             table.add_row("latest", state["last_change"], "", "")
-        return self._finish(table, "torchdoctor --follow")
+        return self._finish(table, "torchdoctor --follow", state.get("top") or [])
 
     def _job_table(self, state: dict):
         from rich.table import Table
@@ -141,28 +143,43 @@ class LivePanel:
         from torchdoctor.model.units import format_bytes
 
         table = Table(box=None, padding=(0, 1), show_edge=False)
-        for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory"):
-            table.add_column(name, justify="right" if name != "rank" else "left", no_wrap=True, min_width=len(name))
+        # GPU: the rank's own device as its NVML sampler saw it (utilization, power, memory used on it)
+        for name in ("rank", "step", "step time", "data wait", "in collectives", "samples/s", "memory", "GPU"):
+            # the GPU's cell folds onto a second line on a narrow terminal: the figures never cut
+            table.add_column(name, justify="right" if name not in ("rank", "GPU") else "left", no_wrap=name != "GPU",
+                             min_width=len(NOT_MEASURABLE) if name == "GPU" else len(name))
         for row in state["ranks"]:
             if not row.get("step"):
-                table.add_row(str(row["rank"]), "—", "", "", "", "", "")
+                table.add_row(str(row["rank"]), "—", "", "", "", "", "", "")
                 continue
+            gpu = gpu_text(row.get("gpu_util"), row.get("gpu_power_w"), row.get("gpu_mem"), named=False)
             table.add_row(str(row["rank"]), f"{row['step']:,}", f"{row['step_ms']:.2f} ms", f"{row['wait_ms']:.2f} ms",
                           f"{row['comm_ms']:.2f} ms" if row.get("comm_ms") is not None else "—",
                           f"{row['samples_s']:,.0f}" if row.get("samples_s") else "—",
-                          format_bytes(row["mem"]) if row.get("mem") else "—")
-        if state.get("last_change"):
-            table.caption = f"latest: {state['last_change']}"
+                          format_bytes(row["mem"]) if row.get("mem") else "—", gpu or NOT_MEASURABLE)
+        captions = [f"latest: {state['last_change']}"] if state.get("last_change") else []
+        if state.get("stopped"):  # the first rank's black box: it stopped (crash, signal, stall)
+            captions.append(f"stopped: {state['stopped']}")
+        if captions:
+            table.caption = "\n".join(captions)
         return table
 
-    def _finish(self, table, title: str) -> str:
-        from rich.console import Console
+    def _finish(self, table, title: str, top: list[str] = ()) -> str:
+        """The panel's text; `top`: the current top findings, a line each below the figures (cut, never
+        folded, at the panel's width)."""
+        from rich.console import Console, Group
         from rich.panel import Panel
+        from rich.text import Text
 
         buffer = io.StringIO()
         console = Console(file=buffer, width=self.width, force_terminal=True, color_system="standard",
                           emoji=False, highlight=False)
-        console.print(Panel(table, title=title, title_align="left", expand=False))
+        body = table
+        if top:
+            lines = [Text(f"top findings so far ({len(top)}):", style="bold")]
+            lines += [Text(f"  {i}. {finding}", no_wrap=True, overflow="ellipsis") for i, finding in enumerate(top, 1)]
+            body = Group(table, *lines)
+        console.print(Panel(body, title=title, title_align="left", expand=False))
         text = buffer.getvalue()
         self._lines = text.count("\n")
         return text
@@ -181,18 +198,31 @@ class LivePanel:
             self._closed = True
 
 
+NOT_MEASURABLE = "not measurable"  # a rank's GPU cell where NVML gave no figure (no CUDA, no NVML): never a number
+
+
 def _gpu_line(probes) -> str | None:
     """The GPU's latest NVML sample, when the run uses CUDA and NVML answers (run/probes/nvml.py)."""
-    sampler = getattr(getattr(probes, "gpu", None), "sampler", None)
-    samples = getattr(sampler, "samples", None)
-    if not samples:
+    gpu = getattr(probes, "gpu", None)
+    s = gpu.latest_sample() if gpu is not None and hasattr(gpu, "latest_sample") else None
+    if s is None:
         return None
-    s = samples[-1]
+    return gpu_text(s.gpu_util, s.power_w, s.mem_used_bytes, s.power_limit_w, s.mem_total_bytes)
+
+
+def gpu_text(util: float | None, power_w: float | None, mem_bytes: int | None, power_limit_w: float | None = None,
+             mem_total_bytes: int | None = None, named: bool = True) -> str | None:
+    """NVML's figures as the panel shows them: the run's line (`named`), or a rank's cell (`97% · 310W ·
+    41.0GiB`, narrow enough for a row of a 100-column terminal); None when it has none."""
     parts = []
-    if s.gpu_util is not None:
-        parts.append(f"util {s.gpu_util:.0f}%")
-    if s.power_w is not None:
-        parts.append(f"power {s.power_w:.0f}" + (f"/{s.power_limit_w:.0f} W" if s.power_limit_w else " W"))
-    if s.mem_used_bytes is not None and s.mem_total_bytes:
-        parts.append(f"memory {s.mem_used_bytes / 2**30:.1f}/{s.mem_total_bytes / 2**30:.1f} GiB")
+    if util is not None:
+        parts.append(f"util {util:.0f}%" if named else f"{util:.0f}%")
+    if power_w is not None:
+        watts = " W" if named else "W"
+        power = f"{power_w:.0f}" + (f"/{power_limit_w:.0f}{watts}" if power_limit_w else watts)
+        parts.append(f"power {power}" if named else power)
+    if mem_bytes is not None:
+        unit = " GiB" if named else "GiB"  # a cell folds between figures, never inside one
+        memory = f"{mem_bytes / 2**30:.1f}" + (f"/{mem_total_bytes / 2**30:.1f}{unit}" if mem_total_bytes else unit)
+        parts.append(f"memory {memory}" if named else memory)
     return " · ".join(parts) or None

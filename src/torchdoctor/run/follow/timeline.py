@@ -2,7 +2,7 @@
 lines every few seconds (flushed to disk), bounded in memory and on disk.
 
 Bounded: once MAX_POINTS points are kept, the older half (all but the newest RECENT_POINTS) is
-thinned, two neighbours merged into one (their mean; the memory mark their maximum; `span` says
+thinned, two neighbours merged into one (their mean; the memory marks their maximum; `span` says
 how many steps a point stands for), and the file is rewritten from what is kept. A month-long
 job's timeline stays a few megabytes; its last RECENT_POINTS steps stay step by step.
 """
@@ -28,14 +28,19 @@ def merge(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
     def mean(x: float, y: float) -> float:
         return (x * a.span + y * b.span) / n
 
+    def both(x: float | None, y: float | None) -> float | None:  # a figure only one of them measured is not merged
+        return None if x is None or y is None else mean(x, y)
+
+    def peak(x: int | None, y: int | None) -> int | None:
+        return max((m for m in (x, y) if m is not None), default=None)
+
     samples = None if a.samples is None or b.samples is None else int(round(mean(a.samples, b.samples)))
-    mem = max((m for m in (a.mem_bytes, b.mem_bytes) if m is not None), default=None)
-    cpu_wait = None if a.cpu_wait is None or b.cpu_wait is None else mean(a.cpu_wait, b.cpu_wait)
-    comm = None if a.comm_wait_s is None or b.comm_wait_s is None else mean(a.comm_wait_s, b.comm_wait_s)
     return TimelinePoint(step=a.step, t=b.t, step_s=mean(a.step_s, b.step_s),
                          data_wait_s=mean(a.data_wait_s, b.data_wait_s), compute_s=mean(a.compute_s, b.compute_s),
-                         samples=samples, mem_bytes=mem, cpu_wait=cpu_wait, comm_wait_s=comm, span=n, sampled=a.sampled or b.sampled,
-                         warmup=a.warmup and b.warmup)
+                         samples=samples, mem_bytes=peak(a.mem_bytes, b.mem_bytes), cpu_wait=both(a.cpu_wait, b.cpu_wait),
+                         comm_wait_s=both(a.comm_wait_s, b.comm_wait_s), gpu_util=both(a.gpu_util, b.gpu_util),
+                         gpu_power_w=both(a.gpu_power_w, b.gpu_power_w), gpu_mem_bytes=peak(a.gpu_mem_bytes, b.gpu_mem_bytes),
+                         span=n, sampled=a.sampled or b.sampled, warmup=a.warmup and b.warmup)
 
 
 def thin(points: list[TimelinePoint], keep_recent: int = RECENT_POINTS) -> list[TimelinePoint]:

@@ -7,50 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchdoctor.model.record import StepSample
+from helpers.follow_fakes import FakeSession, Lines, make, step
 from torchdoctor.run.follow.follower import Follower, FollowOptions
-
-
-class FakeSession:
-    def __init__(self):
-        self.now = 0.0
-        self.t0 = 0.0
-        self.steps = []
-        self.baseline_s = None
-        self.stop_reason = None
-        self.stop_signal = None
-        self.line_sampler = object()
-        self.planned = []
-
-    def clock(self):
-        return self.now
-
-    def plan_window(self, name, first, count):
-        self.planned.append((name, first, count))
-
-    def request_stop(self, reason):
-        self.stop_reason = reason
-
-
-class Lines:  # the line sampler's counters, as the follower reads them
-    def __init__(self):
-        self.hits, self.seconds, self.loading_hits, self.total, self.total_s = {}, {}, {}, 0, 0.0
-
-
-def make(tmp_path, **options):
-    session = FakeSession()
-    follower = Follower(session, SimpleNamespace(lines=Lines()), tmp_path, FollowOptions(**options))
-    return session, follower
-
-
-def step(session, follower, seconds, probes=(), wait=0.0):
-    index = len(session.steps) + 1
-    start = session.now
-    session.now += seconds
-    sample = StepSample(index=index, start=start, end=session.now, warmup=index <= 3, sampled=bool(probes),
-                        samples=32, data_wait_s=wait, probes=list(probes))
-    session.steps.append(sample)
-    follower.on_step(sample)
 
 
 def test_a_slowdown_is_found_and_a_window_planned_right_after_it(tmp_path):
@@ -182,3 +140,40 @@ def test_follow_in_the_api_has_no_limits_unless_given():
     assert MeasureSpec.of().steps == DEFAULT_STEPS and not MeasureSpec.of().follow
     with pytest.raises(UsageError, match="follow_every_s must be a positive number"):
         MeasureSpec.of(follow=True, follow_every_s=0)
+
+
+def test_the_panels_top_findings_are_asked_at_each_live_record_write(tmp_path):
+    """Made from the record just written as live.json (the report's ranking, handed in from above), only
+    when there is a panel; a failure leaves the panel without them, said in the errors."""
+    from helpers.records import record
+
+    asked = []
+
+    def top(rec):
+        asked.append(len(rec.steps))
+        return [f"TD902 From step {rec.follow.steps - 5}, steps became 2.00x slower and stayed so"]
+
+    class Panel:
+        def update(self, follower):
+            self.top = list(follower.top_findings)
+
+    panel = Panel()
+    session, follower = make(tmp_path, every_s=0.5, panel=panel, top_findings=top)
+    follower.live_record = lambda: record(steps=2)
+    for _ in range(20):
+        step(session, follower, 0.010)
+    session.now = 1.0
+    follower.tick()
+    assert asked == [4] and panel.top == ["TD902 From step 15, steps became 2.00x slower and stayed so"]
+    quiet_session, quiet = make(tmp_path / "q", every_s=0.5, top_findings=top)  # no panel: never asked
+    (tmp_path / "q").mkdir()
+    quiet.live_record = lambda: record(steps=2)
+    quiet_session.now = 1.0
+    quiet.tick()
+    assert (tmp_path / "q" / "live.json").exists() and asked == [4]
+    broken_session, broken = make(tmp_path / "b", every_s=0.5, panel=Panel(), top_findings=lambda rec: 1 / 0)
+    (tmp_path / "b").mkdir()
+    broken.live_record = lambda: record(steps=2)
+    broken_session.now = 1.0
+    broken.tick()
+    assert broken.top_findings == [] and any("top findings: ZeroDivisionError" in e for e in broken.errors)
