@@ -34,6 +34,7 @@ class PhaseCost:
     share: float  # of the wall time of a training interval with its phase
     occurrences: int
     site: PhaseStats  # the costliest call site
+    compiling_s: float = 0.0  # torch.compile compiling inside its occurrences, left out of seconds_each
 
 
 def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
@@ -50,18 +51,41 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
             return None
         return _cost_from_window(record, facts, kind, step_s)
     by_position: dict[int, float] = {}
+    compiling = 0.0
     for site in sites:
         for occ in site.occurrences:
-            by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + occ.seconds
+            inside = compiling_within(record, occ.t, occ.seconds)
+            compiling += inside
+            by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + occ.seconds - inside
     positions = sorted(by_position)
     seconds_each = statistics.fmean(by_position.values())
     recurs = _period(record, positions)
     site = max(sites, key=lambda p: p.total_s)
     if recurs is None:  # seen once: how often it recurs is not measured (see OneOff)
-        return PhaseCost(seconds_each, 0.0, "seen once", 0.0, len(positions), site)
+        return PhaseCost(seconds_each, 0.0, "seen once", 0.0, len(positions), site, compiling)
     period, basis = recurs
     share = seconds_each / (period * step_s + seconds_each)
-    return PhaseCost(seconds_each, period, basis, share, len(positions), site)
+    return PhaseCost(seconds_each, period, basis, share, len(positions), site, compiling)
+
+
+def compiling_within(record: RunRecord, start: float, seconds: float) -> float:
+    """Seconds of torch.compile compiling (Dynamo's compile events, a backward graph's included) inside
+    [start, start + seconds]: an evaluation that first runs a compiled model compiles its graph there,
+    once, and that is not what the evaluation costs each time it recurs."""
+    info = record.compile
+    if info is None or not info.events:
+        return 0.0
+    end = start + seconds
+    inside = sum(max(0.0, min(end, e.start + e.seconds) - max(start, e.start)) for e in info.events)
+    return min(seconds, inside)
+
+
+def compile_note(cost: "PhaseCost") -> str:
+    """Said where a phase's time had compiling in it, which its figures leave out."""
+    if cost.compiling_s < 0.001:
+        return ""
+    return (f" torch.compile compiled inside it for {cost.compiling_s:.1f} s in all (a new graph's one-time cost, "
+            "in the wall-time table): left out of these figures.")
 
 
 def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: float) -> PhaseCost | None:
@@ -80,6 +104,8 @@ def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: flo
 def _period(record: RunRecord, positions: list[int]) -> tuple[float, str] | None:
     """Training steps between occurrences, and how that was found; None when one occurrence
     says nothing about how often it recurs (a one-off evaluation before training)."""
+    if len(positions) >= 2 and all(_bookend(record, p) for p in positions):
+        return None  # a check before training and a final one after it: each once, not every N steps
     if len(positions) >= 2:
         gaps = [b - a for a, b in zip(positions, positions[1:])]
         return max(1.0, statistics.median(gaps)), f"every {statistics.median(gaps):g} steps, as measured"
@@ -88,6 +114,11 @@ def _period(record: RunRecord, positions: list[int]) -> tuple[float, str] | None
     if per_epoch and positions[0] in (loader.epoch_start_steps or [0]):
         return float(per_epoch), f"seen once, at an epoch boundary: taken as once per epoch of {per_epoch} steps"
     return None
+
+
+def _bookend(record: RunRecord, after_step: int) -> bool:
+    """Before the first training step, or after the last one of a run that ended by itself."""
+    return after_step == 0 or (record.run.status in ("completed", "exited") and after_step == len(record.steps))
 
 
 def _steps_per_epoch(loader) -> int | None:
@@ -114,7 +145,7 @@ def seen_once(rule: Rule, record: RunRecord, facts: RunFacts, cost: PhaseCost, w
         message=(f"The {what} {when} took {ms(cost.seconds_each):,.0f} ms, against "
                  f"{ms(step_s):.1f} ms per training step. It ran once in this bounded run, so how often it "
                  f"recurs was not measured: every K steps it costs {ms(cost.seconds_each):,.0f} / "
-                 f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time."),
+                 f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time.{compile_note(cost)}"),
         location=cost.site.location,
         evidence={"seconds_each": round(cost.seconds_each, 4), "training_steps_worth": round(steps_worth, 1),
                   "after_step": after, "occurrences": 1, "step_ms": ms(step_s)},
@@ -150,7 +181,7 @@ class _IntervalPhaseRule(Rule):
                 message=(
                     f"Each {self.what.lower()} took {ms(cost.seconds_each):.0f} ms ({cost.occurrences} seen, "
                     f"{cost.period_basis}), against {ms(cost.seconds_each / cost.share - cost.seconds_each):.0f} ms of "
-                    f"training in between."
+                    f"training in between.{compile_note(cost)}"
                 ),
                 location=site.location,
                 evidence={
@@ -158,6 +189,7 @@ class _IntervalPhaseRule(Rule):
                     "seconds_each": round(cost.seconds_each, 4),
                     "period_steps": round(cost.period_steps, 1),
                     "occurrences": cost.occurrences,
+                    "compiling_s_left_out": round(cost.compiling_s, 3),
                     "calls_at_line": site.calls,
                     "inner_location": (f"{site.inner_location.path}:{site.inner_location.line}"
                                        if site.inner_location else None),

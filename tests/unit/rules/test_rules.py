@@ -442,3 +442,28 @@ def test_one_slow_print_among_fast_ones_is_not_the_rate():
         occurrence.seconds = 0.0045
     rec.phases[0].in_measured_steps_s = 0.027
     assert [f.code for f in run(LoggingOverhead, rec)] == ["TD703"]
+
+
+def test_compiling_inside_an_evaluation_is_not_what_the_evaluation_costs():
+    """A compiled model's first evaluation compiles its no-grad graph there (nanochat: 8.5 s of an
+    8.6 s evaluation at step 0, then 0.13 s each): the evaluation is sized without it, and a check
+    before training with a final one after it (litgpt's sanity check and last validation) is no
+    recurring cost."""
+    from torchdoctor.model.compile_record import CompileEvent, CompileInfo
+
+    rec = record(step_s=0.04, steps=30, warmup=0)
+    rec.run.status = "completed"
+    rec.phases = [PhaseStats("eval", Location("train.py", 422, "<module>"), calls=3, total_s=8.84, occurrences=[
+        PhaseOccurrence(after_step=0, t=0.0, seconds=8.6), PhaseOccurrence(after_step=15, t=9.2, seconds=0.12),
+        PhaseOccurrence(after_step=30, t=9.9, seconds=0.12)])]
+    heavy = run(FrequentEval, rec)  # without the compile events: the first evaluation looks 8.6 s long
+    assert heavy and heavy[0].severity.value == "high"
+    rec.compile = CompileInfo(events=[CompileEvent(compile_id="0/0", trigger="dynamo", start=0.05, seconds=8.47,
+                                                   step=0, function="forward")])
+    (f,) = run(FrequentEval, rec)
+    assert f.evidence["compiling_s_left_out"] == 8.47 and 0.12 <= f.evidence["seconds_each"] <= 0.13
+    assert f.severity.value != "high" and "left out of these figures" in f.message
+    rec.phases[0].occurrences = [PhaseOccurrence(after_step=0, t=0.0, seconds=2.8),
+                                 PhaseOccurrence(after_step=30, t=9.9, seconds=0.01)]
+    rec.compile.events[0].seconds = 2.6
+    assert run(FrequentEval, rec) == []  # 0.2 s before training and 0.01 s after it: each once
