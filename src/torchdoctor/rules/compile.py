@@ -124,6 +124,16 @@ def compiled_frames(info: CompileInfo) -> list[_Frame]:
     return [_Frame(fid, sorted(events, key=lambda e: e.start), backward.get(fid, [])) for fid, events in frames.items()]
 
 
+# Steps after the compiling one in which no new variant came: the variants are then the step's own
+# calls (one per parameter shape), compiled once and reused, a one-time cost in the wall-time table.
+STABLE_AFTER_STEPS = 3
+
+
+def _variants_of_one_step(record: RunRecord, frame: "_Frame", recompiles: list[CompileEvent]) -> bool:
+    step = frame.first.step
+    return all(e.step == step for e in recompiles) and sum(s.index > step for s in record.steps) >= STABLE_AFTER_STEPS
+
+
 def _merge_guards(events: list[CompileEvent]) -> list[Guard]:
     """The guards of a frame's recompiles, one per subject, with every value seen."""
     merged: dict[str, Guard] = {}
@@ -219,6 +229,8 @@ class Recompilation(Rule):
                 continue
             if limit is None and len(recompiles) < 2 and inside <= 0:
                 continue  # one recompile before measuring: Dynamo's automatic dynamic shapes took over
+            if limit is None and inside <= 0 and _variants_of_one_step(record, frame, recompiles):
+                continue  # one variant per kind of call in a step (an optimizer's per-shape kernel), then reused
             findings.append(self._finding(record, info, frame, recompiles, limit, inside, measured_s))
         return findings
 

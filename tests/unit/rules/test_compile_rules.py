@@ -145,3 +145,17 @@ def test_a_grad_mode_recompile_in_an_evaluation_is_placed_there_and_paid_once():
     assert finding.location == evaluation and "`logits = model(x_val)`" in finding.message
     assert finding.severity == Severity.LOW and finding.estimated_speedup is None
     assert "compiles once a run" in finding.estimate_basis
+
+
+def test_variants_compiled_in_one_step_and_reused_after_are_no_recompilation_finding():
+    """nanochat's compiled optimizer kernel is called once per parameter shape: four variants, all
+    in the first step, reused by every later step. A cost paid once (the wall-time table's), not a
+    recompilation habit; the same variants arriving one per step are."""
+    rec = record(steps=10, warmup=2)
+    ranks = [_event("1/0", 1)] + [_event(f"1/{i}", 1, reason=f"1/{i - 1}: tensor 'p' rank mismatch. expected 2, actual 1")
+                                  for i in range(1, 4)]
+    rec.compile = CompileInfo(events=ranks)
+    assert Recompilation().check(rec, RunFacts.of(rec)) == []
+    for i, event in enumerate(ranks):
+        event.step = i + 1  # one new variant a step: the function keeps recompiling as the run goes
+    assert len(Recompilation().check(rec, RunFacts.of(rec))) == 1
