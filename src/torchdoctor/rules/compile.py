@@ -1,4 +1,4 @@
-"""torch.compile at run time: code that recompiles (TD405), and graphs that break (TD406).
+"""torch.compile at run time: code that recompiles (TD405); graphs that break (TD406) are graph_breaks.py's.
 
 Both read `record.compile` (run/probes/compile.py): Dynamo's own compile events, guard
 failures and graph-break log, timed on the run's clock. The guard Dynamo printed is said in
@@ -14,12 +14,11 @@ from collections import Counter
 import re
 from dataclasses import dataclass, field
 
-from torchdoctor.model import compile_record
 from torchdoctor.model.compile_record import DYNAMO, CompileEvent, CompileInfo
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import RunRecord
-from torchdoctor.rules.base import HAZARD_BASIS_CPU, MIN_REPORTED_SPEEDUP, Rule, amdahl, severity_for
+from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, severity_for
 from torchdoctor.rules.facts import RunFacts, training_loader
 
 _SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>\d+)\. expected (?P<expected>\d+), "
@@ -293,65 +292,6 @@ class Recompilation(Rule):
         return self.finding(title=f"{name} recompiled {len(recompiles)} times: {plain[0] if plain else 'a guard failed'}",
                             message=message, location=call, evidence=evidence, speedup=speedup, severity=severity,
                             basis=basis, fix=fix)
-
-
-class GraphBreak(Rule):
-    code = "TD406"
-    slug = "graph-break"
-    title = "torch.compile splits the step at a graph break"
-    rationale = (
-        "Where Dynamo cannot trace a line (a `.item()`, a `print`, data-dependent control flow, an "
-        "unsupported call) it ends the graph, runs that line in Python and starts another graph: each break "
-        "returns to the interpreter, stops fusion across it, and a host read there waits for the device."
-    )
-    fix = (
-        "Keep values on the device inside compiled code and move host reads and prints out of it; "
-        "`fullgraph=True` lists every break:\n```python\nmodel = torch.compile(model, fullgraph=True)   # "
-        "raises at each break, with its line\n```"
-    )
-    example = "@torch.compile\ndef loss_fn(x, y):\n    scale = x.abs().max().item()   # graph break: a host read\n    return ((x - y) / scale).pow(2).mean()"
-
-    def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        info = record.compile
-        if info is None or not info.breaks:
-            return []
-        graphs = graphs_per_step(record)
-        calls = compiled_calls_per_step(record)
-        findings = []
-        for brk in info.breaks:
-            findings.append(self._finding(record, facts, brk, graphs, calls))
-        return findings
-
-    def _finding(self, record, facts, brk: compile_record.GraphBreak, graphs, calls) -> Finding:
-        where = f"inside {brk.library}" if brk.library else "in your code"
-        per_step = (f"; a training step ran {graphs:.0f} compiled graphs" + (f" in {calls:.0f} compiled calls" if calls else "")
-                    if graphs else "")
-        message = (f"Dynamo broke the graph at this line ({where}): {brk.reason}"
-                   + (f" {brk.detail}" if brk.detail else "") + f" It broke here in {brk.count} compile"
-                   + ("s" if brk.count != 1 else "") + per_step + ".")
-        if brk.called_from is not None:
-            message += f" Your line that leads there: {brk.called_from}."
-        fix = self.fix
-        if brk.host_sync:
-            message += (" The break is a host read of a tensor value: the compiled region stops there and, on a GPU, "
-                        "the host waits for the device every step.")
-            fix = ("Keep the value a tensor inside the compiled code (or read it outside, every N steps):\n```python\n"
-                   "scale = x.abs().max()            # a 0-d tensor, no .item(): the graph stays whole\n"
-                   "return ((x - y) / scale).pow(2).mean()\n```\nOr let Dynamo capture it "
-                   "(`torch._dynamo.config.capture_scalar_outputs = True`): one graph, still a host sync on a GPU.")
-        every_step = graphs is not None and graphs >= 2
-        severity = Severity.MEDIUM if brk.library is None and every_step else Severity.LOW
-        basis = ("not estimated: a break costs a return to Python and the fusion across it, which depends on the "
-                 "graph; `torchdoctor compare` a run with the fix")
-        if brk.host_sync and not facts.cuda_used:
-            basis = HAZARD_BASIS_CPU
-        return self.finding(
-            title=f"Graph break{' at a host read' if brk.host_sync else ''}: {brk.reason[:90]}",
-            message=message, location=brk.location if brk.library is None or brk.called_from is None else brk.called_from,
-            evidence={"reason": brk.reason, "detail": brk.detail, "compiles": brk.count, "library": brk.library,
-                      "graphs_per_step": graphs, "compiled_calls_per_step": calls, "host_sync": brk.host_sync,
-                      "break_at": str(brk.location)},
-            speedup=None, severity=severity, basis=basis, fix=fix)
 
 
 def _per_measured_step(record: RunRecord, counts: dict[str, int]) -> float | None:

@@ -23,7 +23,8 @@ from typing import Any
 from torchdoctor.rules.base import Rule, RuleInfo
 from torchdoctor.rules.catalogue import CATALOGUE_ONLY
 from torchdoctor.rules.changes import DataWaitAppeared, MemoryCreep, StepTimeShift, StragglerAppeared
-from torchdoctor.rules.compile import GraphBreak, Recompilation
+from torchdoctor.rules.compile import Recompilation
+from torchdoctor.rules.graph_breaks import GraphBreak
 from torchdoctor.rules.compute import CompileCandidate, NoMixedPrecision, NoTf32, SmallBatch
 from torchdoctor.rules.dataparallel import DataParallelUsed
 from torchdoctor.rules.data import BlockingTransfer, DataLoaderStall, PageableTransfer, WorkerRespawn

@@ -9,7 +9,7 @@ from torchdoctor.diagnosis.wall_time import wall_time_table
 from torchdoctor.model.compile_record import BACKWARD, DYNAMO, CompileEvent, CompileInfo, GraphBreak
 from torchdoctor.model.findings import Severity
 from torchdoctor.model.location import Location
-from torchdoctor.rules.compile import GraphBreak as GraphBreakRule
+from torchdoctor.rules.graph_breaks import GraphBreak as GraphBreakRule
 from torchdoctor.rules.compile import Recompilation, read_guard
 from torchdoctor.rules.compute import CompileCandidate
 from torchdoctor.rules.facts import RunFacts
@@ -159,3 +159,40 @@ def test_variants_compiled_in_one_step_and_reused_after_are_no_recompilation_fin
     for i, event in enumerate(ranks):
         event.step = i + 1  # one new variant a step: the function keeps recompiling as the run goes
     assert len(Recompilation().check(rec, RunFacts.of(rec))) == 1
+
+
+def test_graph_breaks_are_one_finding_per_cause_at_the_line_to_change():
+    """open_lm compiles an FSDP1 model built without use_orig_params=True: Dynamo breaks at two
+    places for it and runs ten calling functions uncompiled (16 findings before); breaks inside
+    xformers are reached from one user line. Two `.item()` reads at two lines stay two fixes."""
+    from torchdoctor.model.distributed_record import DistributedInfo, FsdpUnit, RankIdentity
+
+    rec = record(steps=4, warmup=1)
+    fsdp_detail = "Dynamo only supports FSDP with use_orig_params=True"
+    skipped = "Failed to handle graph break gracefully. Skipping the function and falling back to eager."
+    model_call = Location("open_lm/train.py", 131, "train_one_epoch")
+    swiglu = Location("open_lm/model.py", 323, "forward")
+    breaks = [GraphBreak(Location("torch/_dynamo/external_utils.py", 69, ""), "FSDP with use_orig_params=False",
+                         fsdp_detail, library="torch", called_from=model_call),
+              GraphBreak(Location("open_lm/rotary.py", 90, "forward"), "FSDP with use_orig_params=False", fsdp_detail)]
+    breaks += [GraphBreak(Location("open_lm/model.py", line, "forward"), skipped, fsdp_detail) for line in (160, 312, 393)]
+    breaks += [GraphBreak(Location("xformers/ops/unbind.py", 30, ""), "torch.* op returned non-Tensor", "non-Tensor",
+                          library="xformers", called_from=swiglu, count=5),
+               GraphBreak(Location("xformers/ops/common.py", 64, ""), "Unsupported method call", "data_ptr",
+                          library="xformers", called_from=swiglu),
+               GraphBreak(Location("xformers/ops/unbind.py", 95, ""), skipped, "no exception handler",
+                          library="xformers", called_from=swiglu)]
+    breaks += [GraphBreak(Location("loss.py", line, "f"), "Tensor.item()", "", host_sync=True) for line in (17, 30)]
+    rec.compile = CompileInfo(events=[_event("0/0", 1)], breaks=breaks)
+    wrapped = Location("open_lm/main.py", 551, "main")
+    rec.distributed = DistributedInfo(RankIdentity(0, 2), fsdp=[FsdpUnit(module="layers.0", kind="Block", version=1, created_at=wrapped)])
+    found = {str(f.location): f for f in GraphBreakRule().check(rec, RunFacts.of(rec))}
+    assert set(found) == {str(wrapped), str(swiglu), "loss.py:17", "loss.py:30"}
+    fsdp = found[str(wrapped)]
+    assert "use_orig_params=True" in fsdp.fix and fsdp.severity == Severity.MEDIUM
+    assert len(fsdp.evidence["places"]) == 1 and len(fsdp.evidence["functions_run_uncompiled"]) == 3
+    assert "ran 3 calling functions uncompiled" in fsdp.message
+    library = found[str(swiglu)]
+    assert library.evidence["places"] == ["xformers/ops/common.py:64"]
+    assert library.evidence["functions_run_uncompiled"] == ["xformers/ops/unbind.py:95"]
+    assert "inside xformers 2 times on the way from that call" in library.message
