@@ -41,7 +41,7 @@ from torchdoctor.model.trace_summary import TraceSummary
 #     and OptimizerInfo.implementation (the update path the first step ran: for-loop | foreach | fused, as torch
 #     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
 #     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:
-#     CompileInfo.eval_graph_calls); RunRecord.sources_mention_cuda
+#     CompileInfo.eval_graph_calls); RunRecord.sources_prefer_cuda
 SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
@@ -521,7 +521,7 @@ class RunRecord:
     source_files: list[str] = field(default_factory=list)  # user files the run executed (absolute)
     static_findings: list[StaticFinding] = field(default_factory=list)  # lint of source_files
     # the source files mention CUDA: a script that uses a GPU when there is one (schema 10; None before)
-    sources_mention_cuda: bool | None = None
+    sources_prefer_cuda: bool | None = None  # the user's sources take CUDA when it is there (run/sources.py)
     unfinished_step: StepSample | None = None  # the interval open at the end, when no step completed
     # "path::qualname" of the user's functions seen running (stack samples): static findings
     # elsewhere in those files are left out as code that never ran

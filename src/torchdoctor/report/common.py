@@ -38,7 +38,7 @@ def ranked_findings(report: Report) -> list[Finding]:
 # "Causes, ranked" and these apart, so a rank always means "change this before that".
 CHECKED_TITLE = "Checked, not causes"
 CHECKED_CAPTION = ("info: what the run shows that is not a cost to change (a read the host needs, a verdict, "
-                   "a candidate with nothing measured to rank it by)")
+                   "a candidate with nothing measured to rank it by, a cost of running a GPU script on this CPU)")
 
 
 def causes(report: Report) -> list[Finding]:

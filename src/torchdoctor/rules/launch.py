@@ -372,9 +372,10 @@ class OptimizerForLoop(Rule):
         fix = None if opt.fused_available else (
             f"`{opt.class_name}` has no fused kernels here; ask for the multi-tensor path and measure it:\n```python\n"
             f"opt = torch.optim.{opt.class_name}(model.parameters(), ..., foreach=True)\n```")
-        # A script that would use a GPU if there were one, run here on a CPU with the flags unset: on
-        # CUDA torch's default is already the multi-tensor path, so the cost is this CPU run's.
-        cpu_stand_in = (not facts.cuda_used and bool(record.sources_mention_cuda) and opt.fused is None
+        # A script that takes the GPU when there is one, run here on a CPU with fused unset (or set
+        # from the device, as litgpt's `fused=device.type == "cuda"`): on CUDA torch's default is already
+        # the multi-tensor path, so the cost is this CPU run's, not the GPU run's: checked, not a cause.
+        cpu_stand_in = (not facts.cuda_used and bool(record.sources_prefer_cuda) and not opt.fused
                         and set(opt.param_devices) <= {"cpu"})
         spread = (f"between {low:.0%} and {high:.0%} of a step ({SPREAD_QUANTILES[0]:.0%}-{SPREAD_QUANTILES[1]:.0%} "
                   f"of the {len(steps)} measured steps)")
@@ -389,9 +390,9 @@ class OptimizerForLoop(Rule):
                      + (f"; the time is that of all {others + 1} optimizers' steps" if others else "") + "."
                      + (f" Torch {record.environment.torch} has fused {opt.class_name} kernels for these parameters"
                         f" on the {devices} too: `fused=True`." if opt.fused_available else "")
-                     + (" The script also runs on CUDA (its sources mention it), where torch's default for these "
-                        "flags is already the multi-tensor path: this cost is this CPU run's, low for a GPU run."
-                        if cpu_stand_in else "")),
+                     + (" The script takes CUDA when it is there (its sources ask for it), where torch's default for "
+                        "these flags is already the multi-tensor path: this cost is this CPU run's, not a cause of the "
+                        "GPU run's time." if cpu_stand_in else "")),
             location=opt.created_at,
             evidence={"optimizer": opt.class_name, "implementation": opt.implementation,
                       "fused_available": opt.fused_available, "param_devices": opt.param_devices,
@@ -401,7 +402,7 @@ class OptimizerForLoop(Rule):
                       "suggested": f"{knob}=True", "cpu_run_of_a_cuda_script": cpu_stand_in},
             speedup=reported,
             basis=basis,
-            severity=(Severity.LOW if cpu_stand_in else severity_for(min(reported, floor)) if reported is not None
+            severity=(Severity.INFO if cpu_stand_in else severity_for(min(reported, floor)) if reported is not None
                       else Severity.MEDIUM if low >= 2 * FOR_LOOP_MIN_SHARE else Severity.LOW),
             fix=fix,
         )]

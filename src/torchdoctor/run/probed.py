@@ -36,7 +36,7 @@ from torchdoctor.run.probes.frames import display_path
 from torchdoctor.run.probeset import ProbeSet
 from torchdoctor.run.session import RunSession, SessionConfig, StopRun
 from torchdoctor.run.signals import WHY, current as current_signals, exit_code_of
-from torchdoctor.run.sources import executed_user_files, mention_cuda
+from torchdoctor.run.sources import executed_user_files, prefer_cuda
 from torchdoctor.run.watchdog import Watchdog
 
 LIVE_STEPS = 2_000  # live.json (`run --follow`) carries the last this many steps
@@ -220,7 +220,7 @@ class ProbedRun:
                 open_step.batch_shape = [int(d) for d in open_step.batch_shape]
         self.knobs.contribute(record)
         record.source_files = executed_user_files(self.script_path, self._modules_before)
-        record.sources_mention_cuda = mention_cuda(record.source_files)
+        record.sources_prefer_cuda = prefer_cuda(record.source_files)
         self.probes.contribute(record)
         sampler = self.probes.sampler
         record.doctor_cost = doctor_cost(

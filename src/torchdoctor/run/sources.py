@@ -4,6 +4,7 @@ that live outside Python's and the environment's own trees."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 
@@ -37,15 +38,21 @@ def executed_user_files(script: str | None, modules_before: set[str]) -> list[st
 MENTION_MAX_BYTES = 2 * MIB  # a generated or vendored file larger than this is not read for the mention
 
 
-def mention_cuda(files: list[str]) -> bool:
-    """Whether the user's executed sources mention CUDA (`torch.cuda.is_available()`, `.cuda()`,
-    `device="cuda"`): a script written to use a GPU when there is one, run here on a CPU."""
+# A script that takes the GPU when there is one: it asks torch.cuda.is_available(), compares the
+# device's type with "cuda", or defaults a device option to cuda. A mere mention is not enough:
+# makemore's `--device` defaults to cpu and only says "cuda" to sync when asked for it.
+PREFERS_CUDA = re.compile(rb"cuda\.is_available\(|\.type\s*==\s*['\"]cuda['\"]|default\s*=\s*['\"]cuda")
+
+
+def prefer_cuda(files: list[str]) -> bool:
+    """Whether the user's executed sources pick CUDA when it is there: a script written for a GPU,
+    run here on a CPU."""
     for path in files:
         try:
             if os.path.getsize(path) > MENTION_MAX_BYTES:
                 continue
             with open(path, "rb") as f:
-                if b"cuda" in f.read():
+                if PREFERS_CUDA.search(f.read()):
                     return True
         except OSError:
             continue

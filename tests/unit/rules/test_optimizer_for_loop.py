@@ -129,24 +129,31 @@ def test_severity_holds_at_the_low_end_of_the_measured_share():
     assert f.severity.value == "low" and f.estimated_speedup > 1.05
 
 
-def test_a_cpu_run_of_a_script_that_uses_cuda_when_it_can_is_low_and_says_why():
+def test_a_cpu_run_of_a_script_that_uses_cuda_when_it_can_is_checked_not_a_cause():
     """On CUDA torch's default is already the multi-tensor path: a GPU-minded script run on a CPU
-    (the sources mention cuda) gets the same measured finding, ranked low, saying the cost is the
-    CPU run's; a CPU-only script keeps its measured severity."""
+    (its sources take cuda when available) gets the same measured finding as information, saying the
+    cost is the CPU run's, also when it sets fused from the device (litgpt: fused on CUDA only); a
+    CPU-only script keeps its measured severity."""
     shares = [0.38, 0.40, 0.42, 0.44, 0.41, 0.39, 0.43, 0.40, 0.45, 0.36]
     cpu_only, gpu_minded = with_shares(shares), with_shares(shares)
     cpu_only.optimizers, gpu_minded.optimizers = [looping()], [looping()]
-    cpu_only.sources_mention_cuda, gpu_minded.sources_mention_cuda = False, True
+    cpu_only.sources_prefer_cuda, gpu_minded.sources_prefer_cuda = False, True
     (plain,), (stand_in,) = check(cpu_only), check(gpu_minded)
     assert plain.severity.value != "low" and not plain.evidence["cpu_run_of_a_cuda_script"]
-    assert stand_in.severity.value == "low" and stand_in.evidence["cpu_run_of_a_cuda_script"]
+    assert stand_in.severity.value == "info" and stand_in.evidence["cpu_run_of_a_cuda_script"]
     assert "this CPU run's" in stand_in.message and stand_in.estimated_speedup == plain.estimated_speedup
+    gpu_minded.optimizers[0].fused = False  # `fused=device.type == "cuda"` on this CPU
+    assert check(gpu_minded)[0].severity.value == "info"
 
 
-def test_the_sources_mention_of_cuda_is_read_from_the_files(tmp_path):
-    from torchdoctor.run.sources import mention_cuda
+def test_a_script_that_takes_cuda_when_there_is_one_is_read_from_the_files(tmp_path):
+    from torchdoctor.run.sources import prefer_cuda
 
-    gpu, cpu = tmp_path / "gpu.py", tmp_path / "cpu.py"
+    gpu, cpu, flag = tmp_path / "gpu.py", tmp_path / "cpu.py", tmp_path / "flag.py"
     gpu.write_text("device = 'cuda' if torch.cuda.is_available() else 'cpu'\n")
     cpu.write_text("model = Net()\n")
-    assert mention_cuda([str(cpu), str(gpu)]) and not mention_cuda([str(cpu), str(tmp_path / "gone.py")])
+    # makemore: a --device option that defaults to cpu, 'cuda' said only to sync when chosen
+    flag.write_text("p.add_argument('--device', default='cpu')\nif args.device.startswith('cuda'): sync()\n")
+    assert prefer_cuda([str(cpu), str(gpu)]) and not prefer_cuda([str(cpu), str(flag), str(tmp_path / "gone.py")])
+    flag.write_text("p.add_argument('--device', type=str, default='cuda')\n")
+    assert prefer_cuda([str(flag)])
