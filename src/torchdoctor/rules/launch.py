@@ -42,6 +42,13 @@ LINE_SAMPLER_BASIS = "its share of stack samples in measured steps times the mea
 DISPATCH_BASIS = "op and inter-op time in sampled steps, calibrated sampler cost removed"
 
 
+def _in_optimizer_class(record: RunRecord, loop) -> bool:
+    """The loop is in a method of one of the run's optimizer classes (`MuonAdamW._compute_adamw`): its turns
+    are the optimizer's parameters, each updated in turn by design, not elements to vectorize."""
+    owner = (loop.location.function or "").partition(".")[0]
+    return bool(owner) and any(o.class_name == owner for o in record.optimizers)
+
+
 class PythonLoopOps(Rule):
     code = "TD301"
     slug = "python-loop-ops"
@@ -81,6 +88,8 @@ class PythonLoopOps(Rule):
                 continue  # each turn reads other weights: a stack of layers, sequential by nature
             if _updates_parameters(record, loop, windows) or per_tensor_update(loop, windows):
                 continue  # a hand-written optimizer or a target network's update: TD305 reports it
+            if _in_optimizer_class(record, loop):
+                continue  # an optimizer's own loop over its parameters (nanochat's MuonAdamW): no batch to index
             cost = LoopCost.of_loop(record, facts, loop, per_step)
             # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low
             small = not facts.cuda_used and (cost.speedup < MIN_REPORTED_SPEEDUP or cost.share < LOOP_MIN_SHARE)

@@ -303,6 +303,21 @@ def test_a_target_network_updated_tensor_by_tensor_is_td305_not_td301():
     assert run(PythonLoopOps, rec) == []
 
 
+def test_an_optimizer_classes_own_loop_over_its_parameters_is_not_td301():
+    """nanochat's MuonAdamW fills six 0-d hyperparameter tensors per parameter before one compiled
+    kernel each: a loop over the optimizer's parameters, by design; the same loop in a plain
+    function of the script is still a loop of tiny ops."""
+    fills = loop(345, 323, 3 * 48, 3 * 8, time_s=0.0075)
+    fills.location = Location("nanochat/optim.py", 345, "MuonAdamW._compute_adamw")
+    fills.inplace_writes, fills.written_tensors = 3 * 48, 6
+    rec = sampled(record(step_s=0.04), loops=[fills], line_hits=[(345, 30)], total_samples=300)
+    rec.line_profile.lines[0].location = fills.location
+    rec.optimizers = [optimizer(class_name="MuonAdamW")]
+    assert run(PythonLoopOps, rec) == []
+    rec.optimizers = [optimizer(class_name="AdamW")]
+    assert [f.code for f in run(PythonLoopOps, rec)] == ["TD301"]
+
+
 def test_the_training_loop_is_not_td301_even_when_it_turns_several_times_per_step():
     """An RL loop steps the environment ten times per optimizer step: the loop around the
     step() call turns 10x per step and issues the policy's ops; it is the training loop."""
