@@ -117,7 +117,7 @@ def _measure_one_rank(opts, raw_knobs: list[str], nproc: int, target: str, args:
     the scaling verdict's baseline, measured instead of modelled."""
     import time
 
-    from torchdoctor.diagnosis.ranks import ONE_RANK_DIR, measured_one_rank
+    from torchdoctor.diagnosis.ranks import ONE_RANK_DIR, measured_one_rank, one_rank_failure
     from torchdoctor.run.ranks.launch import LaunchRequest, launch
 
     sys.stderr.write(f"torchdoctor: measuring one rank alone for the scaling verdict (TD606): the same run with 1 "
@@ -133,7 +133,8 @@ def _measure_one_rank(opts, raw_knobs: list[str], nproc: int, target: str, args:
     baseline = measured_one_rank(run_dir, seconds) if not outcome.error else None
     notes = record.distributed.notes
     if baseline is None:
-        notes.append(f"one rank alone could not be measured (its run is in {one_dir}): the scaling verdict is a "
+        why = outcome.error or one_rank_failure(run_dir)
+        notes.append(f"one rank alone gave no baseline ({why}; its run is in {one_dir}): the scaling verdict is a "
                      "model")
         return
     record.distributed.one_rank = baseline

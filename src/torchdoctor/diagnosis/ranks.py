@@ -109,6 +109,18 @@ def measured_one_rank(run_dir: Path, seconds: float | None = None,
                              str(path.parent.relative_to(run_dir)))
 
 
+def one_rank_failure(run_dir: Path) -> str:
+    """Why the one-rank run in RUN_DIR/one-rank gave no baseline, in a few words for the notes."""
+    try:
+        record = RunRecord.load(run_dir / ONE_RANK_DIR / "rank-0" / RANK_RECORD)
+    except SchemaError:
+        return "it wrote no record"
+    if record.run.status in FAILED:
+        lines = [ln.strip() for ln in (record.run.error or "").splitlines() if ln.strip()]
+        return f"the script {record.run.status} alone" + (f": {lines[-1][:200]}" if lines else "")
+    return "it measured no step"
+
+
 def one_rank_baseline(record: RunRecord, source: str, seconds: float, run_dir: str) -> OneRankBaseline | None:
     """A one-rank record as the baseline of the scaling verdict; None without measured steps."""
     speed = throughput(record)

@@ -72,3 +72,19 @@ def test_a_re_render_keeps_what_the_launcher_knew(tmp_path):
     again = load_record(tmp_path)
     [lost] = [v for v in again.ranks if v.status == "lost"]
     assert "killed by SIGKILL" in lost.error and "launch note" in again.distributed.notes
+
+
+def test_a_one_rank_run_that_gives_no_baseline_says_why(tmp_path):
+    """open_lm refuses --fsdp with one rank (a ValueError): the note names that, not 'could not'."""
+    from helpers.records import record
+
+    from torchdoctor.diagnosis.ranks import ONE_RANK_DIR, one_rank_failure
+
+    assert one_rank_failure(tmp_path) == "it wrote no record"
+    rank = tmp_path / ONE_RANK_DIR / "rank-0"
+    rank.mkdir(parents=True)
+    crashed = record()
+    crashed.run.status, crashed.run.exit_code = "crashed", 1
+    crashed.run.error = "Traceback (most recent call last):\n  ...\nValueError: --fsdp can only be specified in distributed mode.\n"
+    crashed.save(rank / "record.json")
+    assert one_rank_failure(tmp_path) == "the script crashed alone: ValueError: --fsdp can only be specified in distributed mode."
