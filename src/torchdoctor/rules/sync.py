@@ -31,9 +31,13 @@ REQUIRED_SYNC_FIX = (
 
 def syncing_calls(record: RunRecord, kinds: tuple[str, ...], phase: str) -> list[ApiCall]:
     """Calls that sync the device (or would in a GPU run) from the user's own code: host-only
-    tensors and calls made inside installed libraries are not the user's syncs."""
-    return [c for c in record.dispatch.api_calls if c.kind in kinds and c.phase == phase
-            and c.placement == "device" and c.library is None]
+    tensors and calls made inside installed libraries are not the user's syncs. A line whose read
+    was of a device tensor in some steps reads the same value in the others: its reads placed on
+    the host there count too (nanochat's `train_loss.item()`, out of a compiled model, was placed
+    on the host in one sampled step of three, and the line fell under once a step)."""
+    ours = [c for c in record.dispatch.api_calls if c.kind in kinds and c.phase == phase and c.library is None]
+    device_lines = {(c.location.path, c.location.line, c.api) for c in ours if c.placement == "device"}
+    return [c for c in ours if (c.location.path, c.location.line, c.api) in device_lines]
 
 
 DECISION_READS_PER_STEP = 2  # an RL loop steps its environments several times per update

@@ -258,6 +258,19 @@ def test_a_read_of_a_decision_is_information_and_a_read_of_the_loss_is_a_habit()
     assert found[66].severity.value == "medium"  # read once a step, and not a whole number: the habit
 
 
+def test_a_line_read_as_a_device_tensor_in_some_steps_is_a_per_step_sync():
+    """nanochat's `train_loss.item()` (out of a compiled model) was placed on the device in two
+    sampled steps and on the host in the third: one line, one value, read every step. A line whose
+    reads were all of host tensors stays out."""
+    on_device = call(541, ".item()", "host-sync", 2, autograd=0, integer=0)
+    on_host = call(541, ".item()", "host-sync", 1, autograd=0, integer=0)
+    on_host.placement = "host"
+    (f,) = run(HostSync, sampled(record(), calls=[on_device, on_host]))
+    assert f.location.line == 541 and f.severity.value == "medium"
+    on_device.placement = "host"
+    assert run(HostSync, sampled(record(), calls=[on_device, on_host])) == []
+
+
 def test_an_evaluation_seen_once_is_said_in_training_steps_without_a_share():
     """`if it % 300 == 0: estimate_loss()` runs at iteration 0 only in a bounded run: 2.4 s
     against 10 ms steps. Its period is not measured, so no share is claimed; after the last
