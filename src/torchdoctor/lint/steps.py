@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from torchdoctor.lint.kinds import Kinds
 from torchdoctor.lint.model import Block, FileModel, Scope
 from torchdoctor.lint.names import call_tail, last_name
-from torchdoctor.lint.torch_api import LOADER, OPTIMIZER, OTHER
+from torchdoctor.lint.torch_api import LOADER, MODULE, OPTIMIZER, OTHER
 
 _LOSS_FUNCTIONS = {
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -131,10 +131,12 @@ def _steps_for_caller(args: list[ast.expr], scope: Scope, kinds: Kinds) -> bool:
 
 
 def _is_loss(expr: ast.expr, scope: Scope, kinds: Kinds) -> bool:
+    """A loss value: named for one, and a tensor rather than the criterion that computes it (open_lm hands
+    `train_one_epoch(model, data, loss, optimizer=...)` its `loss = nn.CrossEntropyLoss()`)."""
     if isinstance(expr, ast.BinOp):  # `loss / accum_steps`
         return _is_loss(expr.left, scope, kinds)
     return isinstance(expr, (ast.Name, ast.Attribute)) and "loss" in last_name(expr).lower() and kinds.of(
-        expr, scope) != OTHER
+        expr, scope) not in (OTHER, MODULE)
 
 
 def _trains_on_loader(call: ast.Call, args: list[ast.expr], scope: Scope, kinds: Kinds) -> bool:

@@ -50,6 +50,19 @@ def test_the_loop_around_a_training_helper_runs_once_per_epoch():
     """) == {8: "-", 11: "-"}
 
 
+def test_a_helper_handed_the_criterion_and_the_optimizer_trains_an_epoch():
+    """open_lm: `train_one_epoch(model, data, loss, optimizer=...)` where `loss = nn.CrossEntropyLoss()`,
+    the criterion, not a loss value: the loop around it runs once per epoch, not once per step."""
+    assert regions("""
+        import torch
+        from open_lm.train import train_one_epoch
+        loss = torch.nn.CrossEntropyLoss()
+        while not done:
+            train_one_epoch(model, data, loss, optimizer=optimizer, scaler=scaler)
+            a = scaler.state_dict()["scale"].item()
+    """) == {6: "-"}
+
+
 def test_the_scalers_own_value_is_a_sync_in_the_step_but_not_at_checkpoint_time(tmp_path):
     assert lines_of(tmp_path, """
         import torch
