@@ -44,74 +44,6 @@ OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 POLL_S = 0.05
 
 
-class StepLog(list):
-    """`session.steps`: the run's StepSamples. An unmeasured step that no listener needs at once is
-    kept as a row (a tuple of the figures its sample is made of, in the sample's field order) and
-    made a StepSample only when the steps are read: building one costs the user's loop a few µs a
-    step on a busy machine (README, "The doctor's own cost"). Reads see every step, in order."""
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self._rows: list[tuple] = []  # the training thread appends here, without a lock
-        self._building = threading.Lock()  # readers (a rank's heartbeat thread reads the last step)
-
-    def _build(self) -> None:
-        with self._building:
-            rows = self._rows
-            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
-            list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc,
-                                          [], [])
-                               for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
-            del rows[:len(taken)]
-
-    def __len__(self) -> int:
-        return list.__len__(self) + len(self._rows)
-
-    def __bool__(self) -> bool:
-        return bool(self._rows) or list.__len__(self) > 0
-
-    def __getitem__(self, key):
-        if self._rows:
-            self._build()
-        return list.__getitem__(self, key)
-
-    def __iter__(self):
-        if self._rows:
-            self._build()
-        return list.__iter__(self)
-
-    def __reversed__(self):
-        if self._rows:
-            self._build()
-        return list.__reversed__(self)
-
-    def append(self, sample: StepSample) -> None:
-        if self._rows:
-            self._build()
-        list.append(self, sample)
-
-    def __reduce_ex__(self, protocol):  # copied or pickled: the steps, as a plain list
-        return list, (list(self),)
-
-
-def _built_first(name: str):
-    method = getattr(list, name)
-
-    def built_first(self, *args, **kwargs):
-        if self._rows:
-            self._build()
-        return method(self, *args, **kwargs)
-
-    built_first.__name__ = name
-    return built_first
-
-
-for _name in ("__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
-              "__setitem__", "__delitem__", "__iadd__", "copy", "count", "index", "extend", "insert",
-              "pop", "remove", "reverse", "sort", "clear", "__repr__"):
-    setattr(StepLog, _name, _built_first(_name))
-
-
 class StopRun(BaseException):
     """Raised into the user's script to end it after the last measured step.
 
@@ -210,8 +142,14 @@ class RunSession:
         # there they must neither count steps nor stop anything, so the user's workers run as written
         self.pid = current_pid()
         self.ledger = StepLedger()
-        self.steps: list[StepSample] = StepLog()
-        self.step_count = 0  # len(self.steps), without a call: steps closed so far
+        # The run's steps, read through `steps`. An unmeasured step that no listener needs at once is
+        # kept in _rows as a tuple of the figures its StepSample is made of, in the sample's field
+        # order, and made a StepSample only when the steps are read: building one costs the user's loop
+        # a few µs a step on a busy machine (README, "The doctor's own cost").
+        self._samples: list[StepSample] = []
+        self._rows: list[tuple] = []  # the training thread appends here, without a lock
+        self._building = threading.Lock()  # readers on other threads (a rank's heartbeat reads the last step)
+        self.step_count = 0  # len(self.steps), without a build: steps closed so far
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -259,6 +197,30 @@ class RunSession:
         self.baseline_s: float | None = None  # their median: what a step costs without the doctor
         self.closure_guess_s: float | None = None  # before any clean step: the shortest closure evaluation
         self.setup_s = 0.0  # the doctor's own time before the script ran (install) and in it outside steps
+
+    # ---- the steps -----------------------------------------------------------------
+    @property
+    def steps(self) -> list[StepSample]:
+        """Every step closed so far, in order, as StepSamples: the rows kept by the lean path are
+        built here, on read. Its length is `step_count`, which builds nothing."""
+        if self._rows:
+            self._build_rows()
+        return self._samples
+
+    @steps.setter
+    def steps(self, samples: list[StepSample]) -> None:
+        """Another list for the steps (run --follow keeps a bounded one), holding those closed so far."""
+        samples.extend(self.steps)
+        self._samples = samples
+
+    def _build_rows(self) -> None:
+        with self._building:
+            rows = self._rows
+            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
+            self._samples.extend([StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape,
+                                             doc, [], [])
+                                  for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
+            del rows[:len(taken)]
 
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
@@ -325,7 +287,7 @@ class RunSession:
         time before the first one is start-up, not part of the first step."""
         if self.training_started is None:
             self.training_started = self.clock()
-            if not self.steps:
+            if not self.step_count:
                 self.interval_start = self.training_started
                 self.notify("on_training_start", kind)
 
@@ -374,11 +336,10 @@ class RunSession:
             row = (index, self.interval_start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls,
                    ledger.samples, None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)),
                    ledger.doctor_s, *ledger.seconds.values())
-            steps = self.steps
-            if handlers or poll or type(steps) is not StepLog:  # a listener reads it now: the sample itself
-                steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
+            if handlers or poll:  # a listener reads it now: the sample itself
+                self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
             else:
-                steps._rows.append(row)
+                self._rows.append(row)
             self.step_count = index
             if not warmup:
                 clean = self._clean
@@ -392,9 +353,9 @@ class RunSession:
             ledger.doctor_s = 0.0
             self.interval_start = now
             if handlers:
-                self.notify("on_step", steps[-1])
+                self.notify("on_step", self._samples[-1])
             if poll:
-                self._poll(steps[-1], now)
+                self._poll(self._samples[-1], now)
         else:
             self._close_windowed_step(index, now)
         if index - self.config.warmup >= self.config.steps:
@@ -486,7 +447,7 @@ class RunSession:
         """The run's wall time if the remaining steps take the baseline step each."""
         if self.baseline_s is None:
             return None
-        remaining = max(0, self.config.warmup + self.config.steps - len(self.steps))
+        remaining = max(0, self.config.warmup + self.config.steps - self.step_count)
         return self.elapsed() + remaining * self.baseline_s
 
     def window_opened(self, name: str) -> None:
@@ -526,13 +487,13 @@ class RunSession:
                 continue  # the evaluation's own sample, bounded by its batches and time, not the training window's
             # a closure optimizer that evaluates its closure several times a step (LBFGS): one
             # evaluation is a whole forward and backward, all a per-closure probe needs
-            closure_cut = closure_s is not None and budget.per_closure and bool(self.steps) \
+            closure_cut = closure_s is not None and budget.per_closure and self.step_count > 0 \
                 and self.steps[-1].closure_calls > 1
             if (closure_cut or budget.over(now, baseline, expected)) \
                     and getattr(probe, "can_stop_now", _always)():
                 probe.deactivate()
                 self.window_closed(name)
-                index = len(self.steps) + 1
+                index = self.step_count + 1
                 self.ledger.partial.add(name)
                 budget.partial.append(index)
                 budget.why_partial[index] = "closure" if closure_cut else (
@@ -568,7 +529,7 @@ class RunSession:
         ledger = self.ledger
         if not (ledger.micro_batches or ledger.closure_calls or self.training_started):
             return None
-        return self._step_sample(len(self.steps) + 1, self.clock(), warmup=False, sampled=ledger.heavy_probe_ran)
+        return self._step_sample(self.step_count + 1, self.clock(), warmup=False, sampled=ledger.heavy_probe_ran)
 
     def _step_sample(self, index: int, now: float, *, warmup: bool, sampled: bool) -> StepSample:
         """The interval from `interval_start` to `now` as step `index`, from the ledger's counts."""

@@ -184,7 +184,7 @@ class DataLoaderProbe:
             seconds = session.clock() - started
             stats = probe._stats_for(loader)
             stats.iterator_starts_s.append(seconds)
-            stats.epoch_start_steps.append(len(session.steps))
+            stats.epoch_start_steps.append(session.step_count)
             if stats.iterated_at is None:
                 frame, _ = user_frame(sys._getframe(1))
                 stats.iterated_at = location_of(frame) if frame is not None else None
