@@ -138,6 +138,8 @@ class RunSession:
         # count as work while the training thread sleeps on storage.
         self.cpu_clock = cpu_clock
         self.t0 = clock()
+        self._deadline = self.t0 + config.max_seconds  # past it, a safe point checks the time limit
+        self._last_index = config.warmup + config.steps  # the step that ends the run
         # a process forked from the script's (multiprocessing.Process with fork) inherits the probes:
         # there they must neither count steps nor stop anything, so the user's workers run as written
         self.pid = current_pid()
@@ -150,6 +152,10 @@ class RunSession:
         self._rows: list[tuple] = []  # the training thread appends here, without a lock
         self._building = threading.Lock()  # readers on other threads (a rank's heartbeat reads the last step)
         self.step_count = 0  # len(self.steps), without a build: steps closed so far
+        # True while the open step may take the hooks' lean paths: no window open nor opening in it, no
+        # costly probe ran in it, no evaluation open, no stop asked, no listener of every batch. Set when
+        # a step closes, cleared by whatever ends one of these: a hook reads one flag, not five states.
+        self.lean = True
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -230,6 +236,8 @@ class RunSession:
             handler = getattr(listener, event, None)
             if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
                 (self._pollers if polls and event == "on_step" else self._listeners[event]).append(handler)
+        if self._listeners["on_batch"]:
+            self.lean = False
 
     def every_step(self, handler: Callable) -> None:
         """A polling on_step handler needs every step from now on (a probe that began counting per step)."""
@@ -265,6 +273,7 @@ class RunSession:
             self.ledger.seconds[category] += seconds
 
     def enter_eval(self) -> None:
+        self.lean = False
         if self.eval_started is None:
             self.eval_started = self.clock()
 
@@ -281,6 +290,7 @@ class RunSession:
     def note_heavy_probe(self) -> None:
         """A costly probe ran in this interval outside any window (an evaluation sampled)."""
         self.ledger.heavy_probe_ran = True
+        self.lean = False
 
     def note_training_activity(self, kind: str = "") -> None:
         """Training began (a loader iterated, gradients zeroed or backward started): the
@@ -324,46 +334,53 @@ class RunSession:
             self.ledger.add("eval", now - self.eval_started, in_eval=False)
             self.eval_started = now
         index = self.step_count + 1
-        ledger = self.ledger
-        if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
-            # No window ran in this step nor opens in the next: the lean path, what an unmeasured step
-            # costs (README, "The doctor's own cost"). _step_sample inline: a call less a step.
-            t0, warmup, held, handlers = self.t0, index <= self.config.warmup, ledger.batch_shape, \
-                self._listeners["on_step"]
-            poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
-            # StepLog's row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s,
-            # then the seconds by category in CATEGORIES' order, the sample's field order)
-            row = (index, self.interval_start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls,
-                   ledger.samples, None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)),
-                   ledger.doctor_s, *ledger.seconds.values())
-            if handlers or poll:  # a listener reads it now: the sample itself
-                self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
-            else:
-                self._rows.append(row)
-            self.step_count = index
-            if not warmup:
-                clean = self._clean
-                clean.append(now - self.interval_start)
-                if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
-                    self.baseline_s = statistics.median(clean[-64:])
-            # ledger.reset, inline: no window ran, so no probe name to clear
-            ledger.seconds.update(_ZERO)
-            ledger.samples = ledger.batch_shape = None
-            ledger.micro_batches = ledger.closure_calls = 0
-            ledger.doctor_s = 0.0
-            self.interval_start = now
-            if handlers:
-                self.notify("on_step", self._samples[-1])
-            if poll:
-                self._poll(self._samples[-1], now)
+        if self.lean and index + 1 not in self._planned:
+            self._close_lean_step(index, now)
         else:
             self._close_windowed_step(index, now)
-        if index - self.config.warmup >= self.config.steps:
+            self.lean = not self._open and self.eval_started is None and self.stop_reason is None \
+                and not self._listeners["on_batch"]
+        if index >= self._last_index:
             self.stop("step-limit")
-        if now - self.t0 > self.config.max_seconds:
+        if now > self._deadline:
             self.check_time()
         # the doctor's time after the step's end belongs to the next interval
         self.ledger.doctor_s += self.clock() - now
+
+    def _close_lean_step(self, index: int, now: float) -> None:
+        """No window ran in this step nor opens in the next: what an unmeasured step costs (README,
+        "The doctor's own cost"). The step is kept as a row of its figures (read by `steps`), unless a
+        listener reads its sample now."""
+        ledger, t0, start = self.ledger, self.t0, self.interval_start
+        held, warmup = ledger.batch_shape, index <= self.config.warmup
+        # the row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s, then the
+        # seconds by category in CATEGORIES' order), the sample's field order (_build_rows)
+        row = (index, start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls, ledger.samples,
+               None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)), ledger.doctor_s,
+               *ledger.seconds.values())
+        handlers = self._listeners["on_step"]
+        poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
+        if handlers or poll:  # a listener reads it now: the sample itself
+            self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
+        else:
+            self._rows.append(row)
+        self.step_count = index
+        if not warmup:
+            clean = self._clean
+            clean.append(now - start)
+            if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
+                self.baseline_s = statistics.median(clean[-64:])
+        # ledger.reset, inline: no window ran, so no probe name to clear
+        ledger.seconds.update(_ZERO)
+        ledger.samples = ledger.batch_shape = None
+        ledger.micro_batches = ledger.closure_calls = 0
+        ledger.doctor_s = 0.0
+        self.interval_start = now
+        self.lean = self.eval_started is None  # an evaluation region left open goes on in the next step
+        if handlers:
+            self.notify("on_step", self._samples[-1])
+        if poll:
+            self._poll(self._samples[-1], now)
 
     def _close_windowed_step(self, index: int, now: float) -> None:
         ledger = self.ledger
@@ -453,6 +470,7 @@ class RunSession:
     def window_opened(self, name: str) -> None:
         """A window probe became active (by the schedule, or by itself: memory at training start)."""
         self.ledger.heavy_probe_ran = True
+        self.lean = False
         self.ledger.probes.add(name)
         self._open.add(name)
         budget = self.budgets.get(name)
@@ -519,6 +537,7 @@ class RunSession:
     def request_stop(self, reason: str) -> None:
         """Ask the script to end (the first reason wins); the watchdog enforces it."""
         if self.stop_reason is None:
+            self.lean = False
             self.stop_reason = reason
             self.stop_requested_at = self.clock()
             self.notify("on_stop", reason)

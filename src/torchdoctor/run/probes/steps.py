@@ -223,9 +223,8 @@ class StepProbe:
 
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
-            if obj is probe._last_optimizer and not session._open and session.eval_started is None \
-                    and probe._last_info.zero_grad_location is not None:
-                # the lean path: the loop's optimizer, training, outside every window
+            if session.lean and obj is probe._last_optimizer and probe._last_info.zero_grad_location is not None:
+                # the lean path: the loop's optimizer, training, outside every window (session.lean)
                 started = clock()
                 try:
                     return original(obj, set_to_none, *args, **kwargs)
@@ -290,10 +289,10 @@ class StepProbe:
 
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
-            if probe._in_tensor_backward:
-                return original(tensor, *args, **kwargs)
-            if session._open or session.eval_started is not None or not session.backward_loops_seen \
+            if not session.lean or probe._in_tensor_backward or not session.backward_loops_seen \
                     or session.step_source != OPTIMIZER:
+                if probe._in_tensor_backward:
+                    return original(tensor, *args, **kwargs)
                 return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
             # The lean path of an optimizer's loop outside every window: _timed_backward, _keep_loss
             # and on_backward_done inline (a call is a microsecond on a busy machine, every step). The
@@ -315,7 +314,7 @@ class StepProbe:
                 probe._in_tensor_backward -= 1
                 ledger = session.ledger
                 ledger.seconds["backward"] += ended - started
-            if session._open:
+            if session._open:  # a window opened inside backward(): a safe point to stop it
                 session.checkpoint()
             if session.pid == current_pid():  # on_backward_done (the step closes at the optimizer's)
                 session.backward_calls += 1
