@@ -98,7 +98,8 @@ class StepLedger:
         # sets a step were allocation the user's loop paid for)
         self.seconds.update(_ZERO)
         self.samples: int | None = None
-        # the step's last training batch's first tensor (or its shape): read as a list by shape()
+        # the step's last training batch's first tensor, or its shape (torch.Size or a tuple): read as a list
+        # by shape()
         self.batch_shape = None
         self.micro_batches = 0
         self.closure_calls = 0
@@ -356,7 +357,7 @@ class RunSession:
         # the row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s, then the
         # seconds by category in CATEGORIES' order), the sample's field order (_build_rows)
         row = (index, start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls, ledger.samples,
-               None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)), ledger.doctor_s,
+               held if held is None or isinstance(held, tuple) else _shape_of(held), ledger.doctor_s,
                *ledger.seconds.values())
         handlers = self._listeners["on_step"]
         poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
@@ -576,7 +577,7 @@ def _always() -> bool:
 
 
 def _shape_of(held):
-    """A batch's shape as a tuple: of the tensor the loader probe kept, or as given."""
-    if held is None:
-        return None
+    """A batch's shape as a tuple: of the tensor the loader probe kept, or as given (a torch.Size is one)."""
+    if held is None or isinstance(held, tuple):
+        return held
     return held.shape if hasattr(held, "shape") else tuple(held)

@@ -224,13 +224,15 @@ class DataLoaderProbe:
                     stats.wait_total_s += seconds
                 stats.batches += 1
                 kind = type(batch)
-                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and batch[0].dim() > 0:
-                    tensor = batch[0]  # first_tensor's usual case, inline
+                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and (shape := batch[0].shape):
+                    # first_tensor's usual case, inline: (inputs, targets), the inputs' shape read once
+                    ledger.samples = (ledger.samples or 0) + shape[0]
+                    ledger.batch_shape = shape
                 else:
                     tensor = first_tensor(batch)
-                if tensor is not None:
-                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
-                    ledger.batch_shape = tensor
+                    if tensor is not None:
+                        ledger.samples = (ledger.samples or 0) + tensor.shape[0]
+                        ledger.batch_shape = tensor
                 if ended > session._deadline:
                     session.check_time()
                 ledger.doctor_s += (started - entered) + (clock() - ended)

@@ -299,11 +299,10 @@ class StepProbe:
             # op sampler wants the parameters at the run's first backward (the full path: no loop seen
             # yet) and in its window: never here.
             entered = clock()
-            if len(losses) >= MAX_LOSSES:
-                probe._losses_dropped += 1
-            elif type(tensor) is Tensor and tensor.numel() == 1:
-                losses.append((session.step_count + 1, tensor.detach()))
-            else:
+            # `loss.backward()` with no gradient given succeeds on a one-element tensor only: kept after
+            # the call without asking its size (a torch call a step); any other call as _keep_loss says
+            plain_call = not args and not kwargs and type(tensor) is Tensor
+            if not plain_call:
                 probe._keep_loss(tensor)
             probe._in_tensor_backward += 1
             started = clock()
@@ -314,6 +313,11 @@ class StepProbe:
                 probe._in_tensor_backward -= 1
                 ledger = session.ledger
                 ledger.seconds["backward"] += ended - started
+            if plain_call:
+                if len(losses) < MAX_LOSSES:
+                    losses.append((session.step_count + 1, tensor.detach()))
+                else:
+                    probe._losses_dropped += 1
             if session._open:  # a window opened inside backward(): a safe point to stop it
                 session.checkpoint()
             if session.pid == current_pid():  # on_backward_done (the step closes at the optimizer's)
