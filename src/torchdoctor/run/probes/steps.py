@@ -49,6 +49,11 @@ class StepProbe:
         self._in_tensor_backward = 0  # inside Tensor.backward: it closes the step when it returns
         self._last_optimizer: Optimizer | None = None  # a strong reference for the run only: uninstall drops it
         self._last_info: OptimizerInfo | None = None
+        # the primary optimizer once a plain `step()` of it closed a step, and its info: its step hooks'
+        # lean path (outside every window); _lean_started: when its step entered the lean path
+        self._lean_optimizer: Optimizer | None = None
+        self._lean_info: OptimizerInfo | None = None
+        self._lean_started: float | None = None
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, the value passed to backward)
         self._losses_dropped = 0
 
@@ -67,7 +72,7 @@ class StepProbe:
             handle.remove()
         self.handles.clear()
         self.patches.restore()
-        self._last_optimizer = self._last_info = None
+        self._last_optimizer = self._last_info = self._lean_optimizer = self._lean_info = None
 
     def contribute(self, record: RunRecord) -> None:
         record.optimizers = list(self.all_infos)
@@ -131,6 +136,14 @@ class StepProbe:
     def _pre_step(self, optimizer: Optimizer, args, kwargs):
         session = self.session
         entered = session.clock()
+        if optimizer is self._lean_optimizer and session.lean and len(args) < 2 and not kwargs:
+            # the lean path: the primary optimizer's plain `opt.step()` (torch passes (opt,), {}) outside
+            # every window; _post_step closes the step from here
+            self._lean_started = entered
+            if self._closure_s:  # a closure step that raised left its entry
+                self._closure_s.pop(id(optimizer), None)
+            session.ledger.doctor_s += session.clock() - entered
+            return None
         self._step_started[id(optimizer)] = entered
         if optimizer is self._last_optimizer and len(args) < 2 and not kwargs \
                 and self._last_info.step_location is not None:
@@ -182,6 +195,18 @@ class StepProbe:
     def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
         session = self.session
         entered = session.clock()
+        started = self._lean_started
+        if started is not None and optimizer is self._lean_optimizer:
+            # the lean path (see _pre_step): the optimizer's time, its count, the step's close
+            self._lean_started = None
+            ledger = session.ledger
+            if session.eval_started is None:
+                ledger.seconds["optimizer"] += entered - started
+            self._lean_info.step_calls += 1
+            ledger.doctor_s += session.clock() - entered
+            if session.pid == current_pid():
+                session._close_step()
+            return
         started = self._step_started.pop(id(optimizer), None)
         closures = self._closure_s
         inside_closure = closures.pop(id(optimizer), 0.0) if closures else 0.0
@@ -199,6 +224,8 @@ class StepProbe:
             if session.loop_location is None:
                 session.loop_location = info.step_location
             if session.step_source == OPTIMIZER and session.pid == current_pid():
+                if self._lean_optimizer is None and len(args) < 2 and not kwargs and info.step_location is not None:
+                    self._lean_optimizer, self._lean_info = optimizer, info  # its plain steps: the lean path
                 session._close_step()  # session.on_optimizer_step, inline: every step
             else:
                 session.on_optimizer_step()
