@@ -327,17 +327,17 @@ class RunSession:
 
     def _close_step(self) -> None:
         """Close the open interval as one step and plan the next."""
-        if self.stop_reason is not None:
-            self.raise_if_stopping()  # a script that swallowed the stop records no more steps
-            return  # stopped by flag: the caller is ending the loop
         now = self.clock()
-        if self.eval_started is not None:  # a step inside an eval region: split it here
-            self.ledger.add("eval", now - self.eval_started, in_eval=False)
-            self.eval_started = now
         index = self.step_count + 1
-        if self.lean and index + 1 not in self._planned:
+        if self.lean and index + 1 not in self._planned:  # lean: no stop asked, no evaluation open
             self._close_lean_step(index, now)
         else:
+            if self.stop_reason is not None:
+                self.raise_if_stopping()  # a script that swallowed the stop records no more steps
+                return  # stopped by flag: the caller is ending the loop
+            if self.eval_started is not None:  # a step inside an eval region: split it here
+                self.ledger.add("eval", now - self.eval_started, in_eval=False)
+                self.eval_started = now
             self._close_windowed_step(index, now)
             self.lean = not self._open and self.eval_started is None and self.stop_reason is None \
                 and not self._listeners["on_batch"]
@@ -371,8 +371,8 @@ class RunSession:
             clean.append(now - start)
             if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
                 self.baseline_s = statistics.median(clean[-64:])
-        # ledger.reset, inline: no window ran, so no probe name to clear
-        ledger.seconds.update(_ZERO)
+        # ledger.reset, inline: no window ran, so no probe name to clear (a copy: fewer steps than an update)
+        ledger.seconds = _ZERO.copy()
         ledger.samples = ledger.batch_shape = None
         ledger.micro_batches = ledger.closure_calls = 0
         ledger.doctor_s = 0.0
