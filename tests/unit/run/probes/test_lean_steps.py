@@ -138,3 +138,35 @@ def test_a_list_given_for_the_steps_takes_the_rows_kept_so_far_and_the_steps_to_
     session.on_optimizer_step()
     assert type(session.steps) is Kept and [s.index for s in session.steps] == [1, 2, 3, 4]
     assert session.steps[-1].start == 1.5 and not session._rows
+
+
+def test_the_lean_flag_is_off_from_whatever_ends_a_clean_step_until_a_clean_step_closes():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=50, **{**NO_WINDOWS, "sampled_steps": 1}), clock)
+    session.sampler = FakeWindow()
+
+    def close():
+        clock.advance(0.5)
+        session.on_optimizer_step()
+
+    close()  # warm-up
+    assert session.lean
+    close()  # step 2: the sampler's window opens for step 3
+    assert not session.lean and session.sampler.active
+    close()  # step 3, sampled: the window closes
+    assert session.lean and [s.sampled for s in session.steps] == [False, False, True]
+    session.enter_eval()
+    assert not session.lean
+    close()  # the evaluation goes on into the next step: still not lean
+    assert not session.lean
+    session.exit_eval()
+    close()
+    assert session.lean
+    session.note_heavy_probe()
+    assert not session.lean
+    close()
+    assert session.lean and session.steps[-1].sampled  # the costly probe ran in it: left out of timings
+    session.subscribe(SimpleNamespace(on_batch=lambda in_eval: None))
+    assert not session.lean
+    close()
+    assert not session.lean  # a listener of every batch: the loader's full path, every batch
