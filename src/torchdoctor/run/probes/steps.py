@@ -144,6 +144,7 @@ class StepProbe:
                 self._closure_s.pop(id(optimizer), None)
             session.ledger.doctor_s += session.clock() - entered
             return None
+        self._lean_started = None  # a lean step that raised left its start: this step is timed the full way
         self._step_started[id(optimizer)] = entered
         if optimizer is self._last_optimizer and len(args) < 2 and not kwargs \
                 and self._last_info.step_location is not None:

@@ -170,3 +170,33 @@ def test_the_lean_flag_is_off_from_whatever_ends_a_clean_step_until_a_clean_step
     assert not session.lean
     close()
     assert not session.lean  # a listener of every batch: the loader's full path, every batch
+
+
+def test_a_lean_optimizer_step_that_raised_leaves_no_start_time_for_the_next_full_one(monkeypatch):
+    probed = ProbedRun(ProbeOptions(warmup=1, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    with probed:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step():
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            opt.step()
+
+        for _ in range(3):
+            step()
+        assert probed.probes.probes[0]._lean_optimizer is opt
+        with monkeypatch.context() as patch:  # the step raises inside: its post-hook never runs
+            patch.setattr(torch.optim.SGD, "_init_group", lambda *a, **k: 1 / 0)
+            with pytest.raises(ZeroDivisionError):
+                step()
+        probed.session.lean = False  # the next step takes the full path (as after a window)
+        opt.zero_grad()
+        model(torch.randn(4, 3)).sum().backward()
+        clock = probed.session.clock
+        called = clock()
+        opt.step()
+        returned = clock()
+    last = probed.session.steps[-1]
+    assert 0 < last.optimizer_s <= returned - called  # timed from its own start, not the step that raised
