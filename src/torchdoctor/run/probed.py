@@ -87,7 +87,7 @@ class ProbedRun:
         session = self.session
         self.knobs = KnobSet(options.knobs, KnobContext(
             in_eval=lambda: session.in_eval, warmup=options.warmup,
-            micro_batches=lambda: (session.ledger.micro_batches, session.steps[-1].micro_batches if session.steps else 0)))
+            micro_batches=lambda: (session.ledger.micro_batches, session.steps[-1].micro_batches if session.step_count else 0)))
         self.watchdog = Watchdog(session, options.max_seconds, self._abandon,
                                  raise_async=options.stop == "raise", end_process=options.end_process)
         session.subscribe(self.watchdog)

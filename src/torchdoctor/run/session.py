@@ -44,74 +44,6 @@ OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 POLL_S = 0.05
 
 
-class StepLog(list):
-    """`session.steps`: the run's StepSamples. An unmeasured step that no listener needs at once is
-    kept as a row (a tuple of the figures its sample is made of, in the sample's field order) and
-    made a StepSample only when the steps are read: building one costs the user's loop a few µs a
-    step on a busy machine (README, "The doctor's own cost"). Reads see every step, in order."""
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self._rows: list[tuple] = []  # the training thread appends here, without a lock
-        self._building = threading.Lock()  # readers (a rank's heartbeat thread reads the last step)
-
-    def _build(self) -> None:
-        with self._building:
-            rows = self._rows
-            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
-            list.extend(self, [StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape, doc,
-                                          [], [])
-                               for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
-            del rows[:len(taken)]
-
-    def __len__(self) -> int:
-        return list.__len__(self) + len(self._rows)
-
-    def __bool__(self) -> bool:
-        return bool(self._rows) or list.__len__(self) > 0
-
-    def __getitem__(self, key):
-        if self._rows:
-            self._build()
-        return list.__getitem__(self, key)
-
-    def __iter__(self):
-        if self._rows:
-            self._build()
-        return list.__iter__(self)
-
-    def __reversed__(self):
-        if self._rows:
-            self._build()
-        return list.__reversed__(self)
-
-    def append(self, sample: StepSample) -> None:
-        if self._rows:
-            self._build()
-        list.append(self, sample)
-
-    def __reduce_ex__(self, protocol):  # copied or pickled: the steps, as a plain list
-        return list, (list(self),)
-
-
-def _built_first(name: str):
-    method = getattr(list, name)
-
-    def built_first(self, *args, **kwargs):
-        if self._rows:
-            self._build()
-        return method(self, *args, **kwargs)
-
-    built_first.__name__ = name
-    return built_first
-
-
-for _name in ("__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
-              "__setitem__", "__delitem__", "__iadd__", "copy", "count", "index", "extend", "insert",
-              "pop", "remove", "reverse", "sort", "clear", "__repr__"):
-    setattr(StepLog, _name, _built_first(_name))
-
-
 class StopRun(BaseException):
     """Raised into the user's script to end it after the last measured step.
 
@@ -166,7 +98,8 @@ class StepLedger:
         # sets a step were allocation the user's loop paid for)
         self.seconds.update(_ZERO)
         self.samples: int | None = None
-        # the step's last training batch's first tensor (or its shape): read as a list by shape()
+        # the step's last training batch's first tensor, or its shape (torch.Size or a tuple): read as a list
+        # by shape()
         self.batch_shape = None
         self.micro_batches = 0
         self.closure_calls = 0
@@ -206,12 +139,24 @@ class RunSession:
         # count as work while the training thread sleeps on storage.
         self.cpu_clock = cpu_clock
         self.t0 = clock()
+        self._deadline = self.t0 + config.max_seconds  # past it, a safe point checks the time limit
+        self._last_index = config.warmup + config.steps  # the step that ends the run
         # a process forked from the script's (multiprocessing.Process with fork) inherits the probes:
         # there they must neither count steps nor stop anything, so the user's workers run as written
         self.pid = current_pid()
         self.ledger = StepLedger()
-        self.steps: list[StepSample] = StepLog()
-        self.step_count = 0  # len(self.steps), without a call: steps closed so far
+        # The run's steps, read through `steps`. An unmeasured step that no listener needs at once is
+        # kept in _rows as a tuple of the figures its StepSample is made of, in the sample's field
+        # order, and made a StepSample only when the steps are read: building one costs the user's loop
+        # a few µs a step on a busy machine (README, "The doctor's own cost").
+        self._samples: list[StepSample] = []
+        self._rows: list[tuple] = []  # the training thread appends here, without a lock
+        self._building = threading.Lock()  # readers on other threads (a rank's heartbeat reads the last step)
+        self.step_count = 0  # len(self.steps), without a build: steps closed so far
+        # True while the open step may take the hooks' lean paths: no window open nor opening in it, no
+        # costly probe ran in it, no evaluation open, no stop asked, no listener of every batch. Set when
+        # a step closes, cleared by whatever ends one of these: a hook reads one flag, not five states.
+        self.lean = True
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -260,6 +205,30 @@ class RunSession:
         self.closure_guess_s: float | None = None  # before any clean step: the shortest closure evaluation
         self.setup_s = 0.0  # the doctor's own time before the script ran (install) and in it outside steps
 
+    # ---- the steps -----------------------------------------------------------------
+    @property
+    def steps(self) -> list[StepSample]:
+        """Every step closed so far, in order, as StepSamples: the rows kept by the lean path are
+        built here, on read. Its length is `step_count`, which builds nothing."""
+        if self._rows:
+            self._build_rows()
+        return self._samples
+
+    @steps.setter
+    def steps(self, samples: list[StepSample]) -> None:
+        """Another list for the steps (run --follow keeps a bounded one), holding those closed so far."""
+        samples.extend(self.steps)
+        self._samples = samples
+
+    def _build_rows(self) -> None:
+        with self._building:
+            rows = self._rows
+            taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
+            self._samples.extend([StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape,
+                                             doc, [], [])
+                                  for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
+            del rows[:len(taken)]
+
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:
         """Pass each event on to `listener`'s handler of the same name, if it has one."""
@@ -268,6 +237,8 @@ class RunSession:
             handler = getattr(listener, event, None)
             if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
                 (self._pollers if polls and event == "on_step" else self._listeners[event]).append(handler)
+        if self._listeners["on_batch"]:
+            self.lean = False
 
     def every_step(self, handler: Callable) -> None:
         """A polling on_step handler needs every step from now on (a probe that began counting per step)."""
@@ -303,6 +274,7 @@ class RunSession:
             self.ledger.seconds[category] += seconds
 
     def enter_eval(self) -> None:
+        self.lean = False
         if self.eval_started is None:
             self.eval_started = self.clock()
 
@@ -319,13 +291,14 @@ class RunSession:
     def note_heavy_probe(self) -> None:
         """A costly probe ran in this interval outside any window (an evaluation sampled)."""
         self.ledger.heavy_probe_ran = True
+        self.lean = False
 
     def note_training_activity(self, kind: str = "") -> None:
         """Training began (a loader iterated, gradients zeroed or backward started): the
         time before the first one is start-up, not part of the first step."""
         if self.training_started is None:
             self.training_started = self.clock()
-            if not self.steps:
+            if not self.step_count:
                 self.interval_start = self.training_started
                 self.notify("on_training_start", kind)
 
@@ -354,55 +327,61 @@ class RunSession:
 
     def _close_step(self) -> None:
         """Close the open interval as one step and plan the next."""
-        if self.stop_reason is not None:
-            self.raise_if_stopping()  # a script that swallowed the stop records no more steps
-            return  # stopped by flag: the caller is ending the loop
         now = self.clock()
-        if self.eval_started is not None:  # a step inside an eval region: split it here
-            self.ledger.add("eval", now - self.eval_started, in_eval=False)
-            self.eval_started = now
         index = self.step_count + 1
-        ledger = self.ledger
-        if not self._open and not ledger.heavy_probe_ran and index + 1 not in self._planned:
-            # No window ran in this step nor opens in the next: the lean path, what an unmeasured step
-            # costs (README, "The doctor's own cost"). _step_sample inline: a call less a step.
-            t0, warmup, held, handlers = self.t0, index <= self.config.warmup, ledger.batch_shape, \
-                self._listeners["on_step"]
-            poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
-            # StepLog's row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s,
-            # then the seconds by category in CATEGORIES' order, the sample's field order)
-            row = (index, self.interval_start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls,
-                   ledger.samples, None if held is None else (held.shape if hasattr(held, "shape") else tuple(held)),
-                   ledger.doctor_s, *ledger.seconds.values())
-            steps = self.steps
-            if handlers or poll or type(steps) is not StepLog:  # a listener reads it now: the sample itself
-                steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
-            else:
-                steps._rows.append(row)
-            self.step_count = index
-            if not warmup:
-                clean = self._clean
-                clean.append(now - self.interval_start)
-                if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
-                    self.baseline_s = statistics.median(clean[-64:])
-            # ledger.reset, inline: no window ran, so no probe name to clear
-            ledger.seconds.update(_ZERO)
-            ledger.samples = ledger.batch_shape = None
-            ledger.micro_batches = ledger.closure_calls = 0
-            ledger.doctor_s = 0.0
-            self.interval_start = now
-            if handlers:
-                self.notify("on_step", steps[-1])
-            if poll:
-                self._poll(steps[-1], now)
+        if self.lean and index + 1 not in self._planned:  # lean: no stop asked, no evaluation open
+            self._close_lean_step(index, now)
         else:
+            if self.stop_reason is not None:
+                self.raise_if_stopping()  # a script that swallowed the stop records no more steps
+                return  # stopped by flag: the caller is ending the loop
+            if self.eval_started is not None:  # a step inside an eval region: split it here
+                self.ledger.add("eval", now - self.eval_started, in_eval=False)
+                self.eval_started = now
             self._close_windowed_step(index, now)
-        if index - self.config.warmup >= self.config.steps:
+            self.lean = not self._open and self.eval_started is None and self.stop_reason is None \
+                and not self._listeners["on_batch"]
+        if index >= self._last_index:
             self.stop("step-limit")
-        if now - self.t0 > self.config.max_seconds:
+        if now > self._deadline:
             self.check_time()
         # the doctor's time after the step's end belongs to the next interval
         self.ledger.doctor_s += self.clock() - now
+
+    def _close_lean_step(self, index: int, now: float) -> None:
+        """No window ran in this step nor opens in the next: what an unmeasured step costs (README,
+        "The doctor's own cost"). The step is kept as a row of its figures (read by `steps`), unless a
+        listener reads its sample now."""
+        ledger, t0, start = self.ledger, self.t0, self.interval_start
+        held, warmup = ledger.batch_shape, index <= self.config.warmup
+        # the row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s, then the
+        # seconds by category in CATEGORIES' order), the sample's field order (_build_rows)
+        row = (index, start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls, ledger.samples,
+               held if held is None or isinstance(held, tuple) else _shape_of(held), ledger.doctor_s,
+               *ledger.seconds.values())
+        handlers = self._listeners["on_step"]
+        poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
+        if handlers or poll:  # a listener reads it now: the sample itself
+            self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
+        else:
+            self._rows.append(row)
+        self.step_count = index
+        if not warmup:
+            clean = self._clean
+            clean.append(now - start)
+            if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
+                self.baseline_s = statistics.median(clean[-64:])
+        # ledger.reset, inline: no window ran, so no probe name to clear (a copy: fewer steps than an update)
+        ledger.seconds = _ZERO.copy()
+        ledger.samples = ledger.batch_shape = None
+        ledger.micro_batches = ledger.closure_calls = 0
+        ledger.doctor_s = 0.0
+        self.interval_start = now
+        self.lean = self.eval_started is None  # an evaluation region left open goes on in the next step
+        if handlers:
+            self.notify("on_step", self._samples[-1])
+        if poll:
+            self._poll(self._samples[-1], now)
 
     def _close_windowed_step(self, index: int, now: float) -> None:
         ledger = self.ledger
@@ -486,12 +465,13 @@ class RunSession:
         """The run's wall time if the remaining steps take the baseline step each."""
         if self.baseline_s is None:
             return None
-        remaining = max(0, self.config.warmup + self.config.steps - len(self.steps))
+        remaining = max(0, self.config.warmup + self.config.steps - self.step_count)
         return self.elapsed() + remaining * self.baseline_s
 
     def window_opened(self, name: str) -> None:
         """A window probe became active (by the schedule, or by itself: memory at training start)."""
         self.ledger.heavy_probe_ran = True
+        self.lean = False
         self.ledger.probes.add(name)
         self._open.add(name)
         budget = self.budgets.get(name)
@@ -526,13 +506,13 @@ class RunSession:
                 continue  # the evaluation's own sample, bounded by its batches and time, not the training window's
             # a closure optimizer that evaluates its closure several times a step (LBFGS): one
             # evaluation is a whole forward and backward, all a per-closure probe needs
-            closure_cut = closure_s is not None and budget.per_closure and bool(self.steps) \
+            closure_cut = closure_s is not None and budget.per_closure and self.step_count > 0 \
                 and self.steps[-1].closure_calls > 1
             if (closure_cut or budget.over(now, baseline, expected)) \
                     and getattr(probe, "can_stop_now", _always)():
                 probe.deactivate()
                 self.window_closed(name)
-                index = len(self.steps) + 1
+                index = self.step_count + 1
                 self.ledger.partial.add(name)
                 budget.partial.append(index)
                 budget.why_partial[index] = "closure" if closure_cut else (
@@ -558,6 +538,7 @@ class RunSession:
     def request_stop(self, reason: str) -> None:
         """Ask the script to end (the first reason wins); the watchdog enforces it."""
         if self.stop_reason is None:
+            self.lean = False
             self.stop_reason = reason
             self.stop_requested_at = self.clock()
             self.notify("on_stop", reason)
@@ -568,7 +549,7 @@ class RunSession:
         ledger = self.ledger
         if not (ledger.micro_batches or ledger.closure_calls or self.training_started):
             return None
-        return self._step_sample(len(self.steps) + 1, self.clock(), warmup=False, sampled=ledger.heavy_probe_ran)
+        return self._step_sample(self.step_count + 1, self.clock(), warmup=False, sampled=ledger.heavy_probe_ran)
 
     def _step_sample(self, index: int, now: float, *, warmup: bool, sampled: bool) -> StepSample:
         """The interval from `interval_start` to `now` as step `index`, from the ledger's counts."""
@@ -596,7 +577,7 @@ def _always() -> bool:
 
 
 def _shape_of(held):
-    """A batch's shape as a tuple: of the tensor the loader probe kept, or as given."""
-    if held is None:
-        return None
+    """A batch's shape as a tuple: of the tensor the loader probe kept, or as given (a torch.Size is one)."""
+    if held is None or isinstance(held, tuple):
+        return held
     return held.shape if hasattr(held, "shape") else tuple(held)

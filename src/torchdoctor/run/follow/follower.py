@@ -43,7 +43,6 @@ from torchdoctor.rules.shifts import RECENT_STEPS, memory_creep, recent_shift
 from torchdoctor.run.follow.blackbox import capture, write_box
 from torchdoctor.run.follow.kept import FIRST_STEPS, LAST_STEPS, TRIM_EVERY, KeptSteps
 from torchdoctor.run.follow.timeline import Timeline
-from torchdoctor.run.session import StepLog
 
 TICK_S = 0.25  # the follower's thread wakes this often: tests, stall check, window bookkeeping
 WINDOW_MIN_S = 0.25  # a later line window lasts this long at least (the line sampler's own minimum)
@@ -87,7 +86,7 @@ class Follower:
         self.timeline = Timeline(run_dir / TIMELINE_FILE)
         self._exports = [getattr(s, "describe", lambda: type(s).__name__)() for s in options.sinks]
         self.main_ident = threading.get_ident()
-        if not session.steps and type(session.steps) in (list, StepLog):
+        if not session.steps and type(session.steps) is list:
             session.steps = KeptSteps()  # len() counts every step; the middle of a long job is dropped
         self._incoming: collections.deque = collections.deque()
         self._lock = threading.RLock()  # the follower's state: its thread vs a black box on the training thread

@@ -109,7 +109,7 @@ class CollectivesProbe:
         site.calls += 1
         site.total_s += seconds
         site.bytes += nbytes
-        step = str(len(self.session.steps) + 1)  # the open step
+        step = str(self.session.step_count + 1)  # the open step
         site.steps[step] = site.steps.get(step, 0.0) + seconds
 
     # ---- init_process_group ------------------------------------------------------------------

@@ -316,7 +316,7 @@ class CompileProbe:
         frame, _ = user_frame(sys._getframe(1))
         module = _called_module(sys._getframe(1), frame)
         event = CompileEvent(compile_id=str(getattr(args, "compile_id", "")), trigger=trigger,
-                             start=session.clock() - session.t0, seconds=0.0, step=len(session.steps) + 1,
+                             start=session.clock() - session.t0, seconds=0.0, step=session.step_count + 1,
                              module=module)
         if frame is not None:
             event.called_from = location_of(frame)

@@ -184,7 +184,7 @@ class DataLoaderProbe:
             seconds = session.clock() - started
             stats = probe._stats_for(loader)
             stats.iterator_starts_s.append(seconds)
-            stats.epoch_start_steps.append(len(session.steps))
+            stats.epoch_start_steps.append(session.step_count)
             if stats.iterated_at is None:
                 frame, _ = user_frame(sys._getframe(1))
                 stats.iterated_at = location_of(frame) if frame is not None else None
@@ -206,39 +206,43 @@ class DataLoaderProbe:
             # Every batch of the run passes here: each line below costs the user's loop (README,
             # "The doctor's own cost"); what only some steps need is read in those steps alone.
             entered = clock()
-            if session.stop_reason is not None:
-                session.raise_if_stopping()
-            ledger = session.ledger
-            stats = getattr(it, _STATS, None)  # an attribute: a weak dictionary costs a microsecond a batch
-            if stats is not None and not session._open and not ledger.heavy_probe_ran \
-                    and session.eval_started is None and stats.batches % CPU_EVERY and not listeners["on_batch"]:
-                # The lean path: a training batch outside every window, in a step left to time alone.
-                # No sampler runs here, so none reads loading_depth: it is not kept.
+            # an attribute: a weak dictionary costs a microsecond a batch; none before the iterator's first
+            # batch, which takes the full path
+            stats = getattr(it, _STATS, None)
+            if session.lean and stats is not None and stats.batches % CPU_EVERY:
+                # The lean path: a training batch outside every window, in a step left to time alone (no
+                # stop asked, no evaluation, no listener of batches: session.lean). No sampler runs here,
+                # so none reads loading_depth: it is not kept.
                 started = clock()
                 try:
                     batch = original(it)
                 finally:
                     ended = clock()
                     seconds = ended - started
+                    ledger = session.ledger
                     ledger.seconds["data_wait"] += seconds
                     stats.wait_total_s += seconds
-                    if it.__dict__.get(_FIRST):
-                        _first_batch(it, stats, seconds)
                 stats.batches += 1
                 kind = type(batch)
-                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and batch[0].dim() > 0:
-                    tensor = batch[0]  # first_tensor's usual case, inline
+                if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and (shape := batch[0].shape):
+                    # first_tensor's usual case, inline: (inputs, targets), the inputs' shape read once
+                    ledger.samples = (ledger.samples or 0) + shape[0]
+                    ledger.batch_shape = shape
                 else:
                     tensor = first_tensor(batch)
-                if tensor is not None:
-                    ledger.samples = (ledger.samples or 0) + tensor.shape[0]
-                    ledger.batch_shape = tensor
-                # no window is open nor was in this step: the op sampler is off (it samples in windows,
-                # and in evaluations, which take the full path)
-                if ended - session.t0 > session.config.max_seconds:
+                    if tensor is not None:
+                        ledger.samples = (ledger.samples or 0) + tensor.shape[0]
+                        ledger.batch_shape = tensor
+                if ended > session._deadline:
                     session.check_time()
                 ledger.doctor_s += (started - entered) + (clock() - ended)
                 return batch
+            if session.stop_reason is not None:
+                session.raise_if_stopping()
+            ledger = session.ledger
+            first = stats is None and _first_batch_of(it)
+            if first:
+                stats = first
             if session._open:
                 session.checkpoint()  # before the batch: outside every torch mode
             heavy = ledger.heavy_probe_ran
@@ -267,8 +271,8 @@ class DataLoaderProbe:
                         stats.cpu_timed_wait_s += seconds
                     if sched is not None:
                         _add_runqueue(stats, sched, seconds)
-                    if it.__dict__.get(_FIRST):
-                        _first_batch(it, stats, seconds)
+                    if first:
+                        stats.first_batch_waits_s.append(seconds)
             if stats is not None:
                 stats.batches += 1
                 if in_eval:
@@ -283,7 +287,7 @@ class DataLoaderProbe:
                 sampler.on_batch(in_eval)
             if listeners["on_batch"]:
                 session.notify("on_batch", in_eval)
-            if ended - session.t0 > session.config.max_seconds:
+            if ended > session._deadline:
                 session.check_time()
             ledger.doctor_s += (started - entered) + (clock() - ended)
             return batch
@@ -291,22 +295,26 @@ class DataLoaderProbe:
         return __next__
 
 
-def _first_batch(it, stats: LoaderStats, seconds: float) -> None:
-    if it.__dict__.get(_FIRST, False):
-        it.__dict__[_FIRST] = False
-        stats.first_batch_waits_s.append(seconds)
-
-
+# The iterator's attributes: its loader's stats under _FIRST until its first batch is asked for,
+# under _STATS from then on (so the lean path needs no first-batch test)
 _STATS, _FIRST = "_torchdoctor_stats", "_torchdoctor_first_batch"
 
 
 def _mark(it, stats: LoaderStats) -> None:
-    """The iterator carries its loader's stats and whether its first batch is still to come."""
+    """The iterator carries its loader's stats, its first batch still to come."""
     try:
-        setattr(it, _STATS, stats)
-        setattr(it, _FIRST, True)
+        setattr(it, _FIRST, stats)
     except AttributeError:  # an iterator class with __slots__: measured without its stats
         pass
+
+
+def _first_batch_of(it) -> LoaderStats | None:
+    """The stats of an iterator whose first batch is asked for now (kept as its stats from here), else None."""
+    stats = getattr(it, _FIRST, None)
+    if stats is not None:
+        setattr(it, _FIRST, None)
+        setattr(it, _STATS, stats)
+    return stats
 
 
 def _add_runqueue(stats: LoaderStats, before: tuple[float, float], seconds: float) -> None:

@@ -160,7 +160,7 @@ class DdpProbe:
 
     def _count_forward(self, tracked: _Tracked, synced: bool) -> None:
         session = self.session
-        index = len(session.steps) + 1
+        index = session.step_count + 1
         step = self.steps.get(index) or self._new_step(index)
         if self._active_no_sync:
             self._active_no_sync[-1].forwards_inside += 1
@@ -207,7 +207,7 @@ class DdpProbe:
             try:
                 return original(ddp, *args, **kwargs)
             finally:
-                index = len(probe.session.steps) + 1
+                index = probe.session.step_count + 1
                 step = probe.steps.get(index) or probe._new_step(index)
                 setattr(step, attribute, getattr(step, attribute) + time.perf_counter() - started)
 

@@ -147,7 +147,7 @@ class FsdpProbe:
 
     # ---- communication -------------------------------------------------------------------------
     def _step(self) -> FsdpStep:
-        index = len(self.session.steps) + 1
+        index = self.session.step_count + 1
         step = self.steps.get(index)
         if step is None:
             step = self.steps[index] = FsdpStep(step=index)
@@ -209,7 +209,7 @@ class FsdpProbe:
         """Whether another group's post-backward of this backward pass came first: one pass,
         one count (the root group's post-backward is the last; the first one seen opens it)."""
         session = self.session
-        marker = (len(session.steps), session.backward_calls)
+        marker = (session.step_count, session.backward_calls)
         if getattr(self, "_pass", None) == marker:
             return True
         self._pass = marker

@@ -148,7 +148,7 @@ class MemoryProbe:
         self._open("optimizer")
 
     def _open(self, kind: str) -> None:
-        if 1 in self.session.memory_at and not self._active and not self.accounts and not self.session.steps:
+        if 1 in self.session.memory_at and not self._active and not self.accounts and not self.session.step_count:
             self._opened_by = kind
             self.activate("train")
 
@@ -236,7 +236,7 @@ class MemoryProbe:
     def _close_unfinished_step(self) -> None:
         """The window ends inside a step (the code stopped or failed in it): keep what that
         step did so far, marked incomplete."""
-        self.accounts.append(self.ledger.close_step(len(self.session.steps) + 1, self.session.ledger.samples,
+        self.accounts.append(self.ledger.close_step(self.session.step_count + 1, self.session.ledger.samples,
                                                     False, self.parts_now()))
 
     def _hold_all(self, held: dict[str, list[torch.Tensor]] | None = None) -> None:
@@ -296,7 +296,7 @@ class MemoryProbe:
         message = first_line(exc)
         event = OomEvent(device="cuda" if "CUDA" in str(exc) or type(exc).__name__ == "OutOfMemoryError" else "cpu",
                          message=message, requested_bytes=requested_bytes(str(exc)),
-                         step=len(self.session.steps) + 1, batch_size=self.session.ledger.samples)
+                         step=self.session.step_count + 1, batch_size=self.session.ledger.samples)
         event.batch_shape = self.session.ledger.shape()
         if self.failed_op is not None:
             event.shape, event.dtype, event.input_shapes = self.failed_op

@@ -100,7 +100,7 @@ class PhaseProbe:
     def contribute(self, record: RunRecord) -> None:
         self.close_eval()
         if self._pending:  # steps closed since the last poll; the calls of a step left open never count
-            self._count_closed(len(self.session.steps))
+            self._count_closed(self.session.step_count)
         loop = _loop_function(record)
         for site in self.sites.values():
             site.stats.location = _blame(site.stack, loop, site.stats.inner_location)
@@ -134,7 +134,7 @@ class PhaseProbe:
 
     def _now(self) -> tuple[int, float]:
         session = self.session
-        return len(session.steps), session.clock() - session.t0
+        return session.step_count, session.clock() - session.t0
 
     # ---- evaluation regions ----------------------------------------------------------
     def close_eval(self) -> None:

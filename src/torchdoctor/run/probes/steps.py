@@ -49,6 +49,11 @@ class StepProbe:
         self._in_tensor_backward = 0  # inside Tensor.backward: it closes the step when it returns
         self._last_optimizer: Optimizer | None = None  # a strong reference for the run only: uninstall drops it
         self._last_info: OptimizerInfo | None = None
+        # the primary optimizer once a plain `step()` of it closed a step, and its info: its step hooks'
+        # lean path (outside every window); _lean_started: when its step entered the lean path
+        self._lean_optimizer: Optimizer | None = None
+        self._lean_info: OptimizerInfo | None = None
+        self._lean_started: float | None = None
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, the value passed to backward)
         self._losses_dropped = 0
 
@@ -67,7 +72,7 @@ class StepProbe:
             handle.remove()
         self.handles.clear()
         self.patches.restore()
-        self._last_optimizer = self._last_info = None
+        self._last_optimizer = self._last_info = self._lean_optimizer = self._lean_info = None
 
     def contribute(self, record: RunRecord) -> None:
         record.optimizers = list(self.all_infos)
@@ -131,6 +136,15 @@ class StepProbe:
     def _pre_step(self, optimizer: Optimizer, args, kwargs):
         session = self.session
         entered = session.clock()
+        if optimizer is self._lean_optimizer and session.lean and len(args) < 2 and not kwargs:
+            # the lean path: the primary optimizer's plain `opt.step()` (torch passes (opt,), {}) outside
+            # every window; _post_step closes the step from here
+            self._lean_started = entered
+            if self._closure_s:  # a closure step that raised left its entry
+                self._closure_s.pop(id(optimizer), None)
+            session.ledger.doctor_s += session.clock() - entered
+            return None
+        self._lean_started = None  # a lean step that raised left its start: this step is timed the full way
         self._step_started[id(optimizer)] = entered
         if optimizer is self._last_optimizer and len(args) < 2 and not kwargs \
                 and self._last_info.step_location is not None:
@@ -182,6 +196,18 @@ class StepProbe:
     def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
         session = self.session
         entered = session.clock()
+        started = self._lean_started
+        if started is not None and optimizer is self._lean_optimizer:
+            # the lean path (see _pre_step): the optimizer's time, its count, the step's close
+            self._lean_started = None
+            ledger = session.ledger
+            if session.eval_started is None:
+                ledger.seconds["optimizer"] += entered - started
+            self._lean_info.step_calls += 1
+            ledger.doctor_s += session.clock() - entered
+            if session.pid == current_pid():
+                session._close_step()
+            return
         started = self._step_started.pop(id(optimizer), None)
         closures = self._closure_s
         inside_closure = closures.pop(id(optimizer), 0.0) if closures else 0.0
@@ -199,6 +225,8 @@ class StepProbe:
             if session.loop_location is None:
                 session.loop_location = info.step_location
             if session.step_source == OPTIMIZER and session.pid == current_pid():
+                if self._lean_optimizer is None and len(args) < 2 and not kwargs and info.step_location is not None:
+                    self._lean_optimizer, self._lean_info = optimizer, info  # its plain steps: the lean path
                 session._close_step()  # session.on_optimizer_step, inline: every step
             else:
                 session.on_optimizer_step()
@@ -223,9 +251,8 @@ class StepProbe:
 
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
-            if obj is probe._last_optimizer and not session._open and session.eval_started is None \
-                    and probe._last_info.zero_grad_location is not None:
-                # the lean path: the loop's optimizer, training, outside every window
+            if session.lean and obj is probe._last_optimizer and probe._last_info.zero_grad_location is not None:
+                # the lean path: the loop's optimizer, training, outside every window (session.lean)
                 started = clock()
                 try:
                     return original(obj, set_to_none, *args, **kwargs)
@@ -290,21 +317,20 @@ class StepProbe:
 
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
-            if probe._in_tensor_backward:
-                return original(tensor, *args, **kwargs)
-            if session._open or session.eval_started is not None or not session.backward_loops_seen \
+            if not session.lean or probe._in_tensor_backward or not session.backward_loops_seen \
                     or session.step_source != OPTIMIZER:
+                if probe._in_tensor_backward:
+                    return original(tensor, *args, **kwargs)
                 return probe._timed_backward(original, tensor, (tensor, *args), kwargs)
             # The lean path of an optimizer's loop outside every window: _timed_backward, _keep_loss
             # and on_backward_done inline (a call is a microsecond on a busy machine, every step). The
             # op sampler wants the parameters at the run's first backward (the full path: no loop seen
             # yet) and in its window: never here.
             entered = clock()
-            if len(losses) >= MAX_LOSSES:
-                probe._losses_dropped += 1
-            elif type(tensor) is Tensor and tensor.numel() == 1:
-                losses.append((session.step_count + 1, tensor.detach()))
-            else:
+            # `loss.backward()` with no gradient given succeeds on a one-element tensor only: kept after
+            # the call without asking its size (a torch call a step); any other call as _keep_loss says
+            plain_call = not args and not kwargs and type(tensor) is Tensor
+            if not plain_call:
                 probe._keep_loss(tensor)
             probe._in_tensor_backward += 1
             started = clock()
@@ -315,7 +341,12 @@ class StepProbe:
                 probe._in_tensor_backward -= 1
                 ledger = session.ledger
                 ledger.seconds["backward"] += ended - started
-            if session._open:
+            if plain_call:
+                if len(losses) < MAX_LOSSES:
+                    losses.append((session.step_count + 1, tensor.detach()))
+                else:
+                    probe._losses_dropped += 1
+            if session._open:  # a window opened inside backward(): a safe point to stop it
                 session.checkpoint()
             if session.pid == current_pid():  # on_backward_done (the step closes at the optimizer's)
                 session.backward_calls += 1

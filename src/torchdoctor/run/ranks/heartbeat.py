@@ -56,8 +56,8 @@ class HeartbeatWriter:
 
     def write(self, state: str) -> None:
         session = self.session
-        steps = len(session.steps) if session is not None else 0
-        if session is not None and session.steps:
+        steps = session.step_count if session is not None else 0
+        if session is not None and session.step_count:
             self._slowest = max(self._slowest, session.steps[-1].duration_s)
         where, waiting = main_thread_position(self.thread_id)
         doc = {"rank": self.rank, "pid": os.getpid(), "state": state, "steps": steps, "t": self.clock(),

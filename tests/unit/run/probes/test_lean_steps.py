@@ -33,9 +33,9 @@ def test_an_unmeasured_step_is_kept_as_a_row_and_read_as_its_sample():
         session.ledger.micro_batches = 2
         session.ledger.doctor_s = 1e-5
         session.on_optimizer_step()
-    assert len(session.steps._rows) == 4 and len(session.steps) == 4 and session.step_count == 4
+    assert len(session._rows) == 4 and len(session.steps) == 4 and session.step_count == 4
     last = session.steps[-1]  # reading builds them, in order
-    assert not session.steps._rows and [s.index for s in session.steps] == [1, 2, 3, 4]
+    assert not session._rows and [s.index for s in session.steps] == [1, 2, 3, 4]
     assert (last.start, last.end, last.warmup, last.sampled) == (1.5, 2.0, False, False)
     assert (last.data_wait_s, last.backward_s, last.optimizer_s, last.zero_grad_s, last.eval_s) \
         == pytest.approx((0.4, 0.2, 0.05, 0.01, 0.0))
@@ -68,7 +68,7 @@ def test_a_polling_listener_gets_warmup_and_window_steps_and_an_unmeasured_one_e
     assert {1, 2, 3, 4, 5} <= set(seen)  # warm-up, the first measured and the sampled steps
     later = [i for i in seen if i > 5]
     assert later and len(seen) < 20 and max(b - a for a, b in zip([5, *later], later)) <= 3
-    assert not session._listeners["on_step"] and session.steps._rows  # nothing needed the other steps
+    assert not session._listeners["on_step"] and session._rows  # nothing needed the other steps
 
 
 def test_outside_every_window_the_hooks_take_their_lean_paths_and_record_the_same_figures(monkeypatch):
@@ -120,3 +120,83 @@ def test_a_polled_phase_probe_counts_the_calls_of_every_closed_measured_step_and
     assert sum(s.calls_in_measured for s in sites) == 1  # polled at step 2; steps 3-6 not yet seen closed
     phases.contribute(SimpleNamespace(run=SimpleNamespace(loop_location=None), phases=[]))
     assert sum(s.calls_in_measured for s in sites) == 5  # steps 2-6: not the warm-up step's, not the open step's
+
+
+def test_a_list_given_for_the_steps_takes_the_rows_kept_so_far_and_the_steps_to_come():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=50, **NO_WINDOWS), clock)
+
+    class Kept(list):
+        pass
+
+    for _ in range(3):
+        clock.advance(0.5)
+        session.on_optimizer_step()
+    assert session._rows and session.step_count == 3
+    session.steps = Kept()
+    clock.advance(0.5)
+    session.on_optimizer_step()
+    assert type(session.steps) is Kept and [s.index for s in session.steps] == [1, 2, 3, 4]
+    assert session.steps[-1].start == 1.5 and not session._rows
+
+
+def test_the_lean_flag_is_off_from_whatever_ends_a_clean_step_until_a_clean_step_closes():
+    clock = FakeClock()
+    session = RunSession(SessionConfig(warmup=1, steps=50, **{**NO_WINDOWS, "sampled_steps": 1}), clock)
+    session.sampler = FakeWindow()
+
+    def close():
+        clock.advance(0.5)
+        session.on_optimizer_step()
+
+    close()  # warm-up
+    assert session.lean
+    close()  # step 2: the sampler's window opens for step 3
+    assert not session.lean and session.sampler.active
+    close()  # step 3, sampled: the window closes
+    assert session.lean and [s.sampled for s in session.steps] == [False, False, True]
+    session.enter_eval()
+    assert not session.lean
+    close()  # the evaluation goes on into the next step: still not lean
+    assert not session.lean
+    session.exit_eval()
+    close()
+    assert session.lean
+    session.note_heavy_probe()
+    assert not session.lean
+    close()
+    assert session.lean and session.steps[-1].sampled  # the costly probe ran in it: left out of timings
+    session.subscribe(SimpleNamespace(on_batch=lambda in_eval: None))
+    assert not session.lean
+    close()
+    assert not session.lean  # a listener of every batch: the loader's full path, every batch
+
+
+def test_a_lean_optimizer_step_that_raised_leaves_no_start_time_for_the_next_full_one(monkeypatch):
+    probed = ProbedRun(ProbeOptions(warmup=1, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    with probed:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step():
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            opt.step()
+
+        for _ in range(3):
+            step()
+        assert probed.probes.probes[0]._lean_optimizer is opt
+        with monkeypatch.context() as patch:  # the step raises inside: its post-hook never runs
+            patch.setattr(torch.optim.SGD, "_init_group", lambda *a, **k: 1 / 0)
+            with pytest.raises(ZeroDivisionError):
+                step()
+        probed.session.lean = False  # the next step takes the full path (as after a window)
+        opt.zero_grad()
+        model(torch.randn(4, 3)).sum().backward()
+        clock = probed.session.clock
+        called = clock()
+        opt.step()
+        returned = clock()
+    last = probed.session.steps[-1]
+    assert 0 < last.optimizer_s <= returned - called  # timed from its own start, not the step that raised
