@@ -79,6 +79,14 @@ class WindowBudget:
             self.step_used_s += spent
             self.opened_at = None
 
+    def exclude(self, seconds: float, now: float) -> None:
+        """The script's own time inside an open stretch (torch.compile compiling a graph): not the probe's
+        to pay. At most what the stretch has run so far."""
+        if self.opened_at is not None and seconds > 0:
+            seconds = min(seconds, now - self.opened_at)
+            self.used_s -= seconds
+            self.step_used_s -= seconds
+
     def in_step(self, now: float) -> float:
         """Active seconds in the step in progress, up to `now`."""
         return self.step_used_s + (now - self.opened_at if self.opened_at is not None else 0.0)

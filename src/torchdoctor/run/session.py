@@ -478,6 +478,14 @@ class RunSession:
         if budget is not None:
             budget.start(self.clock())
 
+    def script_time_in_windows(self, seconds: float) -> None:
+        """The script spent `seconds` on work of its own while windows were open (torch.compile compiling):
+        no window's budget pays for it (an op sampler whose first step compiled the model would find its
+        run budget spent and sample nothing: litgpt's run)."""
+        now = self.clock()
+        for budget in self.budgets.values():
+            budget.exclude(seconds, now)
+
     def window_closed(self, name: str) -> None:
         self._open.discard(name)
         budget = self.budgets.get(name)

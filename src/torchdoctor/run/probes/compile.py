@@ -332,6 +332,7 @@ class CompileProbe:
         if event is not None:
             session = self.session
             event.seconds = session.clock() - session.t0 - event.start
+            session.script_time_in_windows(event.seconds)
 
     # ---- graph breaks --------------------------------------------------------------------------
     def _on_break(self, message: str) -> None:

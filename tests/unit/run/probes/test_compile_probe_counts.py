@@ -24,3 +24,24 @@ def test_graphs_in_evaluation_are_not_a_training_steps():
     probe.on_step(StepSample(index=2, start=1.0, end=2.0, warmup=False, sampled=False))
     assert probe.info.graph_calls == {"1": 1, "2": 1}
     assert probe.info.eval_graph_calls == {"1": 33}
+
+
+def test_compiling_inside_a_window_is_not_charged_to_its_budget():
+    """litgpt compiles its model in the op sampler's first step (1.8 s): charged to the sampler, the
+    run budget was spent and the sampler sampled nothing more. The compile is the script's time."""
+    from types import SimpleNamespace
+
+    now = [0.0]
+    session = RunSession(SessionConfig(warmup=0, steps=10), clock=lambda: now[0])
+    probe = CompileProbe(session)
+    session.window_opened("sampler")
+    now[0] = 0.1
+    probe._on_start(SimpleNamespace(compile_id="0/0", callback_trigger="DYNAMO"))
+    now[0] = 1.9  # Dynamo compiled the model for 1.8 s inside the window
+    probe._on_end(SimpleNamespace(compile_id="0/0", callback_trigger="DYNAMO"))
+    now[0] = 2.0
+    session.window_closed("sampler")
+    budget = session.budgets["sampler"]
+    assert abs(budget.used_s - 0.2) < 1e-9 and abs(probe._events[0].seconds - 1.8) < 1e-9
+    budget.steps.append(1)  # its first step is behind it: the run budget decides the next
+    assert budget.may_open(baseline_s=0.05, expected_run_s=2.5)  # 0.2 s of its 0.5 s floor: it samples on
