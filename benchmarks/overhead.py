@@ -102,6 +102,8 @@ WORKLOADS = (
              "map-style Dataset with per-sample normalise/flip, 1 torch thread", 150),
     Workload("lightning_loop", "Lightning Trainer, MLP 128-512-512-10, batch 64, Adam in automatic optimization "
              "(closure), step times from a callback, 1 torch thread", 200, needs="lightning"),
+    Workload("compiled_mlp", "the synthetic MLP under torch.compile (Inductor, C++ on a CPU), its first steps compiling: "
+             "the compile probe's cost on a compiled step (issue 26)", 300, script="synthetic_mlp", args=("cpu", "compile")),
     Workload("ddp_mlp", "2 ranks (torch.distributed.run, gloo): DDP MLP 256-512-512-10, batch 64 per rank, "
              "DistributedSampler, AdamW, 1 torch thread per rank; rank 0's step times", 150, ranks=2),
 )

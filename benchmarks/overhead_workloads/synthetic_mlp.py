@@ -2,7 +2,8 @@
 a DataLoader over in-memory tensors with AdamW. It times each of its own steps
 (_steptimes.py) and writes them to the JSON file named by argv[1]; argv[2] is the number
 of steps to run, argv[3] the device (cpu by default; on cuda each batch is copied from
-pinned memory without blocking)."""
+pinned memory without blocking); argv[4] `compile`: the model under torch.compile (Inductor; C++ on
+a CPU), the compile probe then on every step (overhead.py's compiled_mlp)."""
 import sys
 
 import torch
@@ -18,6 +19,8 @@ device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 loader = DataLoader(TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,))), batch_size=64,
                     pin_memory=device == "cuda")
 model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+if sys.argv[4:5] == ["compile"]:
+    model = torch.compile(model)  # 8192 rows in batches of 64: one shape, no recompile at an epoch's end
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 clock = StepTimes(sys.argv[1])
 try:
