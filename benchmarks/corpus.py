@@ -43,8 +43,6 @@ RULES (also written into the results file)
   verdict, a candidate with nothing measured to rank it by) are listed apart, under "Checked, not
   causes" (since 2026-11-28; until then the terminal ranked them with the causes): the precision
   with them counted as ranked is given beside (`*_with_info`), and over high and medium only.
-* lint reads the entry's `files`: its .py files and its folders (`torchdoctor lint pkg/`, as a user
-  lints a package; since 2026-11-28 a folder entry, open_lm's, was linted as its script alone).
 * strict precision = findings matching a non-debatable habit / ranked findings; lenient
   precision = findings matching any habit / ranked findings (duplicates of one habit all count).
 * run recall (runnable entries): matched CPU-observable habits / all CPU-observable habits, and
@@ -222,9 +220,7 @@ def run_entry(entry, args, facts):
 
 
 def lint_entry(entry, args, facts):
-    # the entry's files: its .py files and its folders (lint reads a folder's .py files, as a user's
-    # `torchdoctor lint pkg/` does); data files and notebooks stay out
-    files = [f for f in entry["files"] if f.endswith(".py") or os.path.isdir(os.path.join(src_root(entry), f))]
+    files = [f for f in entry["files"] if f.endswith(".py")]
     files = [entry["script"]] + [f for f in files if f != entry["script"]]
     p = subprocess.run([args.python, "-m", "torchdoctor", "lint", "--format", "json", *files], cwd=src_root(entry),
                        env=child_env(entry, args.src), capture_output=True, text=True, timeout=args.timeout)
