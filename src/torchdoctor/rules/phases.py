@@ -15,6 +15,7 @@ from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.record import PhaseStats, RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms
 from torchdoctor.rules.facts import RunFacts, core_duration, training_loader
+from torchdoctor.run.cost import EVAL_SAMPLER, SAMPLER
 
 MIN_LINE_SAMPLES = 10  # fewer stack samples than this are too noisy to use
 MIN_REPEATS_IN_WINDOW = 2  # one print in the measured steps is never per-step overhead
@@ -52,11 +53,14 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
         return _cost_from_window(record, facts, kind, step_s)
     by_position: dict[int, float] = {}
     compiling = 0.0
+    first_t = min((occ.t for site in sites for occ in site.occurrences), default=None)
     for site in sites:
         for occ in site.occurrences:
             inside = compiling_within(record, occ.t, occ.seconds)
             compiling += inside
-            by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + occ.seconds - inside
+            sampled = eval_sampler_excess(record) if kind == "eval" and occ.t == first_t else 0.0
+            own = max(0.0, occ.seconds - inside - sampled)
+            by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + own
     positions = sorted(by_position)
     seconds_each = statistics.fmean(by_position.values())
     recurs = _period(record, positions)
@@ -78,6 +82,21 @@ def compiling_within(record: RunRecord, start: float, seconds: float) -> float:
     end = start + seconds
     inside = sum(max(0.0, min(end, e.start + e.seconds) - max(start, e.start)) for e in info.events)
     return min(seconds, inside)
+
+
+def eval_sampler_excess(record: RunRecord) -> float:
+    """What the doctor's op sampler added to the first evaluation (it samples that one's first batches):
+    its active time there less that time at plain speed, taken from the slowdown the op sampler measured
+    on training steps. Nothing when either is unknown."""
+    cost = record.doctor_cost
+    if cost is None:
+        return 0.0
+    probes = {p.probe: p for p in cost.probes}
+    evaluation, training = probes.get(EVAL_SAMPLER), probes.get(SAMPLER)
+    if evaluation is None or training is None or not evaluation.active_s or not training.step_ratio \
+            or training.step_ratio <= 1:
+        return 0.0
+    return evaluation.active_s * (1 - 1 / training.step_ratio)
 
 
 def compile_note(cost: "PhaseCost") -> str:

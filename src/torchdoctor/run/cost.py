@@ -10,6 +10,7 @@ import statistics
 from torchdoctor.model.record import DoctorCost, ProbeCost, StepSample
 from torchdoctor.run.budget import LABELS, WindowBudget
 
+SAMPLER = "sampler"  # the op sampler's budget name (run/budget.py)
 EVAL_SAMPLER = "eval_sampler"
 
 
