@@ -70,14 +70,14 @@ def group_breaks(breaks: list[Break]) -> list[_Cause]:
     for brk in breaks:
         if not brk.reason.startswith(SKIPPED_FUNCTION):
             continue
-        root = next((c for c in causes.values() if brk.detail and brk.detail == c.key_detail), None)
-        if root is None:
-            root = next((c for c in causes.values() if _user_key(c.first)[:2] == _user_key(brk)[:2]
-                         and _user_key(brk)[0] == "library"), None)
+        # its cause: the break its detail names, or a break in the same library reached from the same line
+        key = _user_key(brk)
+        root = next((c for c in causes.values() if brk.detail and brk.detail == c.key_detail), None) \
+            or causes.get(key)
         if root is not None:
             root.skipped.append(brk)
         else:
-            causes[("skipped",) + _user_key(brk)[1:]] = _Cause(brk)
+            causes[("skipped",) + key[1:]] = _Cause(brk)
     return list(causes.values())
 
 
