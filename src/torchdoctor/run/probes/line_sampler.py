@@ -35,6 +35,7 @@ from collections import Counter
 
 from torchdoctor.model.record import LineHits, LineProfile, Location, ProbeNote, RunRecord
 from torchdoctor.run.probes.frames import display_path, frame_line, library_of, project_frames, source_text, user_frame
+from torchdoctor.run.probes.outside_compiled import outside_compiled
 
 SAMPLE_INTERVAL_S = 0.001  # in the window: many samples from a few steps
 COVERAGE_INTERVAL_S = 0.2  # outside it: which functions run, at a cost nobody can measure
@@ -179,6 +180,7 @@ class LineSampler:
         self._pending_total, self._pending_total_s = 0, 0.0
 
     # ---- sampling ---------------------------------------------------------------------
+    @outside_compiled  # the timer can fire inside the script's compiled call
     def _on_signal(self, signum, frame) -> None:
         try:
             self._take(frame)

@@ -17,6 +17,7 @@ CUDA rounds to 512-byte blocks), and on fake tensors, which is how `memory --est
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (ACTIVATIONS, BACKWARD, FORWARD, OPTIMIZER, OTHER,
                                        PARAMETERS, TEMPORARIES, LiveAllocation, MemoryPoint, ModuleMemory, StepMemory)
 from torchdoctor.run.probes.frames import USER, classify_file, display_path, frame_line, library_of, location_of, user_frame
+from torchdoctor.run.probes.outside_compiled import outside_compiled
 
 MAX_TIMELINE_POINTS = 240  # a chart ~900 px wide; each point keeps its bucket's largest value
 LARGEST_KEPT = 10
@@ -109,7 +111,10 @@ class StorageLedger:
         self.failure: dict[str, Any] | None = None  # filled by `capture_failure`
         self.saved_in_step = 0  # storages autograd saved in the open step
         self.input_rows: int | None = None  # first dimension of the first model input of the step
-        self._finalizers: list[weakref.finalize] = []
+        # a weak reference per storage, its callback `_freed`: plain weakrefs, not weakref.finalize, whose
+        # callback is library Python that Dynamo would count as a compiled frame when a storage dies inside
+        # the script's compiled call (outside_compiled.py); dropping the list stops the callbacks
+        self._watches: list[weakref.ref] = []
 
     # ---- what exists before the step ---------------------------------------------------
     def hold(self, tensor: torch.Tensor, part: str) -> None:
@@ -133,19 +138,18 @@ class StorageLedger:
         self.step_entries.append(entry)
         self.total += nbytes
         self._moved()
-        self._finalizers.append(weakref.finalize(storage, self._free, key, entry))
+        self._watches.append(weakref.ref(storage, functools.partial(self._freed, key, entry)))
         return entry
 
     def close(self) -> None:
-        """The window ends: forget every storage (their finalizers no longer call back)."""
-        for finalizer in self._finalizers:
-            finalizer.detach()
-        self._finalizers.clear()
+        """The window ends: forget every storage (their weak references, dropped, no longer call back)."""
+        self._watches.clear()
         self.live.clear()
         self.step_entries.clear()
         self.total = 0
 
-    def _free(self, key: int, entry: _Entry) -> None:
+    @outside_compiled
+    def _freed(self, key: int, entry: _Entry, _ref=None) -> None:
         if self.live.get(key) is entry:
             del self.live[key]
             self.total -= entry.nbytes
