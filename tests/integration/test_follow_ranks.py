@@ -22,8 +22,12 @@ LIMIT_S = 180
 pytestmark = pytest.mark.slow
 
 # 60 ms a step from step 150: well past what a CPU hog beside the two ranks makes their steps vary by (with
-# 30 ms, a busy-machine run of the suite once found no straggler: the shift is tested against the run's spread)
-SLOWS = ddp_loop(300, "    if rank == 1 and i >= 150:\n        time.sleep(0.06)  # rank 1 turns straggler\n")
+# 30 ms, a busy-machine run of the suite once found no straggler: the shift is tested against the run's spread).
+# Every step also sleeps 5 ms: the probe windows fill their time (a quarter second of line samples, ...) within
+# some 50 steps, on a fast machine or a slow one. Steps of 1.6 ms kept windows open to step ~150, and the test had
+# too few clean steps before the change to judge it by (a CI run found no straggler).
+SLOWS = ddp_loop(300, "    time.sleep(0.005)\n"
+                      "    if rank == 1 and i >= 150:\n        time.sleep(0.06)  # rank 1 turns straggler\n")
 RAISES = ddp_loop(300, "    if rank == 1 and i == 40:\n        raise RuntimeError(\"rank 1 lost its batch at step 41\")\n")
 
 
