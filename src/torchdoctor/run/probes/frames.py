@@ -9,10 +9,13 @@ code" instead of being blamed on the user's `trainer.fit(...)`.
 
 from __future__ import annotations
 
+import getpass
 import linecache
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 from functools import lru_cache
 from types import FrameType
 
@@ -70,7 +73,28 @@ def classify_file(filename: str) -> int:
         return STDLIB
     if filename.endswith(_LIBRARY_TRAMPOLINES) and any(m in filename for m in INSTALLED_MARKERS):
         return TRAMPOLINE
+    if filename.startswith(_inductor_cache_dir()):
+        # the Python that torch.compile's Inductor generated for the user's graphs (nanochat's line samples
+        # landed there, in files named by hashes): torch's, so a sample goes to the user's line that called it
+        return TORCH
     return USER
+
+
+def _inductor_cache_dir() -> str:
+    """Where Inductor writes the code it generates: TORCHINDUCTOR_CACHE_DIR, else its default (torch's
+    `default_cache_dir`, without importing torch._inductor: the temporary folder, torchinductor_<user>)."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}")
+    return os.path.abspath(folder) + os.sep
+
+
+@lru_cache(maxsize=1)
+def _user() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name (a container's uid without a passwd entry)
+        getuid = getattr(os, "getuid", None)
+        name = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
 
 
 def is_library_frame(frame: FrameType) -> bool:
@@ -139,6 +163,25 @@ def project_frames(frame: FrameType | None, limit: int = 32) -> list[FrameType]:
             out.append(frame)
         frame = frame.f_back
     return out
+
+
+def keyword_in_call(frame: FrameType, name: str) -> Location | None:
+    """Where `name=` is written in the call `frame` is making now (a call over several lines: the fix goes
+    on the keyword's line, not the call's first one), from the positions Python keeps for the call
+    instruction; None where the call does not write it (it was left to its default or passed in **kwargs)."""
+    try:
+        start, end = list(frame.f_code.co_positions())[frame.f_lasti // 2][:2]
+    except Exception:  # noqa: BLE001 - no positions (python -X no_debug_ranges)
+        return None
+    if start is None or end is None or end - start > 200:
+        return None
+    written = re.compile(rf"\b{re.escape(name)}\s*=(?!=)")
+    filename = frame.f_code.co_filename
+    for line in range(start, end + 1):
+        if written.search(linecache.getline(filename, line)):
+            code = frame.f_code
+            return Location(path=display_path(filename), line=line, function=getattr(code, "co_qualname", code.co_name))
+    return None
 
 
 def caller_location(depth: int = 1) -> Location | None:

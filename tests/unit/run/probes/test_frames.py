@@ -3,7 +3,8 @@ import sys
 
 import torch
 
-from torchdoctor.run.probes.frames import DOCTOR, STDLIB, TORCH, TRAMPOLINE, USER, classify_file, user_frame
+from torchdoctor.run.probes.frames import (DOCTOR, STDLIB, TORCH, TRAMPOLINE, USER, classify_file, keyword_in_call,
+                                           user_frame)
 
 
 def test_files_are_classified_by_where_they_live():
@@ -56,3 +57,37 @@ def test_a_package_pip_installed_into_a_plain_folder_is_a_library(tmp_path):
     assert library_of(str(deps / "plotlib" / "backends" / "agg.py")) == "plotlib"
     assert library_of(str(deps / "single_module.py")) == "single_module"
     assert library_of(str(tmp_path / "proj" / "train.py")) is None
+
+
+def _wrap(model, **options):
+    return keyword_in_call(sys._getframe(1), "use_orig_params"), keyword_in_call(sys._getframe(1), "limit")
+
+
+def test_a_keyword_is_found_on_its_own_line_of_a_call_written_over_several_lines():
+    first = sys._getframe().f_lineno + 1
+    written, absent = _wrap(
+        "model",
+        device_id=0,
+        use_orig_params=False,
+    )
+    assert written.line == first + 3 and written.function.endswith("test_a_keyword_is_found_on_its_own_line_of_a_call_written_over_several_lines")
+    assert absent is None  # `limit=` is not in the call (a keyword left to its default)
+    options = {"use_orig_params": False}
+    assert _wrap("model", **options)[0] is None  # passed in **kwargs: no line writes it
+
+
+def test_code_inductor_generated_is_torchs_and_a_sample_there_goes_to_the_users_line(tmp_path, monkeypatch):
+    """nanochat's line samples landed in /tmp/torchinductor_<user>/qi/cqiim....py: Python that torch.compile
+    generated, which no user can open or change."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    generated = str(tmp_path / "inductor" / "qi" / "cqiimw3unvri6sn7.py")
+    assert classify_file(generated) == TORCH
+    assert classify_file(str(tmp_path / "inductor_notes" / "train.py")) == USER  # a name that only starts alike
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    import tempfile
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # without the variable: torch's own default folder, found without importing Inductor
+    assert default_cache_dir().startswith(tempfile.gettempdir())
+    assert classify_file(os.path.join(default_cache_dir(), "ab", f"c{os.getpid()}.py")) == TORCH
