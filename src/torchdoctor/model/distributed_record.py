@@ -130,6 +130,10 @@ class FsdpUnit:
     backward_prefetch: str = "implicit"  # off | implicit (FSDP2's default; FSDP1 BACKWARD_PRE/POST) | "explicit: ..."
     unshard_async: bool = False  # FSDP2 unshard_async_op
     leaf: bool = False  # the module has no submodules: a single layer (Linear, LayerNorm), not a block
+    # FSDP1: the wrapper's use_orig_params (torch.compile traces FSDP1 only with it on), and where the call wrote
+    # the keyword (None: left to its default, False)
+    use_orig_params: bool | None = None
+    use_orig_params_at: Location | None = None
 
 
 @dataclass

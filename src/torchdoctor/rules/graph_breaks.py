@@ -87,8 +87,13 @@ def _where(brk: Break) -> str:
 
 
 def _fsdp_site(record: RunRecord) -> Location | None:
+    """Where the fix goes: the `use_orig_params=` the FSDP1 call wrote (open_lm passes a flag there, six lines
+    below the call's first line), else the call."""
     dist = record.distributed
     units = [u for u in (dist.fsdp if dist is not None else []) if u.version == 1 and u.created_at is not None]
+    for unit in units:
+        if unit.use_orig_params_at is not None and unit.use_orig_params is not True:
+            return unit.use_orig_params_at
     return units[0].created_at if units else None
 
 
@@ -144,7 +149,9 @@ class GraphBreak(Rule):
         if fsdp:
             site = _fsdp_site(record)
             location = site or location
-            message += (" The cause is how the FSDP wrapper was built" + (f" at {site}" if site else "")
+            keyword = site is not None and any(u.use_orig_params_at == site for u in record.distributed.fsdp)
+            message += ((f" The cause is the `use_orig_params=` the FSDP wrapper's call writes at {site}, false in this "
+                         "run" if keyword else " The cause is how the FSDP wrapper was built" + (f" at {site}" if site else ""))
                         + ": FSDP1 without `use_orig_params=True` is not traced by torch.compile.")
             fix = FSDP_ORIG_PARAMS_FIX
         elif brk.host_sync:

@@ -196,3 +196,8 @@ def test_graph_breaks_are_one_finding_per_cause_at_the_line_to_change():
     assert library.evidence["places"] == ["xformers/ops/common.py:64"]
     assert library.evidence["functions_run_uncompiled"] == ["xformers/ops/unbind.py:95"]
     assert "inside xformers 2 times on the way from that call" in library.message
+    # the call wrote `use_orig_params=` (a flag, False in this run) six lines below its first: the fix goes there
+    keyword = Location("open_lm/main.py", 557, "main")
+    rec.distributed.fsdp[0].use_orig_params, rec.distributed.fsdp[0].use_orig_params_at = False, keyword
+    (fsdp,) = [f for f in GraphBreakRule().check(rec, RunFacts.of(rec)) if f.fix == fsdp.fix]
+    assert fsdp.location == keyword and "open_lm/main.py:557" in fsdp.message

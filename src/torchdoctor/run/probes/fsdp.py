@@ -26,7 +26,7 @@ import torch
 
 from torchdoctor.model.distributed_record import DistributedInfo, FsdpStep, FsdpUnit, RankIdentity
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
-from torchdoctor.run.probes.frames import caller_location, own_caller_location
+from torchdoctor.run.probes.frames import caller_location, keyword_in_call, own_caller_location, project_frames
 from torchdoctor.run.probes.patching import PatchSet
 from torchdoctor.run.session import RunSession
 
@@ -47,6 +47,7 @@ class FsdpProbe:
         self.patches = PatchSet()
         self.hooked = False
         self.groups: dict[int, tuple[Any, Any]] = {}  # id -> (FSDPParamGroup or FSDP1 wrapper, created_at)
+        self.use_orig_params_at: dict[int, Any] = {}  # id of an FSDP1 wrapper -> the use_orig_params= line of its call
         self.steps: dict[int, FsdpStep] = {}
         self.cuda = False
         self.backward_location = None
@@ -142,6 +143,10 @@ class FsdpProbe:
         def __init__(wrapper, *args, **kwargs):
             original(wrapper, *args, **kwargs)
             probe.groups[id(wrapper)] = (wrapper, own_caller_location())
+            own = project_frames(sys._getframe(1), limit=1)
+            written = keyword_in_call(own[0], "use_orig_params") if own else None
+            if written is not None:
+                probe.use_orig_params_at[id(wrapper)] = written
 
         return __init__
 
@@ -259,7 +264,8 @@ class FsdpProbe:
         self.cuda = record.environment.cuda_used
         names = _fsdp1_names([obj for obj, _ in self.groups.values() if hasattr(obj, "_handle")])
         for obj, created_at in self.groups.values():
-            unit = _fsdp1_unit(obj, created_at, names) if hasattr(obj, "_handle") else _fsdp2_unit(obj, created_at)
+            unit = (_fsdp1_unit(obj, created_at, names, self.use_orig_params_at.get(id(obj))) if hasattr(obj, "_handle")
+                    else _fsdp2_unit(obj, created_at))
             if unit is not None:
                 info.fsdp.append(unit)
         for step in self.steps.values():
@@ -341,7 +347,7 @@ def _fsdp1_names(wrappers: list) -> dict[int, str]:
     return names
 
 
-def _fsdp1_unit(wrapper, created_at, names: dict[int, str]) -> FsdpUnit | None:
+def _fsdp1_unit(wrapper, created_at, names: dict[int, str], use_orig_params_at=None) -> FsdpUnit | None:
     handle = getattr(wrapper, "_handle", None)
     flat = getattr(handle, "flat_param", None) if handle is not None else None
     numel = int(flat._unpadded_unsharded_size.numel()) if flat is not None and hasattr(flat, "_unpadded_unsharded_size") else 0
@@ -360,7 +366,12 @@ def _fsdp1_unit(wrapper, created_at, names: dict[int, str]) -> FsdpUnit | None:
         forward_prefetch="implicit" if getattr(wrapper, "forward_prefetch", False) else "off",
         backward_prefetch="off" if prefetch is None else str(prefetch).rsplit(".", 1)[-1].lower(),
         leaf=next(iter(wrapper.module.children()), None) is None,
+        use_orig_params=_flag(getattr(wrapper, "_use_orig_params", None)), use_orig_params_at=use_orig_params_at,
     )
+
+
+def _flag(value) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def _process_group_exists() -> bool:
