@@ -240,12 +240,6 @@ class RunSession:
         if self._listeners["on_batch"]:
             self.lean = False
 
-    def every_step(self, handler: Callable) -> None:
-        """A polling on_step handler needs every step from now on (a probe that began counting per step)."""
-        if handler in self._pollers:
-            self._pollers = [h for h in self._pollers if h != handler]
-            self._listeners["on_step"].append(handler)
-
     def _poll(self, sample: StepSample, now: float) -> None:
         self._polled_at = now
         handlers = self._pollers

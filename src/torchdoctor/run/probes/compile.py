@@ -42,7 +42,7 @@ from torchdoctor.run.probes.frames import (USER, classify_file, display_path, li
                                            own_caller_location, source_text, user_frame)
 from torchdoctor.run.probes.global_hooks import pause_own_module_hooks, quiet_global_hook_check
 from torchdoctor.run.probes.patching import PatchSet
-from torchdoctor.run.session import RunSession
+from torchdoctor.run.session import DONE, RunSession
 
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 METRICS_KEPT = 4096  # compilation metrics torch keeps (its default, 64, drops the early ones of a long run)
@@ -71,8 +71,9 @@ class _BreakLog(logging.Handler):
 
 class CompileProbe:
     name = "compile"
-    # Until Dynamo is hooked, on_step only looks for frames compiled without torch.compile: a poll
-    # (session.POLL_S). Hooked, it counts graph calls per step: every step (_hook_dynamo).
+    # Until Dynamo is hooked, on_step looks for frames compiled without torch.compile: a poll (session.POLL_S).
+    # Hooked, it needs no step: each count is kept under the step open when it was made (session.step_count
+    # + 1), so a compiled script's unmeasured steps keep the session's lean path.
     polls_steps = True
 
     def __init__(self, session: RunSession) -> None:
@@ -80,10 +81,12 @@ class CompileProbe:
         self.patches = PatchSet()
         self.info = CompileInfo(torch_version=torch.__version__)
         self.hooked = False  # Dynamo's hooks are in
-        self.graph_calls = 0  # in training: outside the script's evaluation regions
-        self.compiled_calls = 0
-        self.eval_graph_calls = 0  # inside them (model.eval() to model.train()): not a training step's
-        self._step_marks = (0, 0, 0)
+        # step index -> calls in it: graph calls in training (outside the script's evaluation regions), calls
+        # into compiled code in training, graph calls inside them (model.eval() to model.train()): not a
+        # training step's
+        self.graph_calls: dict[int, int] = {}
+        self.compiled_calls: dict[int, int] = {}
+        self.eval_graph_calls: dict[int, int] = {}
         self._open: dict[tuple[str, str], CompileEvent] = {}
         self._events: list[CompileEvent] = []
         self._breaks: dict[tuple[str, int, str], GraphBreak] = {}
@@ -134,7 +137,6 @@ class CompileProbe:
 
     def _hook_dynamo(self, existing: bool) -> None:
         self.hooked = True
-        self.session.every_step(self.on_step)  # graph calls are counted per step from now on
         try:
             import torch._dynamo as dynamo
             from torch._dynamo import eval_frame
@@ -243,8 +245,10 @@ class CompileProbe:
     def _enter_compiled(self):
         """Every call into compiled code: count it, and lift the doctor's function modes off the
         stack until it returns (Dynamo would trace them into the graph)."""
-        if self.session.eval_started is None:
-            self.compiled_calls += 1
+        session = self.session
+        if session.eval_started is None:
+            calls, step = self.compiled_calls, session.step_count + 1
+            calls[step] = calls.get(step, 0) + 1
         restore_hooks = pause_own_module_hooks()  # the memory accounting's, an evaluation sample's, a knob's
         depth = torch._C._len_torch_function_stack()
         if not depth:
@@ -280,10 +284,10 @@ class CompileProbe:
                 pass
 
             def counted(*args, **kwargs):
-                if probe.session.eval_started is None:
-                    probe.graph_calls += 1
-                else:
-                    probe.eval_graph_calls += 1
+                session = probe.session
+                calls = probe.graph_calls if session.eval_started is None else probe.eval_graph_calls
+                step = session.step_count + 1
+                calls[step] = calls.get(step, 0) + 1
                 return compiled(*args, **kwargs)
 
             return counted
@@ -370,21 +374,20 @@ class CompileProbe:
                                        host_sync=any(marker in reason or marker in detail for marker in _HOST_READS))
 
     # ---- per step ---------------------------------------------------------------------------------
-    def on_step(self, step: StepSample) -> None:
-        if not self.hooked:
+    def on_step(self, step: StepSample):
+        if not self.hooked and "torch._dynamo" in sys.modules and _frames_compiled():
             # compiled without torch.compile (torch._dynamo.optimize); torch's optimizers import
             # Dynamo in every script, so only what it compiled says the script compiles
-            if "torch._dynamo" in sys.modules and _frames_compiled():
-                self._hook_dynamo(existing=True)
-            return
-        graphs, calls, in_eval = self._step_marks
-        if self.graph_calls != graphs:
-            self.info.graph_calls[str(step.index)] = self.graph_calls - graphs
-        if self.compiled_calls != calls:
-            self.info.compiled_calls[str(step.index)] = self.compiled_calls - calls
-        if self.eval_graph_calls != in_eval:
-            self.info.eval_graph_calls[str(step.index)] = self.eval_graph_calls - in_eval
-        self._step_marks = (self.graph_calls, self.compiled_calls, self.eval_graph_calls)
+            self._hook_dynamo(existing=True)
+        return DONE if self.hooked else None
+
+    def _counts_by_step(self) -> None:
+        """The counts of the steps that closed (a call after the last step is no step's)."""
+        closed = self.session.step_count
+        info = self.info
+        for counts, into in ((self.graph_calls, info.graph_calls), (self.compiled_calls, info.compiled_calls),
+                             (self.eval_graph_calls, info.eval_graph_calls)):
+            into.update((str(step), n) for step, n in sorted(counts.items()) if step <= closed)
 
     # ---- after the run ------------------------------------------------------------------------------
     def contribute(self, record: RunRecord) -> None:
@@ -392,6 +395,7 @@ class CompileProbe:
             record.probe_notes += [ProbeNote(self.name, n) for n in self._notes]
             return
         self._read_metrics()
+        self._counts_by_step()
         info = self.info
         info.events = self._events
         info.breaks = sorted(self._breaks.values(), key=lambda b: -b.count)

@@ -48,7 +48,11 @@ def script_has_global_hook() -> bool:
 
 
 def pause_own_module_hooks() -> Callable[[], None] | None:
-    """Take the doctor's global module hooks out; returns what puts them back (None: none were in)."""
+    """Take the doctor's global module hooks out; returns what puts them back (None: none were in).
+    Called on every call into compiled code: with no global hook at all (outside the doctor's windows,
+    nearly always) it returns after four lookups."""
+    if not any(getattr(nn_module, name, None) for name in _HOOKS):
+        return None
     own = _own_ids()
     if not own:
         return None

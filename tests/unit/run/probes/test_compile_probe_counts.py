@@ -19,11 +19,25 @@ def test_graphs_in_evaluation_are_not_a_training_steps():
     for _ in range(33):  # a generation loop: one graph call per new token
         graph()
     session.exit_eval()
-    probe.on_step(StepSample(index=1, start=0.0, end=1.0, warmup=False, sampled=False))
+    session.step_count = 1  # step 1 closed
     graph()  # step 2: training only
-    probe.on_step(StepSample(index=2, start=1.0, end=2.0, warmup=False, sampled=False))
+    session.step_count = 2
+    graph()  # after the last step: no step's
+    probe._counts_by_step()
     assert probe.info.graph_calls == {"1": 1, "2": 1}
     assert probe.info.eval_graph_calls == {"1": 33}
+
+
+def test_a_compiled_script_keeps_the_lean_path_of_unmeasured_steps():
+    """Hooked, the probe counts each call under the step it falls in: it needs no step sample, and an
+    unmeasured step of a compiled script costs what a plain one does (README, "The doctor's own cost")."""
+    session = RunSession(SessionConfig(warmup=0, steps=10))
+    probe = CompileProbe(session)
+    session.subscribe(probe)
+    probe.hooked = True
+    sample = StepSample(index=1, start=0.0, end=1.0, warmup=False, sampled=False)
+    session._poll(sample, 1.0)
+    assert probe.on_step not in session._pollers and probe.on_step not in session._listeners["on_step"]
 
 
 def test_compiling_inside_a_window_is_not_charged_to_its_budget():
