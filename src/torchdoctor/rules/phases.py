@@ -36,6 +36,7 @@ class PhaseCost:
     occurrences: int
     site: PhaseStats  # the costliest call site
     compiling_s: float = 0.0  # torch.compile compiling inside its occurrences, left out of seconds_each
+    sampler_s: float = 0.0  # what the doctor's op sampler added to the first evaluation, left out too
 
 
 def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
@@ -52,13 +53,14 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
             return None
         return _cost_from_window(record, facts, kind, step_s)
     by_position: dict[int, float] = {}
-    compiling = 0.0
+    compiling = sampler = 0.0
     first_t = min((occ.t for site in sites for occ in site.occurrences), default=None)
     for site in sites:
         for occ in site.occurrences:
             inside = compiling_within(record, occ.t, occ.seconds)
             compiling += inside
             sampled = eval_sampler_excess(record) if kind == "eval" and occ.t == first_t else 0.0
+            sampler += min(sampled, max(0.0, occ.seconds - inside))
             own = max(0.0, occ.seconds - inside - sampled)
             by_position[occ.after_step] = by_position.get(occ.after_step, 0.0) + own
     positions = sorted(by_position)
@@ -66,10 +68,10 @@ def phase_cost(record: RunRecord, facts: RunFacts, kind: str,
     recurs = _period(record, positions)
     site = max(sites, key=lambda p: p.total_s)
     if recurs is None:  # seen once: how often it recurs is not measured (see OneOff)
-        return PhaseCost(seconds_each, 0.0, "seen once", 0.0, len(positions), site, compiling)
+        return PhaseCost(seconds_each, 0.0, "seen once", 0.0, len(positions), site, compiling, sampler)
     period, basis = recurs
     share = seconds_each / (period * step_s + seconds_each)
-    return PhaseCost(seconds_each, period, basis, share, len(positions), site, compiling)
+    return PhaseCost(seconds_each, period, basis, share, len(positions), site, compiling, sampler)
 
 
 def compiling_within(record: RunRecord, start: float, seconds: float) -> float:
@@ -99,12 +101,17 @@ def eval_sampler_excess(record: RunRecord) -> float:
     return evaluation.active_s * (1 - 1 / training.step_ratio)
 
 
-def compile_note(cost: "PhaseCost") -> str:
-    """Said where a phase's time had compiling in it, which its figures leave out."""
-    if cost.compiling_s < 0.001:
-        return ""
-    return (f" torch.compile compiled inside it for {cost.compiling_s:.1f} s in all (a new graph's one-time cost, "
-            "in the wall-time table): left out of these figures.")
+def left_out_note(cost: "PhaseCost") -> str:
+    """Said where a phase's time had in it what its figures leave out: compiling, the doctor's sampling."""
+    note = ""
+    if cost.compiling_s >= 0.001:
+        note += (f" torch.compile compiled inside it for {cost.compiling_s:.1f} s in all (a new graph's one-time "
+                 "cost, in the wall-time table): left out of these figures.")
+    if cost.sampler_s >= 0.0005:
+        note += (f" The doctor sampled the first evaluation's ops, which slowed it by an estimated "
+                 f"{ms(cost.sampler_s):,.1f} ms (its sampled time there, at the slowdown the op sampler measured on "
+                 "training steps): left out of these figures.")
+    return note
 
 
 def _cost_from_window(record: RunRecord, facts: RunFacts, kind: str, step_s: float) -> PhaseCost | None:
@@ -164,10 +171,11 @@ def seen_once(rule: Rule, record: RunRecord, facts: RunFacts, cost: PhaseCost, w
         message=(f"The {what} {when} took {ms(cost.seconds_each):,.0f} ms, against "
                  f"{ms(step_s):.1f} ms per training step. It ran once in this bounded run, so how often it "
                  f"recurs was not measured: every K steps it costs {ms(cost.seconds_each):,.0f} / "
-                 f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time.{compile_note(cost)}"),
+                 f"(K x {ms(step_s):.1f} + {ms(cost.seconds_each):,.0f}) ms of the wall time.{left_out_note(cost)}"),
         location=cost.site.location,
         evidence={"seconds_each": round(cost.seconds_each, 4), "training_steps_worth": round(steps_worth, 1),
-                  "after_step": after, "occurrences": 1, "step_ms": ms(step_s)},
+                  "after_step": after, "occurrences": 1, "step_ms": ms(step_s),
+                  "compiling_s_left_out": round(cost.compiling_s, 3), "doctor_sampling_s_left_out": round(cost.sampler_s, 4)},
         speedup=None,
         basis="not estimated: seen once, so its period is not measured (a longer run, or `torchdoctor run "
               "--steps` past the next one, measures it)",
@@ -200,7 +208,7 @@ class _IntervalPhaseRule(Rule):
                 message=(
                     f"Each {self.what.lower()} took {ms(cost.seconds_each):.0f} ms ({cost.occurrences} seen, "
                     f"{cost.period_basis}), against {ms(cost.seconds_each / cost.share - cost.seconds_each):.0f} ms of "
-                    f"training in between.{compile_note(cost)}"
+                    f"training in between.{left_out_note(cost)}"
                 ),
                 location=site.location,
                 evidence={
@@ -209,6 +217,7 @@ class _IntervalPhaseRule(Rule):
                     "period_steps": round(cost.period_steps, 1),
                     "occurrences": cost.occurrences,
                     "compiling_s_left_out": round(cost.compiling_s, 3),
+                    "doctor_sampling_s_left_out": round(cost.sampler_s, 4),
                     "calls_at_line": site.calls,
                     "inner_location": (f"{site.inner_location.path}:{site.inner_location.line}"
                                        if site.inner_location else None),

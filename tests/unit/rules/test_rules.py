@@ -286,6 +286,7 @@ def test_the_op_samplers_time_in_the_first_evaluation_is_not_the_evaluations():
                                          ProbeCost("eval_sampler", "op sampler (evaluation)", active_s=0.025)])
     (f,) = run(FrequentEval, rec)  # 0.026 - 0.025 * (1 - 1/2.5) = 0.011 s: 55 steps' worth
     assert f.severity.value == "low" and abs(f.evidence["seconds_each"] - 0.011) < 1e-6
+    assert f.evidence["doctor_sampling_s_left_out"] == 0.015 and "slowed it by an estimated 15.0 ms" in f.message
 
 
 def test_an_evaluation_seen_once_is_said_in_training_steps_without_a_share():
