@@ -1,6 +1,7 @@
 """A follower (run/follow/follower.py) driven by hand: a session that only keeps time and takes
 the follower's requests, the line sampler's counters, steps made one by one."""
 
+import threading
 from types import SimpleNamespace
 
 from torchdoctor.model.record import StepSample
@@ -12,6 +13,8 @@ class FakeSession:
         self.now = 0.0
         self.t0 = 0.0
         self.steps = []
+        self.steps_lock = threading.Lock()
+        self.last_batch_at = None
         self.baseline_s = None
         self.stop_reason = None
         self.stop_signal = None
@@ -20,6 +23,9 @@ class FakeSession:
 
     def clock(self):
         return self.now
+
+    def steps_after(self, index):
+        return [s for s in self.steps if s.index > index]
 
     def plan_window(self, name, first, count):
         self.planned.append((name, first, count))
@@ -48,4 +54,4 @@ def step(session, follower, seconds, probes=(), wait=0.0):
     sample = StepSample(index=index, start=start, end=session.now, warmup=index <= 3, sampled=bool(probes),
                         samples=32, data_wait_s=wait, probes=list(probes))
     session.steps.append(sample)
-    follower.on_step(sample)
+    follower.on_step(sample)  # as the session polls it (now and then; here every step)

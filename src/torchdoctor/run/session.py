@@ -151,7 +151,10 @@ class RunSession:
         # a few µs a step on a busy machine (README, "The doctor's own cost").
         self._samples: list[StepSample] = []
         self._rows: list[tuple] = []  # the training thread appends here, without a lock
-        self._building = threading.Lock()  # readers on other threads (a rank's heartbeat reads the last step)
+        # held to build the rows and by readers on other threads (a rank's heartbeat reads the last step, a
+        # followed run's thread the new ones), and by whoever drops old steps (run --follow)
+        self.steps_lock = threading.Lock()
+        self.last_batch_at: float | None = None  # clock() when the last batch left a DataLoader (a stall check's)
         self.step_count = 0  # len(self.steps), without a build: steps closed so far
         # True while the open step may take the hooks' lean paths: no window open nor opening in it, no
         # costly probe ran in it, no evaluation open, no stop asked, no listener of every batch. Set when
@@ -221,13 +224,26 @@ class RunSession:
         self._samples = samples
 
     def _build_rows(self) -> None:
-        with self._building:
+        with self.steps_lock:
             rows = self._rows
             taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
             self._samples.extend([StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape,
                                              doc, [], [])
                                   for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
             del rows[:len(taken)]
+
+    def steps_after(self, index: int) -> list[StepSample]:
+        """The steps closed after step `index`, in order: another thread's read (a followed run's, which
+        takes the steps from here rather than from an on_step listener, so unmeasured steps stay lean)."""
+        samples = self.steps
+        newer = []
+        with self.steps_lock:  # against a trim of old steps on the training thread
+            for sample in reversed(samples):
+                if sample.index <= index:
+                    break
+                newer.append(sample)
+        newer.reverse()
+        return newer
 
     # ---- events -------------------------------------------------------------------
     def subscribe(self, listener: object) -> None:

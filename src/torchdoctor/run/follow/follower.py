@@ -14,13 +14,15 @@ end (its limits still hold), and all along
 - a stall (no step for the stall limit) is stopped, and on an exception, a signal or a stall the
   black box (run/follow/blackbox.py) keeps every thread's stack and the last steps.
 
-On the training thread it costs one tuple appended to a deque per step; everything else runs in
-its own thread ("torchdoctor-follow"), which wakes every TICK_S.
+On the training thread it costs nothing per step: the follower is no step listener (a listener makes
+every step build its sample and leave the hooks' lean path, README "The doctor's own cost"). Its own
+thread ("torchdoctor-follow") wakes every TICK_S and takes the steps closed since its last look from
+the session (`steps_after`), and the time of the last batch from `session.last_batch_at`; the session
+polls `on_step` now and then on the training thread, which only drops the middle of a long job's steps.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import resource
@@ -75,7 +77,9 @@ class FollowOptions:
 
 
 class Follower:
-    """A session listener (on_step, on_failure, on_stop); started and stopped by ProbedRun."""
+    """A session listener (on_failure, on_stop, and on_step polled); started and stopped by ProbedRun."""
+
+    polls_steps = True  # on_step only trims: the steps themselves are read from the follower's thread
 
     def __init__(self, session, probes, run_dir: Path, options: FollowOptions,
                  live_record: Callable[[], Any] | None = None) -> None:
@@ -88,7 +92,8 @@ class Follower:
         self.main_ident = threading.get_ident()
         if not session.steps and type(session.steps) is list:
             session.steps = KeptSteps()  # len() counts every step; the middle of a long job is dropped
-        self._incoming: collections.deque = collections.deque()
+        self._drained = 0  # the last step taken from the session
+        self._trimmed_at = 0  # the step at the last trim
         self._lock = threading.RLock()  # the follower's state: its thread vs a black box on the training thread
         self._wake = threading.Event()
         self._done = False
@@ -106,7 +111,6 @@ class Follower:
         self._mem_reported = False
         self._last_step_t: float | None = None
         self._first_measured_t: float | None = None  # when the first step after the warm-up ended
-        self._last_batch_t: float | None = None  # session clock (not since t0) of the last batch
         self._longest_gap = 0.0
         self._last_flush = 0.0
         self._exported_step = 0
@@ -128,9 +132,8 @@ class Follower:
 
     # ---- the training thread -----------------------------------------------------------
     def on_step(self, s) -> None:
-        self._incoming.append((s.index, s.start, s.end, s.data_wait_s, s.backward_s + s.optimizer_s + s.zero_grad_s,
-                               s.samples, s.sampled or bool(s.probes), s.warmup, tuple(s.probes)))
-        if s.index % TRIM_EVERY == 0:
+        if s.index - self._trimmed_at >= TRIM_EVERY:
+            self._trimmed_at = s.index
             self._trim()
 
     def _trim(self) -> None:
@@ -138,17 +141,14 @@ class Follower:
         durations (the baseline reads the last 64)."""
         steps = self.session.steps
         if isinstance(steps, KeptSteps):
-            steps.trim()
+            with self.session.steps_lock:  # the follower's thread may be reading the newest
+                steps.trim()
         clean = getattr(self.session, "_clean", None)
         if isinstance(clean, list) and len(clean) > 4 * TRIM_EVERY:
             del clean[:-2 * TRIM_EVERY]
         trim = getattr(self.probes, "trim_steps", None)
         if trim is not None and isinstance(steps, KeptSteps) and steps.dropped:  # DDP's, FSDP's, collectives' per step
             trim(FIRST_STEPS, len(steps) - LAST_STEPS)
-
-    def on_batch(self, in_eval: bool) -> None:
-        """A batch left a DataLoader (an evaluation's too): the script is not stuck."""
-        self._last_batch_t = self.session.clock()
 
     def on_failure(self, exc: BaseException) -> None:
         self.black_box("exception", f"{type(exc).__name__}: {exc}".strip()[:500], exc=exc)
@@ -265,18 +265,19 @@ class Follower:
             self._call(self.options.panel, "update", self)
 
     def _drain(self) -> list[TimelinePoint]:
-        """The steps the training thread queued, as timeline points."""
-        incoming, new = self._incoming, []
+        """The steps closed since the last look, as timeline points."""
+        new = []
         mem = self._mark
         util, power, gpu_mem = self._gpu
-        while incoming:
-            index, start, end, wait, compute, samples, sampled, warmup, probes = incoming.popleft()
-            point = TimelinePoint(step=index, t=end, step_s=max(0.0, end - start), data_wait_s=wait,
-                                  compute_s=compute, samples=samples, mem_bytes=mem, cpu_wait=self._cpu_wait,
-                                  gpu_util=util, gpu_power_w=power, gpu_mem_bytes=gpu_mem, sampled=sampled,
-                                  warmup=warmup)
+        for s in self.session.steps_after(self._drained):
+            end, warmup = s.end, s.warmup
+            point = TimelinePoint(step=s.index, t=end, step_s=max(0.0, end - s.start), data_wait_s=s.data_wait_s,
+                                  compute_s=s.backward_s + s.optimizer_s + s.zero_grad_s, samples=s.samples,
+                                  mem_bytes=mem, cpu_wait=self._cpu_wait, gpu_util=util, gpu_power_w=power,
+                                  gpu_mem_bytes=gpu_mem, sampled=s.sampled or bool(s.probes), warmup=warmup)
             new.append(point)
-            self._window_step(point, probes)
+            self._drained = s.index
+            self._window_step(point, tuple(s.probes))
             if not warmup and self._first_measured_t is None:
                 self._first_measured_t = end
             if self._last_step_t is not None and not warmup:
@@ -589,8 +590,9 @@ class Follower:
         if limit is None:
             return
         last = self._last_step_t
-        if self._last_batch_t is not None:
-            last = max(last, self._last_batch_t - self.session.t0)
+        batch_at = getattr(self.session, "last_batch_at", None)  # a batch (an evaluation's too): not stuck
+        if batch_at is not None:
+            last = max(last, batch_at - self.session.t0)
         quiet = now - last
         if quiet < limit:
             return

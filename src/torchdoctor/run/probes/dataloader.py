@@ -222,6 +222,7 @@ class DataLoaderProbe:
                     ledger = session.ledger
                     ledger.seconds["data_wait"] += seconds
                     stats.wait_total_s += seconds
+                    session.last_batch_at = ended
                 stats.batches += 1
                 kind = type(batch)
                 if (kind is list or kind is tuple) and batch and type(batch[0]) is _Tensor and (shape := batch[0].shape):
@@ -260,6 +261,7 @@ class DataLoaderProbe:
             finally:
                 ended = clock()
                 session.loading_depth -= 1
+                session.last_batch_at = ended
                 seconds = ended - started
                 in_eval = session.eval_started is not None
                 if not in_eval:  # inside an evaluation its loading is evaluation's time

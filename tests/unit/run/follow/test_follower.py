@@ -118,7 +118,7 @@ def test_batches_of_an_evaluation_are_not_a_stall(tmp_path):
     follower.tick()
     for _ in range(5):  # a long evaluation: no step for 5 s, but its batches keep coming
         session.now += 1.0
-        follower.on_batch(True)
+        session.last_batch_at = session.now  # the DataLoader probe's mark: a batch left the loader
         follower.tick()
     assert session.stop_reason is None and follower.record.blackbox is None
     session.now += 2.5
@@ -177,3 +177,25 @@ def test_the_panels_top_findings_are_asked_at_each_live_record_write(tmp_path):
     broken_session.now = 1.0
     broken.tick()
     assert broken.top_findings == [] and any("top findings: ZeroDivisionError" in e for e in broken.errors)
+
+
+def test_a_followed_run_leaves_unmeasured_steps_lean_and_reads_them_from_its_thread(tmp_path):
+    """A step listener made every step of a followed run build its sample and take the hooks' full paths
+    (110 µs a step of the doctor's own time in benchmarks/results/follow_cost.json); the follower reads the
+    steps from its own thread instead."""
+    from torchdoctor.run.session import RunSession, SessionConfig
+
+    now = [0.0]
+    session = RunSession(SessionConfig(warmup=1, steps=10_000), clock=lambda: now[0])
+    follower = Follower(session, SimpleNamespace(lines=Lines()), tmp_path, FollowOptions(every_s=100.0))
+    session.subscribe(follower)
+    for _ in range(200):
+        now[0] += 0.01
+        session.on_optimizer_step()
+    assert session.lean and session._rows  # unmeasured steps kept as rows: no sample built, nobody notified
+    follower.tick()
+    assert [p.step for p in follower.timeline.points] == list(range(1, 201))
+    now[0] += 0.01
+    session.on_optimizer_step()
+    follower.tick()
+    assert follower.timeline.points[-1].step == 201 and follower.record.steps == 201
