@@ -1,5 +1,6 @@
 """What a loop does with the batches it draws: the names that hold them (its targets, what
-`next(it)` gives in it, and what the function derives from those), and the `.to(device)` /
+`next(it)` gives in it or a function of the file that returns a batch (`batch =
+loader.next()`, `flow.py`), and what the function derives from those), and the `.to(device)` /
 `.cuda()` calls that move them, in the loop or one call down into a function of the file.
 
 Built once per file (`facts.batches`) and memoized per loop and per set of names, so asking
@@ -35,7 +36,7 @@ class Batches:
         self._scope_next_names: dict[int, set[str]] = {}
         self._sorted_calls: dict[int, tuple[list, list]] = {}
         self._sorted_bindings: dict[int, tuple[list, list]] = {}
-        self._transfers: dict[int, list[tuple[ast.Call, Scope]]] = {}
+        self._transfers: dict[tuple, list[tuple[ast.Call, Scope]]] = {}
         self._callee_moves: dict[tuple[int, frozenset], list[ast.Call]] = {}
         self._goes_to_cuda: dict[tuple[int, str], bool] = {}  # (id(scope), device name) → `.to(name)` may go to CUDA
 
@@ -47,7 +48,7 @@ class Batches:
         names: set[str] = set()
         for target in loop_targets(loop):
             names |= names_in(target)
-        for call in self.context.drawing_loops.get(id(loop), ()):
+        for call in (*self.context.drawing_loops.get(id(loop), ()), *self.facts.loaders.draws.get(id(loop), ())):
             names |= self._next_targets.get(id(call), set())
         if not names:  # `x, y = next(it)` before a `while True:` that uses them
             names = set(self._scope_next_names.get(id(loop.scope), set()))
@@ -98,21 +99,25 @@ class Batches:
         if self._next_indexed:
             return
         self._next_indexed = True
+        drawing = {id(c) for calls in self.facts.loaders.draws.values() for c in calls}
         for scope in self.facts.model.scopes:
             for target, value, how in scope.assigns:
-                if type(value) is ast.Call and how == "=" and getattr(value.func, "id", "") == "next":
+                if type(value) is ast.Call and (how == "=" and getattr(value.func, "id", "") == "next"
+                                                or how in ("=", "for") and id(value) in drawing):
                     bound = names_in(target)
                     self._next_targets.setdefault(id(value), set()).update(bound)
                     self._scope_next_names.setdefault(id(scope), set()).update(bound)
 
     # -- transfers -------------------------------------------------------------------------
-    def transfers(self, loop: Block) -> list[tuple[ast.Call, Scope]]:
-        """`.to(device)` / `.cuda()` calls moving this loop's batches, in the loop or one call down."""
-        found = self._transfers.get(id(loop))
+    def transfers(self, loop: Block, draws: list[ast.Call] | None = None) -> list[tuple[ast.Call, Scope]]:
+        """`.to(device)` / `.cuda()` calls moving this loop's batches, in the loop or one call down;
+        given `draws`, only the batches those calls return (`batch = loader.next()`)."""
+        key = (id(loop), *(id(c) for c in draws or ()))
+        found = self._transfers.get(key)
         if found is not None:
             return found
         found = []
-        names = self.names(loop)
+        names = self.names(loop) if not draws else self._drawn_names(loop, draws)
         for call, block in self.calls_inside(loop):
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr in _MOVES:
@@ -123,8 +128,14 @@ class Batches:
             received = _params_with(call, callee, names) if callee is not None else set()
             if received:
                 found += [(c, callee) for c in self._moves_in(callee, received)]
-        self._transfers[id(loop)] = found
+        self._transfers[key] = found
         return found
+
+    def _drawn_names(self, loop: Block, draws: list[ast.Call]) -> set[str]:
+        """The names bound to what the calls return, or to each of its items (`for t in loader.next()`)."""
+        self._index_next_calls()
+        names = set().union(*(self._next_targets.get(id(c), set()) for c in draws))
+        return set(self.derived(names, loop.scope, loop))
 
     def _moves_in(self, callee: Scope, received: set[str]) -> list[ast.Call]:
         key = (id(callee), frozenset(received))

@@ -97,3 +97,26 @@ def argument_for(call: ast.Call, function: Scope, name: str) -> ast.expr | None:
     if index < 0 or any(isinstance(a, ast.Starred) for a in positional[:index + 1]):
         return None
     return positional[index] if index < len(positional) else None
+
+
+def forwarded_keywords(call: ast.Call, function: Scope,
+                       sites: list[tuple[ast.Call, Block]]) -> tuple[dict[str, ast.expr], Block] | None:
+    """`DataLoader(dataset, **kwargs)` inside `def __init__(self, dataset, **kwargs)`: the keywords
+    that the function's one call site passes into its `**kwargs`, and the block that call is in
+    (where those expressions are evaluated). None when `call` passes on no `**` parameter of its
+    function untouched (read, changed or rebound elsewhere in it), or when the function is called
+    from several places or with a `**mapping` of the caller's: the keywords are then not fixed."""
+    node = function.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.args.kwarg is None or len(sites) != 1:
+        return None
+    kwarg = node.args.kwarg.arg
+    splats = [k.value for k in call.keywords if k.arg is None]
+    if len(splats) != 1 or not isinstance(splats[0], ast.Name) or splats[0].id != kwarg:
+        return None
+    if any(isinstance(n, ast.Name) and n.id == kwarg for n in ast.walk(node) if n is not splats[0]):
+        return None
+    site, block = sites[0]
+    if any(k.arg is None for k in site.keywords):
+        return None
+    named = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    return {k.arg: k.value for k in site.keywords if k.arg not in named}, block

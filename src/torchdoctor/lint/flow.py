@@ -1,7 +1,12 @@
 """Where a DataLoader goes: the loops that iterate it and whether they run again (an epoch loop
 around them), followed through names, `self` attributes, return values, arguments of the
 file's own functions and constructors, `iter()`/`next()`, and into helpers imported from the
-project that train on it (`train_one_epoch(model, loader, optimizer)`).
+project that train on it (`train_one_epoch(model, loader, optimizer)`). A function of the file
+that returns what `next()` drew from a loader (a wrapper class's `def next(self): return
+next(self.it)`) hands out its batches: a loop that calls it draws from that loader.
+
+A DataLoader built inside a function that passes on its `**kwargs` (a wrapper class's
+`__init__(self, dataset, **kwargs)`) takes the keywords of that function's one call in the file.
 
 The values are pulled from each place a loader could be used back to the `DataLoader(...)` calls
 that can reach it, and every step of that is computed once per file (memoized), so the work
@@ -16,8 +21,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from torchdoctor.lint.bindings import Binding, argument_for, visible_bindings
-from torchdoctor.lint.context import STEP, Region
+from torchdoctor.lint.bindings import Binding, argument_for, forwarded_keywords, visible_bindings
+from torchdoctor.lint.context import STEP, Region, nearest_loop
 from torchdoctor.lint.model import Block, Scope, loop_iter, loop_variables
 from torchdoctor.lint.names import call_tail, dotted, last_name
 
@@ -35,6 +40,9 @@ class LoaderUse:
     region: Region
     repeats: bool  # the loop is itself re-entered (an epoch loop, a caller's loop)
     line: int = 0  # the loop's line, or the helper call's
+    # the calls in the loop that return this loader's batches (`loader.next()`); none: every
+    # batch the loop draws may be the loader's
+    draws: list[ast.Call] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.line and self.loop is not None:
@@ -46,6 +54,15 @@ class Loader:
     call: ast.Call
     block: Block
     uses: list[LoaderUse] = field(default_factory=list)
+    # the keywords its function's caller passes through `**kwargs` to it, and the caller's block
+    forwarded: dict[str, ast.expr] = field(default_factory=dict)
+    forwarded_from: Block | None = None
+
+    def scope_of(self, parameter: str) -> Scope:
+        """Where the expression given for a DataLoader parameter is evaluated."""
+        if self.forwarded_from is not None and parameter in self.forwarded:
+            return self.forwarded_from.scope
+        return self.block.scope
 
     @property
     def feeds_training(self) -> bool:
@@ -64,6 +81,9 @@ class LoaderFlow:
         for call, block in facts.model.calls_named("DataLoader", *aliases):
             if facts.qualify(call.func) == DATALOADER:
                 loader = Loader(call, block)
+                passed = forwarded_keywords(call, block.scope, self.context.call_sites(block.scope))
+                if passed is not None:
+                    loader.forwarded, loader.forwarded_from = passed
                 self.loaders.append(loader)
                 by_call[id(call)] = loader
         self._origins = by_call
@@ -71,6 +91,7 @@ class LoaderFlow:
         self._repeats: dict[tuple[int, int], bool] = {}
         self.loops_iterating: dict[int, frozenset] = {}  # id(loop) → the loaders (ids of calls) it draws from
         self._plain: set[int] | None = None
+        self.draws: dict[int, list[ast.Call]] = {}  # id(loop) → its calls of functions that return a batch
         if self.loaders:
             self._find_uses()
 
@@ -84,6 +105,15 @@ class LoaderFlow:
         for call, block, loop in self.context.next_calls:
             if call.args:
                 self._add(uses, self.sources(call.args[0], block), loop)
+        for function in self.facts.model.scopes:
+            drawn = self._drawn_by(function) if function.kind == "function" else EMPTY
+            for call, block in self.context.callers(function) if drawn else ():
+                loop = nearest_loop(block)
+                if loop is not None:
+                    self.draws.setdefault(id(loop), []).append(call)
+                    # one batch per pass from an iterator the function keeps: the loop does not
+                    # start the loader over (the function does, when the iterator runs out)
+                    self._add(uses, drawn, loop, repeats=False, drawn_by=call)
         for call, block in self.context.steps.epoch_helpers:
             region = Region(STEP, False, f"`{last_name(call.func)}()`, a helper that trains on the loader,")
             for arg in (*call.args, *(k.value for k in call.keywords)):
@@ -94,16 +124,22 @@ class LoaderFlow:
         for loader in self.loaders:
             loader.uses = list(uses[id(loader.call)].values())
 
-    def _add(self, uses: dict, origins: frozenset, loop: Block, picked_by: Block | None = None) -> None:
+    def _add(self, uses: dict, origins: frozenset, loop: Block, picked_by: Block | None = None,
+             repeats: bool | None = None, drawn_by: ast.Call | None = None) -> None:
         if not origins:
             return
         self.loops_iterating[id(loop)] = self.loops_iterating.get(id(loop), EMPTY) | origins
         # `for loader in (train, val): for x in loader:` iterates each loader once per pass of
         # what is around the picking loop, not once per pass of the picking loop
-        repeats = self.repeats(picked_by if picked_by is not None else loop)
+        if repeats is None:
+            repeats = self.repeats(picked_by if picked_by is not None else loop)
         for origin in origins:
-            if id(loop) not in uses[origin]:
-                uses[origin][id(loop)] = LoaderUse(loop, self.context.region(loop), repeats)
+            use = uses[origin].get(id(loop))
+            if use is None:
+                use = uses[origin][id(loop)] = LoaderUse(loop, self.context.region(loop), repeats,
+                                                         draws=[drawn_by] if drawn_by is not None else [])
+            elif drawn_by is not None and use.draws:
+                use.draws.append(drawn_by)
 
     def _picking_loop(self, iterable: ast.expr, loop: Block) -> Block | None:
         """The enclosing loop whose variable `iterable` is: `loader` in `for loader in loaders:`."""
@@ -123,7 +159,7 @@ class LoaderFlow:
         if not origins:
             return False
         if self._plain is None:
-            self._plain = {id(l.call) for l in self.loaders if not _custom_collate(l.call)}
+            self._plain = {id(l.call) for l in self.loaders if not _custom_collate(l)}
         return origins <= self._plain
 
     def repeats(self, loop: Block) -> bool:
@@ -227,6 +263,13 @@ class LoaderFlow:
                 found |= self.sources(returned.elts[index], block, depth + 1)
         return found
 
+    def _drawn_by(self, function: Scope) -> frozenset:
+        """The loaders whose batches `function` returns: `return next(it)`, or a name it bound
+        to `next(it)` (`batch = next(self.it)` in a `try`, again in its `except`)."""
+        return self._memoized(("draws", id(function)), lambda: frozenset().union(
+            *(self.sources(drawn.args[0], block) for returned, at in function.returns_at
+              for drawn, block in _drawn_values(returned, at))))
+
     def _returns(self, function: Scope, depth: int) -> frozenset:
         return self._memoized(("returns", id(function)), lambda: frozenset().union(
             *(self.sources(r, b, depth + 1) for r, b in function.returns_at)))
@@ -258,9 +301,29 @@ class LoaderFlow:
         return found
 
 
-def _custom_collate(call: ast.Call) -> bool:
-    """`collate_fn=` given (by keyword, position 7, or through `**kwargs`)."""
-    return len(call.args) > 6 or any(k.arg in ("collate_fn", None) for k in call.keywords)
+def _drawn_values(returned: ast.expr, block: Block) -> list[tuple[ast.Call, Block]]:
+    """The `next(it)` calls a returned expression holds the value of, with their blocks."""
+    if _is_next(returned):
+        return [(returned, block)]
+    if not isinstance(returned, ast.Name):
+        return []
+    scope, bindings, _ = visible_bindings(returned.id, block, (returned.lineno, returned.col_offset))
+    if scope is not block.scope:
+        return []
+    return [(b.value, b.block) for b in bindings if b.how == "=" and b.index is None and _is_next(b.value)]
+
+
+def _is_next(expr: ast.expr | None) -> bool:
+    return type(expr) is ast.Call and getattr(expr.func, "id", "") == "next" and bool(expr.args)
+
+
+def _custom_collate(loader: Loader) -> bool:
+    """`collate_fn=` given (by keyword, position 7, or through `**kwargs` that may hold it)."""
+    call = loader.call
+    if loader.forwarded_from is not None and "collate_fn" in loader.forwarded:
+        return True
+    splat_unknown = loader.forwarded_from is None
+    return len(call.args) > 6 or any(k.arg == "collate_fn" or k.arg is None and splat_unknown for k in call.keywords)
 
 
 def _aliases(facts) -> list[str]:

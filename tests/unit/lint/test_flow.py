@@ -154,3 +154,75 @@ def test_methods_called_on_an_instance_and_parameters_read_at_their_call_sites(t
             engine.train_epoch()
             torch.cuda.synchronize()
     """, "TD102") == [4]
+
+
+def test_a_method_returning_a_drawn_batch_makes_its_callers_loop_a_use_that_does_not_restart():
+    assert uses("""
+        class Endless:
+            def __init__(self, ds):
+                self.loader = DataLoader(ds, num_workers=2)
+                self.it = iter(self.loader)
+            def draw(self):
+                try:
+                    batch = next(self.it)
+                except StopIteration:
+                    self.it = iter(self.loader)
+                    batch = next(self.it)
+                return batch
+        source = Endless(ds)
+        for epoch in range(3):
+            for step in range(100):
+                x = source.draw()
+    """) == [(5, [(16, False)])]
+
+
+def test_a_function_returning_something_other_than_a_batch_makes_no_use():
+    assert uses("""
+        class Holder:
+            def __init__(self, ds):
+                self.loader = DataLoader(ds)
+                self.it = iter(self.loader)
+            def size(self):
+                return len(self.loader)
+        holder = Holder(ds)
+        for step in range(10):
+            n = holder.size()
+    """) == [(5, [])]
+
+
+def _forwarded(source: str) -> dict[str, str] | None:
+    source = HEAD + textwrap.dedent(source).lstrip("\n")
+    loader = Facts(ast.parse(source), source).loaders.loaders[0]
+    if loader.forwarded_from is None:
+        return None
+    return {name: ast.unparse(expr) for name, expr in loader.forwarded.items()}
+
+
+def test_keywords_passed_through_kwargs_by_the_one_caller_are_the_loaders():
+    assert _forwarded("""
+        class Wrapped:
+            def __init__(self, ds, shuffle=True, **kwargs):
+                self.loader = DataLoader(ds, shuffle=shuffle, **kwargs)
+        Wrapped(ds, shuffle=False, pin_memory=flag, num_workers=2)
+    """) == {"pin_memory": "flag", "num_workers": "2"}
+
+
+def test_kwargs_are_not_resolved_with_two_callers_a_callers_splat_or_a_changed_kwargs():
+    two_callers = """
+        def make(ds, **kwargs):
+            return DataLoader(ds, **kwargs)
+        make(a, pin_memory=True)
+        make(b)
+    """
+    splat = """
+        def make(ds, **kwargs):
+            return DataLoader(ds, **kwargs)
+        make(a, **options)
+    """
+    changed = """
+        def make(ds, **kwargs):
+            kwargs.pop("pin_memory", None)
+            return DataLoader(ds, **kwargs)
+        make(a, pin_memory=True)
+    """
+    assert [_forwarded(s) for s in (two_callers, splat, changed)] == [None, None, None]

@@ -2,8 +2,9 @@
 pageable-transfer, TD104 blocking-transfer.
 
 Each starts from a `DataLoader(...)` call of torch's (whatever the import alias), reads its
-arguments by keyword or position, and follows the loader to the loops that iterate it
-(`flow.py`). A loader no loop can be traced to is reported only where the finding does not
+arguments by keyword or position (or, through `**kwargs`, from the call of the function or
+wrapper class that builds it), and follows the loader to the loops that iterate it or draw
+from it (`flow.py`). A loader no loop can be traced to is reported only where the finding does not
 depend on its use; an argument whose value the file does not fix gives an `info` finding.
 """
 
@@ -34,25 +35,24 @@ DATALOADER_PARAMS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampl
 class _LoaderCheck(Check):
     def run(self, facts: Facts) -> Iterator[Hit]:
         for loader in facts.loaders.loaders:
-            yield from self.check(loader, bind(loader.call, DATALOADER_PARAMS), facts)
+            yield from self.check(loader, _arguments(loader), facts)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
         raise NotImplementedError
 
     @staticmethod
-    def argument(args: Bound, name: str, default, facts: Facts, scope: Scope):
+    def argument(loader: Loader, args: Bound, name: str, default, facts: Facts):
         expr = args.get(name)
         if expr is None:
             return Unknown("may be passed through **kwargs") if args.splat else default
-        return facts.values.evaluate(expr, scope)
+        return facts.values.evaluate(expr, loader.scope_of(name))
 
 
 class SyncLoading(_LoaderCheck):
     codes = ("TD105",)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
-        scope = loader.block.scope
-        workers = self.argument(args, "num_workers", 0, facts, scope)
+        workers = self.argument(loader, args, "num_workers", 0, facts)
         training = loader.feeds_training
         if not training and loader.uses:
             return  # only evaluation loops read it: not the training loop's stall
@@ -65,7 +65,7 @@ class SyncLoading(_LoaderCheck):
             return
         if workers is POSITIVE or workers != 0:
             return
-        dataset, kind = _dataset(args.get("dataset"), facts, scope)
+        dataset, kind = _dataset(args.get("dataset"), facts, loader.scope_of("dataset"))
         if kind in ("in-memory", "tiny"):
             return  # indexing in-memory tensors is cheaper than shipping them from worker processes
         spelled = "num_workers=0" if args.get("num_workers") is not None else "no num_workers (default 0)"
@@ -84,14 +84,13 @@ class WorkerRespawn(_LoaderCheck):
     codes = ("TD102",)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
-        scope = loader.block.scope
         repeated = [u for u in loader.uses if u.repeats]
         if not repeated:
             return
-        persistent = self.argument(args, "persistent_workers", False, facts, scope)
+        persistent = self.argument(loader, args, "persistent_workers", False, facts)
         if isinstance(persistent, Unknown) or truthy(persistent):
             return
-        workers = self.argument(args, "num_workers", 0, facts, scope)
+        workers = self.argument(loader, args, "num_workers", 0, facts)
         use = min(repeated, key=lambda u: u.region.rank())
         training = use.region.kind == "step"
         if isinstance(workers, Unknown):
@@ -116,13 +115,12 @@ class PageableTransfer(_LoaderCheck):
     codes = ("TD103",)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
-        scope = loader.block.scope
         transfers = [(use, call) for use in loader.uses if not _few_batches(use, facts)
                      for call, _ in _transfers(use, facts)]
-        if not transfers or _dataset(args.get("dataset"), facts, scope)[1] == "tiny":
+        if not transfers or _dataset(args.get("dataset"), facts, loader.scope_of("dataset"))[1] == "tiny":
             return
         use, call = min(transfers, key=lambda t: (t[0].region.rank(), t[1].lineno, t[1].col_offset))
-        pinned = self.argument(args, "pin_memory", False, facts, scope)
+        pinned = self.argument(loader, args, "pin_memory", False, facts)
         training = use.region.kind == "step"
         if isinstance(pinned, Unknown):
             if training:
@@ -144,10 +142,10 @@ class BlockingTransfer(_LoaderCheck):
     codes = ("TD104",)
 
     def check(self, loader: Loader, args: Bound, facts: Facts) -> Iterator[Hit]:
-        pinned = self.argument(args, "pin_memory", False, facts, loader.block.scope)
+        pinned = self.argument(loader, args, "pin_memory", False, facts)
         if isinstance(pinned, Unknown) or not truthy(pinned):
             return  # non_blocking only helps from pinned memory; TD103 covers the rest
-        if _dataset(args.get("dataset"), facts, loader.block.scope)[1] == "tiny":
+        if _dataset(args.get("dataset"), facts, loader.scope_of("dataset"))[1] == "tiny":
             return  # a copy of a few numbers takes no time to wait for
         seen = set()
         for use in sorted(loader.uses, key=lambda u: u.region.rank()):
@@ -157,6 +155,8 @@ class BlockingTransfer(_LoaderCheck):
                     continue
                 seen.add(id(call))
                 when = " (pinned when on CUDA)" if pinned is WHEN_CUDA else ""
+                if "pin_memory" in loader.forwarded:  # the wrapper's caller asked for pinned memory
+                    when += f" (pin_memory passed at line {loader.forwarded['pin_memory'].lineno})"
                 yield Hit("TD104", call, f"`{short_source(call, 32)}` blocks on a pinned batch",
                           f"`{short_source(call)}` copies a batch from the pinned DataLoader at line "
                           f"{loader.call.lineno}{when} without non_blocking=True: the host waits for each copy "
@@ -164,6 +164,18 @@ class BlockingTransfer(_LoaderCheck):
                           Severity.MEDIUM if use.region.kind == "step" else Severity.LOW,
                           {"loader_line": loader.call.lineno},
                           fix=None if _whole_batch(call, use) else _non_blocking_fix(*argument))
+
+
+def _arguments(loader: Loader) -> Bound:
+    """The DataLoader's arguments, with those its builder's caller passes through `**kwargs`
+    (never edited by --fix: the keyword belongs at that call)."""
+    args = bind(loader.call, DATALOADER_PARAMS)
+    if loader.forwarded_from is not None:
+        for name, expr in loader.forwarded.items():
+            args.args.setdefault(name, expr)
+            args.unpacked.add(name)
+        args.splat = any(isinstance(a, ast.Starred) for a in loader.call.args)  # `**kwargs` is resolved
+    return args
 
 
 def _few_batches(use: LoaderUse, facts: Facts) -> bool:
@@ -181,7 +193,7 @@ def _iterated_at(use: LoaderUse) -> str:
 
 def _transfers(use: LoaderUse, facts: Facts) -> list[tuple[ast.Call, Scope]]:
     """The batch copies of a use: none when an imported helper iterates the loader."""
-    return facts.batches.transfers(use.loop) if use.loop is not None else []
+    return facts.batches.transfers(use.loop, use.draws) if use.loop is not None else []
 
 
 def _whole_batch(call: ast.Call, use: LoaderUse) -> bool:

@@ -1,5 +1,8 @@
 """TD204 explicit-sync: `torch.cuda.synchronize()` / `empty_cache()` on every pass of a loop
-that matters, and CUDA_LAUNCH_BLOCKING=1 set in code.
+that matters, and CUDA_LAUNCH_BLOCKING=1 set in code. A name the file binds to one of those
+functions counts as the function: `sync = torch.cuda.synchronize`, or `synchronize =
+torch.cuda.synchronize if device_type == "cuda" else lambda: None` (the function under that
+condition).
 
 A loop that only times the model (no batches drawn, no loss) must wait for the GPU before it
 reads the clock: that is a benchmark, not a habit. A loop that takes batches or computes a loss
@@ -9,6 +12,7 @@ is never one, whatever clock its meters read.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Iterator
 
 from torchdoctor.model.findings import Severity
@@ -34,8 +38,11 @@ class ExplicitSync(Check):
 
     def run(self, facts: Facts) -> Iterator[Hit]:
         loop_facts = None
-        for call, block in facts.model.calls_named("synchronize", "empty_cache"):
-            name = self._qualified(call, facts)
+        aliases = _SyncAliases(facts)
+        for call, block in aliases.calls():
+            name, alias = self._qualified(call, facts), aliases.resolve(call, block)
+            if alias is not None:
+                name = alias.function
             if name not in _SYNC_CALLS:
                 continue
             region = facts.context.region(block)
@@ -52,9 +59,17 @@ class ExplicitSync(Check):
             else:
                 continue
             short = name.replace(".current_stream.", ".current_stream().")
-            yield Hit("TD204", call, f"`{short}()` in a loop",
-                      f"`{short}()` inside {where} {_SYNC_CALLS[name]} on every iteration; the GPU "
-                      f"runs dry while the host waits", severity, {"call": short, "where": where})
+            evidence = {"call": short, "where": where}
+            if alias is None:
+                yield Hit("TD204", call, f"`{short}()` in a loop",
+                          f"`{short}()` inside {where} {_SYNC_CALLS[name]} on every iteration; the GPU "
+                          f"runs dry while the host waits", severity, evidence)
+                continue
+            evidence.update(alias=call.func.id, when=alias.when)
+            yield Hit("TD204", call, f"`{call.func.id}()`, which is `{short}`, in a loop",
+                      f"`{call.func.id}()` inside {where} is `{short}()`{alias.words()}: it "
+                      f"{_SYNC_CALLS[name]} on every iteration; the GPU runs dry while the host waits",
+                      severity, evidence)
         yield from self._launch_blocking(facts)
 
     @staticmethod
@@ -78,6 +93,64 @@ class ExplicitSync(Check):
                           "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch wait until the kernel "
                           "finishes: the host and GPU never overlap. It is a debugging switch; remove it",
                           Severity.HIGH, {"variable": _LAUNCH_BLOCKING, "value": str(result)})
+
+
+@dataclass(frozen=True)
+class _Alias:
+    function: str  # the sync function the name holds
+    when: str | None  # the condition under which it holds it (None: always)
+
+    def words(self) -> str:
+        if not self.when:
+            return ""
+        return f" when `{self.when}`{' (on CUDA)' if 'cuda' in self.when.lower() else ''}"
+
+
+class _SyncAliases:
+    """Names the file binds to a sync function, plainly or as one branch of a conditional
+    expression (the other branch is typically a no-op for the CPU). A call of such a name is
+    taken for the function only where the name has that one assignment in sight."""
+
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self._held: dict[int, _Alias] = {}  # id(assigned expression) → what it makes the name hold
+        self._names: set[str] = set()
+        for scope in facts.model.scopes:
+            for target, value, how in scope.assigns:
+                alias = self._alias(value) if how == "=" and isinstance(target, ast.Name) else None
+                if alias is not None:
+                    self._held[id(value)] = alias
+                    self._names.add(target.id)
+
+    def calls(self) -> Iterator[tuple[ast.Call, Block]]:
+        """The calls of the sync functions' own names and of their aliases, each once."""
+        names = dict.fromkeys(("synchronize", "empty_cache", *sorted(self._names)))
+        return iter(dict.fromkeys(self.facts.model.calls_named(*names)))
+
+    def resolve(self, call: ast.Call, block: Block) -> _Alias | None:
+        if not self._held or not isinstance(call.func, ast.Name) or call.func.id not in self._names:
+            return None
+        found = self.facts.values.definition(call.func.id, block.scope)
+        return self._held.get(id(found[0])) if found is not None and found[0] is not None else None
+
+    def _alias(self, value: ast.expr | None) -> _Alias | None:
+        if isinstance(value, ast.IfExp):
+            for branch, when in ((value.body, value.test), (value.orelse, None)):
+                if self._function(branch) in _SYNC_CALLS:
+                    return _Alias(self._function(branch), ast.unparse(when) if when else _negated(value.test))
+            return None
+        function = self._function(value)
+        return _Alias(function, None) if function in _SYNC_CALLS else None
+
+    def _function(self, expr: ast.expr | None) -> str | None:
+        return self.facts.qualify(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+
+
+def _negated(test: ast.expr) -> str:
+    """The condition under which the `else` branch is taken, in the words of the file."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.unparse(test.operand)
+    return f"not ({ast.unparse(test)})"
 
 
 class _LoopFacts:
