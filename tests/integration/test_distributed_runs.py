@@ -221,11 +221,11 @@ def test_ranks_sharing_cores_get_a_scaling_verdict_from_a_measured_one_rank_run(
 
 
 def test_a_long_ddp_run_reports_without_error(tmp_path):
-    """1,500 measured steps: the straggler test's binomial sum overflowed a float past ~1,000."""
+    """Past 1,000 measured steps: the straggler test's binomial sum overflowed a float past ~1,000."""
     out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "1500", "--warmup", "1", "--max-seconds", "90",
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "1100", "--warmup", "1", "--max-seconds", "90",
                   "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
-                  extra_env={"STEPS": "1600"})
+                  extra_env={"STEPS": "1150"})
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["summary"]["steps_measured"] >= 1000 and "TD606" in {f["code"] for f in report["findings"]}
