@@ -73,7 +73,7 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
         for finding in later:
             finding.title = f"from step {change.step}: {finding.title}"
             finding.evidence = {**finding.evidence, "from_step": change.step}
-        _name_the_cause(report, change, later, window)
+        _name_the_cause(report, change, later, window, _window_before(follow, change.step))
         _whole_stretch(report, record, change, end)
         report.findings.extend(later)
     for change in (c for c in follow.changes if c.kind == STRAGGLER):
@@ -93,17 +93,74 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
                                f"{record.run.wall_s:.0f} s (step {follow.steps}); `torchdoctor report` again shows more.")
 
 
-def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], window: ProbeWindow | None) -> None:
+def _window_before(follow: FollowRecord, step: int) -> ProbeWindow | None:
+    """The last window with line samples that ended before `step`: the lines' shares before a change."""
+    return next((w for w in reversed(follow.windows) if w.lines and w.last_step < step), None)
+
+
+# A line took a change's added time when its share of the step rose by at least this much of the added
+# time (a line that only slowed with every other line keeps its share: the machine, or more of the same
+# work everywhere), and by more than twice the sampling error of the two windows' shares.
+LINE_EXPLAINS_SHARE = 0.5
+
+
+def line_that_took_it(before: ProbeWindow | None, after: ProbeWindow | None,
+                      change: ChangePoint) -> tuple[LineHits | None, dict] | None:
+    """(the line whose share of the step rose by enough to explain the added step time, or None when
+    none did; the evidence), or None when there is nothing to compare (a window without lines)."""
+    old, new = window_profile(before), window_profile(after)
+    step_before, step_after = change.figures_before.get("step_s"), change.figures_after.get("step_s")
+    if not old.lines or not new.lines or not step_before or not step_after or step_after <= step_before:
+        return None
+    key = lambda h: (str(h.location), str(h.called_from))  # noqa: E731
+    shares = {key(h): old.line_share(h) for h in old.lines}
+    added = step_after - step_before
+    best, gain = None, 0.0
+    for hits in new.lines:
+        rise = new.line_share(hits) - shares.get(key(hits), 0.0)
+        if rise > gain:
+            best, gain = hits, rise
+    top = max(new.lines, key=lambda h: h.seconds)
+    evidence = {"top_line": str(top.location), "top_line_share_before": round(shares.get(key(top), 0.0), 3),
+                "top_line_share_after": round(new.line_share(top), 3), "added_ms": ms(added),
+                "samples_before": old.total_samples, "samples_after": new.total_samples}
+    if best is None:
+        return None, evidence
+    share = new.line_share(best)
+    before_share = shares.get(key(best), 0.0)
+    error = ((share * (1 - share)) / max(1, new.total_samples)
+             + (before_share * (1 - before_share)) / max(1, old.total_samples)) ** 0.5
+    evidence.update(rising_line=str(best.location), rising_line_gain=round(gain, 3),
+                    rising_line_added_ms=ms(gain * step_after))
+    if gain * step_after >= LINE_EXPLAINS_SHARE * added and gain > 2 * error:
+        return best, evidence
+    return None, evidence
+
+
+def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], window: ProbeWindow | None,
+                    before: ProbeWindow | None = None) -> None:
     """The change's own finding gets the cause found right after it: the stretch's top finding
-    with a line, and the line that took most of the window."""
+    with a line, and the line that took most of the window. Neither is a cause when it was there
+    before the change at the same share: when the line samples before and after it show that no line
+    took the added time, the finding says so and names none (a machine that slowed, or more of the same
+    work everywhere), unestimated."""
     code = "TD902" if change.kind == STEP_TIME else "TD903"
     own = next((f for f in report.findings if f.code == code and f.evidence.get("from_step") == change.step), None)
     if own is None:
         return
     ranked = sorted(later, key=Finding.sort_key)
     cause = next((f for f in ranked if f.location is not None), None)
+    rising = None
     if own.evidence.get("busy_machine"):
         cause = None  # the machine's change: a finding of the stretch is not what changed
+    elif code == "TD902" and window is not None:
+        judged = line_that_took_it(before, window, change)
+        if judged is not None:
+            rising, evidence = judged
+            own.evidence = {**own.evidence, "lines_before_and_after": evidence}
+            if rising is None:  # the stretch's findings describe its steps, not what changed in them
+                _no_line_took_it(own, change, window, before, evidence)
+                return
     top = _top_line(window)
     parts = []
     if window is not None:
@@ -112,7 +169,17 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         parts.append(f"found \"{cause.title.removeprefix(f'from step {change.step}: ')}\" ({cause.code}) at "
                      f"{cause.location}")
         own.location = cause.location
-    if top is not None:
+    if rising is not None:  # the line whose share rose by the added time: what the steps started doing
+        where = rising.called_from if rising.library and rising.called_from else rising.location
+        text = f" `{rising.text}`" if rising.text else ""
+        lines = own.evidence["lines_before_and_after"]
+        parts.append(f"the line that took the added time: {rising.location}{text} (its share of the step rose by "
+                     f"{lines['rising_line_gain']:.0%}, {lines['rising_line_added_ms']:.2f} ms a step)")
+        if own.location is None:
+            own.location = where
+    if rising is not None and top is not None:
+        own.evidence = {**own.evidence, "window_top_line": str(top[0].location), "window_top_line_share": round(top[1], 3)}
+    elif top is not None:
         hits, share, loading = top
         where = hits.called_from if hits.library and hits.called_from else hits.location
         text = f" `{hits.text}`" if hits.text else ""
@@ -128,6 +195,32 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         own.message += " Cause: " + "; ".join(parts) + "."
     elif change.window is None:
         own.message += " No probe window could be sampled after it (the run ended, or the cost bound was spent)."
+
+
+def _no_line_took_it(own: Finding, change: ChangePoint, window: ProbeWindow, before: ProbeWindow | None,
+                     evidence: dict) -> None:
+    """A step-time change no line of the script took: said with what was compared, ranked low, no estimate."""
+    parts = []
+    for key, label in (("compute_s", "backward and optimizer"), ("data_wait_s", "data wait")):
+        a, b = change.figures_before.get(key), change.figures_after.get(key)
+        if a and b:
+            parts.append(f"{label} x{b / a:.2f}")
+    step = change.figures_after["step_s"] / change.figures_before["step_s"]
+    alike = f" ({', '.join(parts)}, the step x{step:.2f})" if parts else ""
+    own.message += (
+        f" Cause: none of the script's lines. The window sampled right after it (steps {window.first_step}-"
+        f"{window.last_step}) against the one before (steps {before.first_step}-{before.last_step}) finds the same "
+        f"lines taking the same shares: the top one, {evidence['top_line']}, {evidence['top_line_share_before']:.0%} "
+        f"before and {evidence['top_line_share_after']:.0%} after, and no line's share rose by enough to hold "
+        f"the added {evidence['added_ms']:.2f} ms{alike}. Every part of the step slowed alike: a machine that got "
+        "slower fits (a shared machine's neighbours, thermal or power throttling), or more of the same work in "
+        "every part; nothing the script started doing shows.")
+    own.severity = Severity.LOW
+    own.estimated_speedup = None
+    own.estimate_basis = ("not estimated: no line of the script took the added time (the line samples before "
+                          "and after the change), so no fix of the script is sized")
+    own.location = None
+    own.evidence = {**own.evidence, "no_line_took_it": True}
 
 
 def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:

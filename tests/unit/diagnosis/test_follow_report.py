@@ -124,3 +124,51 @@ def test_the_live_panels_top_findings_are_the_reports_first_ones():
     top = top_findings(rec)
     assert top == ranked[:3] and top[0].startswith("TD902 From step 301, steps became 6.00x slower")
     assert any(t.startswith("TD101 from step 301: ") for t in top)  # the stretch's cause, kept apart
+
+
+FORWARD = Location("train.py", 20, "<module>")
+LOGGING = Location("train.py", 25, "<module>")
+
+
+def _window(reason, first, last, shares, change=None):
+    lines = [WindowLine(location=where, seconds=0.3 * share, samples=int(300 * share)) for where, share in shares]
+    return ProbeWindow(reason=reason, first_step=first, last_step=last, start_t=0.1, end_t=0.4,
+                       probes=["line_sampler"], sampled_s=0.3, samples=300, change=change, lines=lines)
+
+
+def slower(after_shares, step_after=0.0022):
+    """600 steps of 2 ms, then `step_after` from step 301 with no data wait; a line window at the start
+    (the forward 60 %, a logging line 5 %) and one right after the change with `after_shares`."""
+    rec = followed()
+    for s in rec.steps:
+        if s.index >= 301:
+            s.end = s.start + step_after
+        s.data_wait_s = 0.0001
+    change = rec.follow.changes[0]
+    change.after = Level(step_after, 0.0001, 22)
+    change.figures_before = {"step_s": 0.002, "data_wait_s": 0.0001, "compute_s": 0.0008, "cpu_wait": 0.02}
+    change.figures_after = {"step_s": step_after, "data_wait_s": 0.0001, "compute_s": 0.0008 * step_after / 0.002,
+                            "cpu_wait": 0.02}
+    rec.follow.windows = [_window("start", 11, 40, [(FORWARD, 0.6), (LOGGING, 0.05)]),
+                          _window("change", 323, 360, after_shares, change=0)]
+    change.window = 1
+    return rec
+
+
+def test_a_slowdown_no_line_took_is_not_blamed_on_the_busiest_line():
+    """A stationary job on a shared machine slowed 1.08x with every part of the step alike: the finding
+    named the window's busiest line, which had the same share before, as the cause (follow_cost.json)."""
+    report = analyze(slower([(FORWARD, 0.61), (LOGGING, 0.05)]))
+    shift = next(f for f in report.findings if f.code == "TD902")
+    assert shift.location is None and shift.estimated_speedup is None and shift.severity.value == "low"
+    assert shift.evidence["no_line_took_it"] is True
+    assert "Cause: none of the script's lines" in shift.message and "train.py:20, 60% before and 61% after" in shift.message
+    assert "backward and optimizer x1.10" in shift.message
+
+
+def test_a_slowdown_a_line_took_is_placed_at_that_line():
+    report = analyze(slower([(FORWARD, 0.35), (LOGGING, 0.45)], step_after=0.0034))
+    shift = next(f for f in report.findings if f.code == "TD902")
+    assert shift.location == LOGGING and shift.estimated_speedup is not None
+    assert "the line that took the added time: train.py:25" in shift.message
+    assert shift.evidence["lines_before_and_after"]["rising_line"] == "train.py:25"
