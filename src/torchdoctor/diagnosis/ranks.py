@@ -319,7 +319,16 @@ def _settle_status(merged: RunRecord, records: list[RunRecord], outcome, launche
     run = merged.run
     failed = [r for r in records if r.run.status in FAILED or (r.run.status == "exited" and r.run.exit_code)]
     lost = [v for v in merged.ranks if v.status == "lost" and v.exit_code]
-    if failed:
+    killed = _killed_first(lost, failed, outcome)
+    if killed is not None:
+        after = sorted(_identity(r).rank for r in failed)
+        how = killed.error.split("wrote no record: ", 1)[-1].split("; what it wrote", 1)[0]
+        run.status, run.exit_code = "crashed", 1
+        run.error = (f"rank {killed.rank} was killed first, with no record of its own ({how}); rank(s) "
+                     f"{', '.join(map(str, after))} failed after it:\n{failed[0].run.error or ''}")
+        run.ended_by = (f"rank {killed.rank} was killed; rank(s) {', '.join(map(str, after))} then failed in what "
+                        "they were doing with it (their errors follow from its death), and their records are kept")
+    elif failed:
         first = _first_to_end(failed, outcome)
         others = sorted(_identity(r).rank for r in records if r is not first)
         run.status, run.exit_code = first.run.status, first.run.exit_code or 1
@@ -340,6 +349,23 @@ def _settle_status(merged: RunRecord, records: list[RunRecord], outcome, launche
     elif launcher_record is not None and launcher_record.run.status in FAILED:
         run.status, run.exit_code, run.error = "crashed", 1, launcher_record.run.error
     run.wall_s = max(r.run.wall_s for r in records)
+
+
+def _killed_first(lost: list[RankView], failed: list[RunRecord], outcome) -> RankView | None:
+    """A rank ended by a signal without a record of its own (SIGKILL: the out-of-memory killer) while
+    others failed: their errors are what its death did to them (a peer's connection reset in a
+    collective), so it went first, unless the launcher saw one of them fail a second or more before
+    it. torchrun's failure times are whole seconds, so its own "first failure" between ranks ending
+    within one second is arbitrary (it named the rank whose connection was reset)."""
+    killed = [v for v in lost if v.exit_code is not None and v.exit_code < 0]
+    if not killed or not failed:
+        return None
+    times = getattr(outcome, "failure_times", None) or {}
+    first = min(killed, key=lambda v: (times.get(v.rank, 0), v.rank))
+    at = times.get(first.rank)
+    if at and any(0 < times.get(_identity(r).rank, at) < at for r in failed):
+        return None  # a failing rank went a second or more before it
+    return first
 
 
 def _first_to_end(failed: list[RunRecord], outcome) -> RunRecord:

@@ -85,7 +85,8 @@ def how_it_ended(record: RunRecord) -> str | None:
         return run.ended_by or "the ranks stopped making progress"
     if run.status == "crashed":
         lines = [line.strip() for line in (run.error or "").splitlines() if line.strip()]
-        first = lines[0] if lines and lines[0].startswith("rank ") and lines[0].endswith("failed first:") else ""
+        first = lines[0] if lines and lines[0].startswith("rank ") and lines[0].endswith(
+            ("failed first:", "failed after it:")) else ""
         last = lines[-1] if lines else "the script raised"
         return f"{first} {last}".strip()
     if run.status == "interrupted":

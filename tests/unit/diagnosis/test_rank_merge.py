@@ -43,6 +43,27 @@ def test_the_first_rank_to_fail_is_the_runs_error(tmp_path):
     assert "ValueError: bad batch" in merged.run.error and "rank(s) 0" in merged.run.ended_by
 
 
+def test_a_rank_killed_without_a_record_went_first_not_the_peer_whose_connection_it_reset(tmp_path):
+    """SIGKILL on rank 1 (the out-of-memory killer): rank 0 then fails in its all-reduce. torchrun's failure
+    times are whole seconds, both fell in one, and its "first failure" was rank 0: the report said "rank 0
+    failed first" with the connection reset as the cause."""
+    from torchdoctor.diagnosis.run import how_it_ended
+    from torchdoctor.run.ranks.launch import LaunchOutcome
+
+    reset = "Traceback...\nRuntimeError: [gloo] Read error: Connection reset by peer\n"
+    save(tmp_path, rank_record(0, status="crashed", error=reset, wall=2.5))
+    outcome = LaunchOutcome(exit_codes={0: 1, 1: -9}, first_failure=0, failure_times={0: 1_700_000_000, 1: 1_700_000_000})
+    merged = merge_run_dir(tmp_path, outcome=outcome)
+    assert merged.run.status == "crashed" and merged.run.error.startswith("rank 1 was killed first")
+    assert "exit code -9" in merged.run.error.splitlines()[0] and "Connection reset by peer" in merged.run.error
+    assert how_it_ended(merged).startswith("rank 1 was killed first")
+    # the launcher saw rank 0 fail a second before the kill: rank 0 went first
+    (tmp_path / "record.json").unlink(missing_ok=True)
+    outcome.failure_times = {0: 1_699_999_999, 1: 1_700_000_000}
+    merged = merge_run_dir(tmp_path, outcome=outcome)
+    assert merged.run.error.startswith("rank 0 failed first")
+
+
 def test_ranks_that_disagree_on_steps_merge_the_common_steps_and_say_so(tmp_path):
     save(tmp_path, rank_record(0, steps=6), rank_record(1, steps=4))
     merged = merge_run_dir(tmp_path)

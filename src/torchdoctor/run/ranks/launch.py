@@ -50,6 +50,9 @@ class LaunchRequest:
 class LaunchOutcome:
     exit_codes: dict[int, int] = field(default_factory=dict)  # global rank -> exit code, for failed ranks
     first_failure: int | None = None  # the rank the agent saw fail first
+    # global rank -> when the agent saw it fail (torchrun's timestamp: whole seconds, so ranks that fail
+    # within one second tie, and its first failure is then any of them)
+    failure_times: dict[int, int] = field(default_factory=dict)
     interrupted: bool = False
     signal_exit: int | None = None  # 130 or 143: the launcher got SIGINT or SIGTERM (not its own stall stop)
     stall: Stall | None = None
@@ -174,6 +177,7 @@ def run_elastic(argv: list[str], outcome: LaunchOutcome) -> None:
     except ChildFailedError as failed:
         for rank, failure in failed.failures.items():
             outcome.exit_codes[rank] = failure.exitcode
+            outcome.failure_times[rank] = int(getattr(failure, "timestamp", 0) or 0)
         outcome.first_failure, _ = failed.get_first_failure()
     except SignalException as signalled:
         outcome.interrupted = True
