@@ -369,10 +369,18 @@ def _killed_first(lost: list[RankView], failed: list[RunRecord], outcome) -> Ran
 
 
 def _first_to_end(failed: list[RunRecord], outcome) -> RunRecord:
-    if outcome is not None and outcome.first_failure is not None:
-        for record in failed:
-            if _identity(record).rank == outcome.first_failure:
-                return record
+    """The launcher's first failure, unless other failed ranks fell in the same second of its whole-second
+    clock: then the ranks' own end times (time.time() at their t0 plus their wall time) order them."""
+    named = getattr(outcome, "first_failure", None)
+    times = getattr(outcome, "failure_times", None) or {}
+    if named is not None:
+        tied = [r for r in failed if named in times and times.get(_identity(r).rank) == times[named]]
+        if len(tied) > 1:
+            failed = tied
+        else:
+            for record in failed:
+                if _identity(record).rank == named:
+                    return record
     return min(failed, key=lambda r: _identity(r).epoch_t0 + r.run.wall_s)
 
 

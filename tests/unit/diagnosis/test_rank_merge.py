@@ -64,6 +64,21 @@ def test_a_rank_killed_without_a_record_went_first_not_the_peer_whose_connection
     assert merged.run.error.startswith("rank 0 failed first")
 
 
+def test_ranks_failing_in_one_second_of_the_launchers_clock_are_ordered_by_their_own(tmp_path):
+    """Rank 1 raises; rank 0's all-reduce then fails 0.5 s later, in the same second of torchrun's
+    whole-second clock, which named rank 0 first."""
+    from torchdoctor.run.ranks.launch import LaunchOutcome
+
+    crashed = rank_record(1, status="crashed", error="Traceback...\nValueError: bad batch\n", wall=2.0)
+    survivor = rank_record(0, status="crashed", error="RuntimeError: Connection closed by peer\n", wall=2.5)
+    save(tmp_path, survivor, crashed)
+    tied = LaunchOutcome(exit_codes={0: 1, 1: 1}, first_failure=0, failure_times={0: 1_700_000_000, 1: 1_700_000_000})
+    assert merge_run_dir(tmp_path, outcome=tied).run.error.startswith("rank 1 failed first")
+    (tmp_path / "record.json").unlink(missing_ok=True)
+    apart = LaunchOutcome(exit_codes={0: 1, 1: 1}, first_failure=0, failure_times={0: 1_699_999_998, 1: 1_700_000_000})
+    assert merge_run_dir(tmp_path, outcome=apart).run.error.startswith("rank 0 failed first")  # seconds apart: its word
+
+
 def test_ranks_that_disagree_on_steps_merge_the_common_steps_and_say_so(tmp_path):
     save(tmp_path, rank_record(0, steps=6), rank_record(1, steps=4))
     merged = merge_run_dir(tmp_path)
