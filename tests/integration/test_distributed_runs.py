@@ -238,7 +238,7 @@ def test_a_rank_killed_by_sigkill_is_told_apart_from_an_allocator_out_of_memory(
     out = tmp_path / "run"
     done = doctor("run", "--nproc-per-node", "2", "--steps", "30", "--warmup", "1", "--out", str(out),
                   "--format", "json", str(JOB), fault="sigkill")
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr[-4000:]
     report = json.loads(done.stdout)
     [killed] = [f for f in report["findings"] if f["code"] == "TD503"]
     assert "killed (SIGKILL)" in killed["title"] and "not the allocator" in killed["title"]
