@@ -170,7 +170,7 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
                      f"{cause.location}")
         own.location = cause.location
     if rising is not None:  # the line whose share rose by the added time: what the steps started doing
-        where = rising.called_from if rising.library and rising.called_from else rising.location
+        where = _users_line(rising)
         text = f" `{rising.text}`" if rising.text else ""
         lines = own.evidence["lines_before_and_after"]
         parts.append(f"the line that took the added time: {rising.location}{text} (its share of the step rose by "
@@ -181,7 +181,7 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         own.evidence = {**own.evidence, "window_top_line": str(top[0].location), "window_top_line_share": round(top[1], 3)}
     elif top is not None:
         hits, share, loading = top
-        where = hits.called_from if hits.library and hits.called_from else hits.location
+        where = _users_line(hits)
         text = f" `{hits.text}`" if hits.text else ""
         parts.append(f"the line that took most of it: {hits.location}{text} ({share:.0%} of the window"
                      + (f", {loading:.0%} of its samples while loading a batch" if loading else "") + ")")
@@ -195,6 +195,11 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         own.message += " Cause: " + "; ".join(parts) + "."
     elif change.window is None:
         own.message += " No probe window could be sampled after it (the run ended, or the cost bound was spent)."
+
+
+def _users_line(hits: LineHits) -> Location:
+    """A sampled line as the user's: inside a library, the user's line that called into it."""
+    return hits.called_from if hits.library and hits.called_from else hits.location
 
 
 def _no_line_took_it(own: Finding, change: ChangePoint, window: ProbeWindow, before: ProbeWindow | None,
@@ -236,7 +241,7 @@ def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoin
     top = _top_line(window)
     if window is not None and top is not None:
         hits, share, loading = top
-        own.location = hits.called_from if hits.library and hits.called_from else hits.location
+        own.location = _users_line(hits)
         text = f" `{hits.text}`" if hits.text else ""
         own.message += (f" Cause: rank {change.rank}'s own window sampled right after it (steps {window.first_step}-"
                         f"{window.last_step}); the line that took most of it: {hits.location}{text} ({share:.0%} of the "

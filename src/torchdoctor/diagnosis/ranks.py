@@ -271,14 +271,18 @@ def _view(record: RunRecord, heartbeat: dict | None) -> RankView:
 def _ended_unwritten(view: RankView, outcome, known: RankView | None = None) -> None:
     """A followed rank whose live.json is all it left (SIGKILL, the out-of-memory killer)."""
     if known is not None:  # a re-render: what the launcher's merge knew
-        view.status, view.exit_code, view.error = known.status, known.exit_code, known.error
+        view.status, view.exit_code, view.error, view.ended_by = known.status, known.exit_code, known.error, known.ended_by
         return
     code = outcome.exit_codes.get(view.rank) if outcome is not None else None
-    how = f"its process ended with exit code {code}" + (
-        f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "") \
-        if code is not None else "its process ended"
-    view.status, view.exit_code = "lost", code or 1
+    how = _process_end(code, outcome) if code is not None else "its process ended"
+    view.status, view.exit_code, view.ended_by = "lost", code or 1, how
     view.error = (f"rank {view.rank} wrote no record: {how}; what it wrote while it ran (live.json) is kept")
+
+
+def _process_end(code: int, outcome) -> str:
+    """How a rank's process ended, from the launcher's exit code (a signal's name and what sends it)."""
+    return f"its process ended with exit code {code}" + (
+        f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code < 0 else "")
 
 
 def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord | None,
@@ -293,12 +297,10 @@ def _lost_ranks(world_size: int, present: set[int], outcome, previous: RunRecord
             lost.append(known[rank])
             continue
         code = outcome.exit_codes.get(rank) if outcome is not None else None
-        how = f"its process ended with exit code {code}" + (
-            f" ({killed_words(-code, getattr(outcome, 'oom_kills', None))})" if code and code < 0 else "")
-        if code is None:
-            how = "its record is not in this directory (another node's ranks: copy their rank-K folders here)"
+        how = _process_end(code, outcome) if code is not None else (
+            "its record is not in this directory (another node's ranks: copy their rank-K folders here)")
         lost.append(RankView(rank=rank, status="lost", exit_code=code or 0, error=f"rank {rank} wrote no record: {how}",
-                             last_position=(heartbeats.get(rank) or {}).get("position")))
+                             ended_by=how, last_position=(heartbeats.get(rank) or {}).get("position")))
     return lost
 
 
@@ -322,8 +324,8 @@ def _settle_status(merged: RunRecord, records: list[RunRecord], outcome, launche
     killed = _killed_first(lost, failed, outcome)
     if killed is not None:
         after = sorted(_identity(r).rank for r in failed)
-        how = killed.error.split("wrote no record: ", 1)[-1].split("; what it wrote", 1)[0]
         run.status, run.exit_code = "crashed", 1
+        how = killed.ended_by or killed.error  # (a merge by an older version kept only the error)
         run.error = (f"rank {killed.rank} was killed first, with no record of its own ({how}); rank(s) "
                      f"{', '.join(map(str, after))} failed after it:\n{failed[0].run.error or ''}")
         run.ended_by = (f"rank {killed.rank} was killed; rank(s) {', '.join(map(str, after))} then failed in what "
