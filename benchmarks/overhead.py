@@ -69,7 +69,9 @@ class Workload:
     describe: str
     steady_steps: int  # N: the plain runs' steps, and the doctor's long run
     script: str = ""  # the workload file's stem (default: the name)
-    args: tuple[str, ...] = ()  # after the output path and the step count
+    args: tuple[str, ...] = ()  # after the output path and the step count (and the device, if it takes one)
+    takes_device: bool = False  # its third argument is the device (`--device cuda` runs only these)
+    device: str = "cpu"
     long_steps: bool = False  # ≥ 10 ms steps: the whole-run target applies
     # the whole run also at this many measured steps (`--steps N`; the steady runs grow to it):
     # the run length at which the whole-run target is judged too, beside the default 30
@@ -88,7 +90,7 @@ WORKLOADS = (
     Workload("null_step", "null step: DataLoader over a 1-column tensor, batch 1, one parameter, SGD: the hooks' cost "
              "in full", 600),
     Workload("synthetic_mlp", "MLP 256-512-512-10, batch 64, AdamW, DataLoader over tensors, 1 torch thread (~2.5 ms)",
-             300),
+             300, takes_device=True),
     Workload("mlp_10ms", "MLP 512-640-640-10, batch 128, AdamW, DataLoader over tensors, 1 torch thread (~10 ms)", 150,
              script="mlp_wide", args=("640",), long_steps=True, long_run_steps=LONG_RUN_STEPS),
     Workload("mlp_50ms", "MLP 512-1600-1600-10, batch 128, AdamW, DataLoader over tensors, 1 torch thread (~50 ms)", 60,
@@ -103,7 +105,8 @@ WORKLOADS = (
     Workload("lightning_loop", "Lightning Trainer, MLP 128-512-512-10, batch 64, Adam in automatic optimization "
              "(closure), step times from a callback, 1 torch thread", 200, needs="lightning"),
     Workload("compiled_mlp", "the synthetic MLP under torch.compile (Inductor, C++ on a CPU), its first steps compiling: "
-             "the compile probe's cost on a compiled step (issue 26)", 300, script="synthetic_mlp", args=("cpu", "compile")),
+             "the compile probe's cost on a compiled step (issue 26)", 300, script="synthetic_mlp", args=("compile",),
+             takes_device=True),
     Workload("ddp_mlp", "2 ranks (torch.distributed.run, gloo): DDP MLP 256-512-512-10, batch 64 per rank, "
              "DistributedSampler, AdamW, 1 torch thread per rank; rank 0's step times", 150, ranks=2),
 )
@@ -111,7 +114,7 @@ WORKLOADS = (
 
 # ---- one workload, in its own process ---------------------------------------------------
 def _argv(workload: Workload, out: Path, n_steps: int) -> list[str]:
-    return [str(out), str(n_steps), *workload.args]
+    return [str(out), str(n_steps), *([workload.device] if workload.takes_device else []), *workload.args]
 
 
 def _plain(workload: Workload, out: Path, n_steps: int) -> dict:
@@ -351,8 +354,8 @@ def _evals(rounds: list[dict]) -> dict:
 
 
 # ---- driver -------------------------------------------------------------------------------
-def _child(name: str, rounds: int, out: Path, long_run_steps: int) -> int:
-    workload = next(w for w in WORKLOADS if w.name == name)
+def _child(name: str, rounds: int, out: Path, long_run_steps: int, device: str) -> int:
+    workload = replace(next(w for w in WORKLOADS if w.name == name), device=device)
     if workload.long_run_steps is not None:
         workload = replace(workload, long_run_steps=long_run_steps or None)
     summary = summarize(workload, measure_workload(workload, rounds))
@@ -368,6 +371,14 @@ def _child_command(workload: Workload) -> list[str]:
     return [sys.executable, __file__]
 
 
+def _device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), CPU {platform.machine()}"
+    return f"CPU ({platform.machine()})"
+
+
 def _verdicts(results: dict) -> dict:
     return {name: {k: v for k, v in r.items() if k.startswith("meets_")} for name, r in results.items()}
 
@@ -381,11 +392,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=LONG_RUN_STEPS,
                         help="the ≥ 10 ms workloads' whole run is also measured at this many steps (default "
                              f"{LONG_RUN_STEPS}; 0: only at the default {DEFAULT_STEPS})")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: only the workloads that take a device, on the GPU (the GPU check's form)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return _child(args.child, args.rounds, args.child_out, args.steps)
+        return _child(args.child, args.rounds, args.child_out, args.steps, args.device)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the intervals need rounds to resample)")
 
@@ -398,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         for workload in WORKLOADS:
             if args.only and workload.name not in args.only:
                 continue
+            if args.device != "cpu" and not workload.takes_device:
+                skipped[workload.name] = f"runs on the CPU only (--device {args.device})"
+                continue
             if workload.needs and importlib.util.find_spec(workload.needs) is None:
                 skipped[workload.name] = f"needs {workload.needs} (pip install {workload.needs})"
                 continue
@@ -405,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             env = dict(os.environ) if workload.ranks == 1 else dict(os.environ, OMP_NUM_THREADS="1")  # as torchrun
             subprocess.run([*_child_command(workload), "--child", workload.name, "--rounds", str(args.rounds),
-                            "--steps", str(args.steps), "--child-out", str(out)], check=True, cwd=ROOT, env=env)
+                            "--steps", str(args.steps), "--device", args.device, "--child-out", str(out)],
+                           check=True, cwd=ROOT, env=env)
             r = results[workload.name] = json.loads(out.read_text())
             r["wall_s"] = round(time.perf_counter() - started, 1)
             u, aa = r["unmeasured_added_us"].get("doctor", {}), r["unmeasured_added_us"].get("a_a", {})
@@ -419,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = _verdicts(results)
     result = {
         "date": _dt.date.today().isoformat(),
-        "device": f"CPU ({platform.machine()}), Python {platform.python_version()}, torch {torch.__version__}",
+        "device": f"{_device_name(args.device)}, Python {platform.python_version()}, torch {torch.__version__}",
         "cpu_count": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in load_start],
         "load_average_at_end": [round(x, 2) for x in load_end],

@@ -192,7 +192,7 @@ def instructions(manifest: dict) -> str:
         "",
         "Through a device tool that copies the working tree and brings back one output folder:",
         f"    command: {DEVICE_COMMAND}",
-        f"    carry:   {WHEELS_DIR}        timeout: 600 s (the check stops itself within 8 minutes)",
+        f"    carry:   {WHEELS_DIR}        timeout: 600 s (the check stops itself within 9 minutes)",
         "",
         "Then here: python3 dev.py gpu --unpack THE_FOLDER_THAT_CAME_BACK, read SUMMARY.md, commit",
         "benchmarks/results/gpu/ and tests/fixtures/real/.",

@@ -62,3 +62,48 @@ def test_import_check_reports_a_syntax_error_as_not_importable(tmp_path, capsys)
     example.write_text("for x in range(3)\n    pass\n")
     assert importcheck.main(["--resolve", str(example)]) == 1
     assert _rows(capsys)["typo.py"]["error"].startswith("SyntaxError")
+
+
+class _Parsed(Exception):
+    """Raised in place of running a step once its script has read its options."""
+
+
+def _script_main(argv: list[str]):
+    """The `main(argv)` of a step's script, and the options after it, from the step's argv."""
+    import importlib
+    import runpy
+
+    if argv[1] == "-m":
+        return importlib.import_module(argv[2]).main, argv[3:]
+    return runpy.run_path(str(ROOT / argv[1]), run_name="step_script")["main"], argv[2:]
+
+
+def test_every_step_script_accepts_the_options_the_plan_gives_it(tmp_path, monkeypatch):
+    # The overhead step once passed `--device`, which overhead.py had lost: the GPU run's step
+    # crashed at its first line. The scripts' own parsers read the plan's options, both forms.
+    import argparse
+
+    from benchmarks.gpucheck.plan import Context
+
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        real_parse(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    checked = 0
+    for rehearse in (False, True):
+        ctx = Context(ROOT, sys.executable, tmp_path, rehearse)
+        for step in STEPS:
+            argv = step.command(ctx, step.budget_s)
+            if argv[1:3] == ["-m", "pytest"]:
+                continue
+            main, options = _script_main(argv)
+            try:
+                main(options)
+            except _Parsed:
+                checked += 1
+            except SystemExit as exc:
+                raise AssertionError(f"{step.name}: {' '.join(argv[1:])} is refused by its script") from exc
+    assert checked == 2 * sum(1 for s in STEPS if "pytest" not in s.command(Context(ROOT, "py", tmp_path, False), 1))
