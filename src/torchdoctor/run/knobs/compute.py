@@ -97,7 +97,7 @@ class ComputeKnobs(KnobGroup):
 
         @functools.wraps(original)
         def copy(tensor, *args, **kwargs):
-            if "non_blocking" not in kwargs and tensor.device.type == "cpu" and _to_cuda(original, args, kwargs):
+            if not _sets_non_blocking(args, kwargs) and tensor.device.type == "cpu" and _to_cuda(original, args, kwargs):
                 kwargs["non_blocking"] = True
                 group.applied("non_blocking", "host→device copies made non_blocking")
             return original(tensor, *args, **kwargs)
@@ -199,6 +199,13 @@ class ComputeKnobs(KnobGroup):
         self.handles.append(model.register_forward_hook(leave, always_call=True))
         where = "CPU autocast (no CUDA)" if device.type == "cpu" else "autocast"
         self.applied("amp", f"{where} {amp} around {name}.forward (the loss outside it stays fp32)")
+
+
+def _sets_non_blocking(args, kwargs) -> bool:
+    """The call says non_blocking itself: by keyword, or positionally as the only bool that
+    `.to(device, dtype, non_blocking, copy)`, `.to(dtype, non_blocking)` and `.cuda(device,
+    non_blocking)` take (Module.to's own copies pass it so; adding the keyword made a second one)."""
+    return "non_blocking" in kwargs or any(isinstance(a, bool) for a in args)
 
 
 def _to_cuda(original, args, kwargs) -> bool:

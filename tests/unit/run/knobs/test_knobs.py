@@ -326,3 +326,29 @@ def test_the_compile_knob_is_taken_back_when_the_script_compiles_the_model_later
     assert calls == ["Sequential", "Sequential"]  # the knob's, then the script's own
     result = outcome(record, "compile")
     assert not result.applied and "already compiled by the script" in result.detail and "train.py:8" in result.detail
+
+
+def test_non_blocking_is_added_only_where_the_call_does_not_say_it_positionally():
+    # Module.to copies each parameter with `t.to(device, dtype, non_blocking, ...)`: the knob's
+    # keyword on top of that positional one was a TypeError on the H200 (2026-11-28, tune of
+    # gpu_blocking_copy.py). What CUDA's real copy would do is not needed to test the choice.
+    from types import SimpleNamespace
+
+    from torchdoctor.run.knobs.compute import ComputeKnobs
+
+    calls = []
+
+    def to(tensor, *args, **kwargs):
+        calls.append((args, kwargs))
+
+    knobs = ComputeKnobs({"non_blocking": True}, SimpleNamespace(cuda_available=lambda: True))
+    copy = knobs._wrap_copy(to)
+    host = torch.zeros(2)
+    copy(host, "cuda")
+    copy(host, torch.device("cuda"), None, False, memory_format=torch.preserve_format)  # as Module.to calls it
+    copy(host, "cuda", non_blocking=False)
+    copy(host, torch.float16)
+    assert calls == [(("cuda",), {"non_blocking": True}),
+                     ((torch.device("cuda"), None, False), {"memory_format": torch.preserve_format}),
+                     (("cuda",), {"non_blocking": False}), ((torch.float16,), {})]
+    assert any(o.name == "non_blocking" and o.applied for o in knobs.outcomes())
