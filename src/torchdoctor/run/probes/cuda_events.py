@@ -1,5 +1,10 @@
 """GPU time per step from CUDA events recorded at step boundaries: no synchronization is
-added during the run; the events are read once, after the last step."""
+added during the run; the events are read once, after the last step.
+
+Only the steps the session hands to polling listeners get an event (warm-up steps, the steps a
+window runs in, an unmeasured step now and then): an event on every step kept every unmeasured
+CUDA step off the session's lean path (a full sample built and handed out, an event made and
+recorded), and no rule reads `gpu_s` of unmeasured steps."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ MAX_EVENTS = 10_000
 
 class CudaStepEvents:
     name = "cuda-events"
+    polls_steps = True
 
     def __init__(self) -> None:
         self.events: dict[int, "torch.cuda.Event"] = {}

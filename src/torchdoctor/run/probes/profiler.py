@@ -3,6 +3,7 @@ Kineto (Chrome trace) file in the run directory for `trace/` to analyse."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -31,6 +32,7 @@ class ProfilerWindow:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(ProfilerActivity.CUDA)
+            release_cupti_after_the_window()
         try:
             self._prof = profile(activities=activities, record_shapes=True, with_stack=True)
             self._prof.__enter__()
@@ -61,3 +63,22 @@ class ProfilerWindow:
             record.trace_file = self.saved
         elif self.error:
             record.probe_notes.append(ProbeNote(self.name, self.error))
+
+
+def release_cupti_after_the_window(environ=os.environ, cuda_version: str | None = None) -> bool:
+    """Have Kineto detach CUPTI when the window closes. It does so only when TEARDOWN_CUPTI=1;
+    otherwise CUPTI's callbacks stay on every kernel launch for the rest of the run, and the
+    doctor would slow every step after its window (pytorch/pytorch#144455: 10-20 %). A value the
+    user set is kept; CUDA before 12.6 is left alone (teardown crashed there beside CUDA graphs,
+    which is why torch itself sets it to 0 for them). Returns whether it was set."""
+    version = cuda_version if cuda_version is not None else (torch.version.cuda or "")
+    if "TEARDOWN_CUPTI" in environ or not version:
+        return False
+    major, _, minor = version.partition(".")
+    try:
+        if (int(major), int(minor.split(".")[0] or 0)) < (12, 6):
+            return False
+    except ValueError:
+        return False
+    environ["TEARDOWN_CUPTI"] = "1"
+    return True
