@@ -3,10 +3,12 @@ steps made of many small ops that a compiler could fuse."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torchdoctor.model.findings import Finding, Severity
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, RunRecord
-from torchdoctor.rules.base import MEDIUM_SPEEDUP, Rule
+from torchdoctor.rules.base import MEDIUM_SPEEDUP, MIN_REPORTED_SPEEDUP, Rule, amdahl, severity_for
 from torchdoctor.rules.compile import script_compiles
 from torchdoctor.rules.facts import RunFacts, training_loader
 from torchdoctor.rules.memory import best_larger_trial, trial_change
@@ -115,15 +117,18 @@ class NoMixedPrecision(Rule):
         d = record.dispatch
         if d.fp32_matmul_ops_cuda == 0 or d.autocast_seen or cap[0] < TENSOR_CORE_MAJOR:
             return []
+        bound = Fp32MatmulBound.of(record, facts.step_s)
         return [
             self.finding(
                 title=f"{d.fp32_matmul_ops_cuda / max(1, d.sampled_steps):.0f} fp32 matmul/conv ops per step, no autocast",
                 message=f"The GPU (compute capability {cap[0]}.{cap[1]}) has tensor cores, but every sampled matmul ran in fp32.",
                 location=_most_fp32_matmuls(d),
-                evidence={"fp32_matmul_ops_per_step": d.fp32_matmul_ops_cuda / max(1, d.sampled_steps)},
+                evidence={"fp32_matmul_ops_per_step": d.fp32_matmul_ops_cuda / max(1, d.sampled_steps),
+                          **(bound.evidence() if bound else {})},
                 speedup=None,
-                basis="precision gains depend on the model; `torchdoctor tune --set amp=bf16` measures it",
-                severity=Severity.MEDIUM,
+                basis=Fp32MatmulBound.basis(bound, "precision gains depend on the model; "
+                                                   "`torchdoctor tune --set amp=bf16` measures it"),
+                severity=Fp32MatmulBound.severity(bound),
             )
         ]
 
@@ -142,17 +147,74 @@ class NoTf32(Rule):
         cap = env.compute_capability or [0, 0]
         if cap[0] < TF32_MAJOR or env.tf32_matmul or record.dispatch.fp32_matmul_ops_cuda == 0:
             return []
+        bound = Fp32MatmulBound.of(record, facts.step_s)
         return [
             self.finding(
                 title="TF32 is off for fp32 matmuls",
                 message=f"float32_matmul_precision is '{env.float32_matmul_precision}' on a compute capability {cap[0]}.{cap[1]} GPU.",
                 location=None,
-                evidence={"float32_matmul_precision": env.float32_matmul_precision, "allow_tf32": env.tf32_matmul},
+                evidence={"float32_matmul_precision": env.float32_matmul_precision, "allow_tf32": env.tf32_matmul,
+                          **(bound.evidence() if bound else {})},
                 speedup=None,
-                basis="`torchdoctor tune --set tf32=true` measures it",
-                severity=Severity.MEDIUM,
+                basis=Fp32MatmulBound.basis(bound, "`torchdoctor tune --set tf32=true` measures it"),
+                severity=Fp32MatmulBound.severity(bound),
             )
         ]
+
+
+@dataclass(frozen=True)
+class Fp32MatmulBound:
+    """What faster fp32 matmuls can gain at most, from the profiled GPU timeline: Amdahl with the
+    fp32 matmul/conv kernels' time removed entirely. TF32 or bf16 only make those kernels faster,
+    so a bound under the ranking threshold means the step waits on something else (on a tiny
+    model the GPU idles for the host; the H200 run of host_sync_item.py: 0.1 ms of 12 ms)."""
+
+    matmul_ms_per_step: float
+    step_ms: float
+    at_most: float
+
+    @classmethod
+    def of(cls, record: RunRecord, measured_step_s: float | None) -> "Fp32MatmulBound | None":
+        """The kernels' time per profiled step against the shorter of the profiled step and the
+        mean unsampled one: profiling slows the host, not the kernels, so the shorter step gives
+        the larger share, the bound that cannot understate the gain."""
+        if record.trace is None:
+            return None
+        best = None
+        for rank in record.trace.ranks:
+            for dev in rank.devices:
+                steps = max(1, len(dev.steps))
+                step_us, matmul_us = dev.total.window_us / steps, dev.matmul_fp32_us / steps
+                if step_us > 0 and (best is None or matmul_us / step_us > best[0] / best[1]):
+                    best = (matmul_us, step_us)
+        if best is None:
+            return None
+        matmul_us, step_us = best
+        if measured_step_s:
+            step_us = min(step_us, measured_step_s * 1e6)
+        return cls(round(matmul_us / 1e3, 3), round(step_us / 1e3, 3), round(amdahl(step_us, matmul_us), 3))
+
+    def evidence(self) -> dict:
+        return {"fp32_matmul_ms_per_step_in_trace": self.matmul_ms_per_step, "profiled_step_ms": self.step_ms,
+                "at_most_if_fp32_matmuls_took_no_time": self.at_most}
+
+    @staticmethod
+    def severity(bound: "Fp32MatmulBound | None") -> Severity:
+        """Medium at most (a bound, no estimate), and no higher than the bound itself would rank."""
+        if bound is None or severity_for(bound.at_most) in (Severity.HIGH, Severity.MEDIUM):
+            return Severity.MEDIUM
+        return Severity.LOW
+
+    @staticmethod
+    def basis(bound: "Fp32MatmulBound | None", otherwise: str) -> str:
+        if bound is None:
+            return otherwise
+        measured = (f"the profiled GPU timeline: fp32 matmul/conv kernels {bound.matmul_ms_per_step:.2f} ms of a "
+                    f"{bound.step_ms:.2f} ms step, so faster matmuls gain at most {bound.at_most:.3f}x (Amdahl with "
+                    "them taking no time)")
+        if bound.at_most < MIN_REPORTED_SPEEDUP:
+            return f"{measured}, under the {MIN_REPORTED_SPEEDUP}x a fix must gain to be ranked: the step waits on other work"
+        return f"{measured}; {otherwise}"
 
 
 def _most_fp32_matmuls(d: DispatchSample) -> Location | None:

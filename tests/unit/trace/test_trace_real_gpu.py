@@ -139,3 +139,29 @@ def test_real_cuda_record_sizes_the_item_finding_from_its_trace(rec):
     assert sync.estimate_basis.startswith("from the profiler trace") and sync.evidence["trace"]["idle_ms_per_step"] > 0
     assert (sync.estimated_speedup or 0) > 1.0 or sync.severity == Severity.LOW
     assert any(t.title == "Profiler trace: GPU time per step" for t in report.tables)
+
+
+@pytest.mark.parametrize("rec", cases("host_sync_item/record.json", "gpu_fp32_matmul/record.json"))
+def test_real_precision_findings_rank_no_higher_than_their_matmuls_allow(rec):
+    """TF32 and autocast only make fp32 matmul kernels faster: with the kernels' time removed
+    entirely (the bound) under 1.05x, neither ranks medium. The H200's host_sync_item run
+    (0.06 ms of matmuls in a 2.7 ms step) had TD403 at medium above the planted .item()."""
+    from torchdoctor.rules.base import amdahl
+
+    bounds = {}
+    for example in ("host_sync_item", "gpu_fp32_matmul"):
+        if not (rec / example / "record.json").is_file():
+            continue
+        report = analyze(load_record(rec / example))
+        for f in report.findings:
+            if f.code == "TD403" or (f.code == "TD402" and "profiler trace" not in f.estimate_basis):
+                ev = f.evidence
+                at_most = ev["at_most_if_fp32_matmuls_took_no_time"]
+                assert at_most == pytest.approx(amdahl(ev["profiled_step_ms"], ev["fp32_matmul_ms_per_step_in_trace"]),
+                                                abs=2e-3)
+                assert (f.severity == Severity.LOW) == (at_most < 1.05), (example, f.code, at_most)
+                assert f.estimated_speedup is None  # a bound, never an estimate
+                bounds[example] = at_most
+    assert bounds, "no precision finding with a trace to check"
+    if "gpu_fp32_matmul" in bounds:  # its matmuls are most of its GPU time on any tensor-core GPU
+        assert bounds["gpu_fp32_matmul"] >= 1.05
