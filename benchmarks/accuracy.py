@@ -148,8 +148,19 @@ def judge(example: Example, tmp: Path) -> dict | None:
         "traps_hit": sorted(map(_mark, traps_hit)),
         "status": "ok" if found == example.expected and not false_pos else "FAIL",
         "findings": [f"{n}:{c}@{l}:{s}" for n, c, l, s in located],
+        # why each miss and false positive was judged so, as the report said it: what a GPU run
+        # brings back is all there is to go on until the next one
+        "details": _details(findings, example.expected - found, false_pos),
         **({"scaling_verdict": verdict} if (verdict := _scaling_verdict(findings)) else {}),
     }
+
+
+def _details(findings: list[dict], missed: set[Mark], false_pos: set[Mark]) -> list[dict]:
+    wanted = {(m[1], m[2]) for m in missed | false_pos}
+    return [{"code": f["code"], "line": f["location"]["line"], "severity": f["severity"], "title": f["title"],
+             "message": f["message"][:600], "basis": (f.get("estimate_basis") or "")[:400],
+             "estimate": f.get("estimated_speedup")}
+            for f in findings if f["location"] and (f["code"], f["location"]["line"]) in wanted]
 
 
 def _scaling_verdict(findings: list[dict]) -> str | None:
