@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass
 
 from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.model.paths import recorded_path
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
@@ -467,9 +468,54 @@ class GradZeroNotNone(Rule):
                     severity=severity_for(speedup) if speedup >= MIN_REPORTED_SPEEDUP else Severity.LOW,
                 )
             )
+        return findings + self._zeroed_by_hand(record, facts)
+
+    def _zeroed_by_hand(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
+        """`w1.grad.zero_()` written out in the loop: lint names the line (an in-place zero of a
+        `.grad`), the op sampler timed it and the lines of the same zeroing just below it."""
+        windows = record.dispatch.sampled_steps
+        if not windows or not facts.step_s:
+            return []
+        findings = []
+        for sf in record.static_findings:
+            if sf.code != self.code or not sf.reached:
+                continue
+            sites = _zeroing_sites(record, sf.path, sf.line)
+            if not sites:
+                continue
+            cost = sum(site.time_s for site in sites) / windows
+            speedup = amdahl(facts.step_s, cost)
+            findings.append(self.finding(
+                title=f"Gradients zeroed in place by hand: {ms(cost):.2f} ms per step",
+                message=(f"{len(sites)} line(s) of `.grad.zero_()` took {ms(cost):.2f} ms of each {ms(facts.step_s):.1f} ms "
+                         f"step ({sum(s.ops for s in sites) / windows:.0f} fills per step, timed by the op sampler in "
+                         f"{windows} steps); setting `.grad = None` skips the fills, and the next backward writes "
+                         "fresh gradients."),
+                location=sites[0].location,
+                evidence={"zero_grad_ms_per_step": ms(cost), "lines": [s.location.line for s in sites],
+                          "share_of_step_time": round(cost / facts.step_s, 3), "sampled_steps": windows},
+                speedup=speedup if speedup >= MIN_REPORTED_SPEEDUP else None,
+                basis=("Amdahl: the zeroing lines' op time per sampled step removed; an upper bound (backward then "
+                       "allocates the gradients it writes)"),
+                severity=severity_for(speedup) if speedup >= MIN_REPORTED_SPEEDUP else Severity.LOW,
+                fix="Drop the gradients instead of zeroing them:\n```python\nw1.grad = None\nw2.grad = None\n```",
+            ))
         return findings
 
 
+ZERO_OPS = frozenset({"aten::zero_"})
+
+
+def _zeroing_sites(record: RunRecord, path: str, line: int) -> list:
+    """The user's op sites at `line` and the lines right after it that issue nothing but zero fills."""
+    cwd = record.run.cwd
+    by_line = {s.location.line: s for s in record.dispatch.sites if s.library is None and s.op_counts
+               and set(s.op_counts) <= ZERO_OPS and recorded_path(s.location.path, cwd) == path}
+    sites = []
+    while line in by_line:
+        sites.append(by_line[line])
+        line += 1
+    return sites
 
 
 class PerParameterUpdate(Rule):

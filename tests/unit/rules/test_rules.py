@@ -1,5 +1,6 @@
 """Each CPU-measurable rule: a record that must trigger it and one that must not."""
 
+import pytest
 from helpers.records import call, loader, loop, optimizer, record, sampled, site
 
 from torchdoctor.diagnosis.run import analyze
@@ -513,3 +514,26 @@ def test_compiling_inside_an_evaluation_is_not_what_the_evaluation_costs():
                                  PhaseOccurrence(after_step=30, t=9.9, seconds=0.01)]
     rec.compile.events[0].seconds = 2.6
     assert run(FrequentEval, rec) == []  # 0.2 s before training and 0.01 s after it: each once
+
+
+def test_gradients_zeroed_in_place_by_hand_are_timed_at_the_line_lint_names():
+    """jcjohnson's two-layer net: `w1.grad.zero_()` and `w2.grad.zero_()` after a hand-written
+    update, no optimizer. Lint names the first line; the op sampler timed both; a third line of
+    other ops ends the zeroing. Without lint's line there is nothing to say it is a gradient."""
+    from torchdoctor.model.record import StaticFinding
+
+    def zeroing(line, time_s):
+        s = site(line, 3, time_s=time_s)
+        s.op_counts = {"aten::zero_": 3}
+        return s
+
+    rec = sampled(record(step_s=0.001), sites=[site(76, 6, time_s=0.0003), zeroing(79, 0.00006),
+                                               zeroing(80, 0.00003), site(81, 6, time_s=0.0003)])
+    assert run(GradZeroNotNone, rec) == []
+    rec.static_findings = [StaticFinding("TD303", "grad-zero-not-none", "low", "/w/train.py", 79, "zeroed in place")]
+    (f,) = run(GradZeroNotNone, rec)
+    assert (f.location.line, f.evidence["lines"]) == (79, [79, 80])
+    assert f.evidence["zero_grad_ms_per_step"] == pytest.approx(0.03)  # 0.09 ms over 3 sampled steps
+    assert f.estimated_speedup == pytest.approx(1 / (1 - 0.03), abs=1e-3) and f.severity.value == "low"
+    rec.static_findings[0].reached = False  # not run: the run has nothing to time
+    assert run(GradZeroNotNone, rec) == []
