@@ -101,7 +101,7 @@ def _accuracy(ctx: Context, budget: float) -> list[str]:
 
 def _overhead(ctx: Context, budget: float) -> list[str]:
     # The one workload that takes a device: the whole list is a CPU benchmark of many minutes.
-    device = ["--device", "cpu", "--rounds", "2"] if ctx.rehearse else ["--device", "cuda", "--rounds", "8"]
+    device = ["--device", "cpu", "--rounds", "2"] if ctx.rehearse else ["--device", "cuda", "--rounds", "5"]
     return [ctx.python, "benchmarks/overhead.py", "--out", str(ctx.work / "overhead.json"), "--only", "synthetic_mlp",
             *device]
 
@@ -137,25 +137,25 @@ def _twins(ctx: Context, budget: float) -> list[str]:
 # whatever time it is given, and its trials are the slowest to start).
 STEPS: tuple[Step, ...] = (
     Step("install", "install torchdoctor (--no-deps --no-index) and the carried wheels into a target folder",
-         15, _install, "install.json", (_module("install"),),
+         10, _install, "install.json", (_module("install"),),
          exit_codes={1: "the torchdoctor install failed (src/ used instead) or msgspec/libcst do not import (below)"}),
-    Step("machine", "device, driver, CUDA and torch versions; every import the check needs", 15, _machine,
+    Step("machine", "device, driver, CUDA and torch versions; every import the check needs", 10, _machine,
          "machine.json", (_module("machine"),), exit_codes={1: "a package the check needs does not import (below)"}),
-    Step("gpu-tests", "the gpu-marked tests", 45, lambda c, b: _pytest(c, "gpu-tests.xml", "-m", "gpu", "tests"),
+    Step("gpu-tests", "the gpu-marked tests", 40, lambda c, b: _pytest(c, "gpu-tests.xml", "-m", "gpu", "tests"),
          "gpu-tests.xml", (), ("tests/integration/test_gpu_runs.py", "tests/conftest.py"), exit_codes=PYTEST_EXITS),
     Step("fixtures", "real fixtures: 2-step Kineto traces, NVML samples, topology, NCCL INFO, CUDA memory", 75,
          _fixtures, "fixtures", (_module("record_fixtures"),), _examples(FIXTURE_EXAMPLES),
          exit_codes={1: "no CUDA device: nothing real to record"}),
-    Step("fixture-twins", "the real-fixture twins of the generated-trace tests, on the fixtures just recorded", 15,
+    Step("fixture-twins", "the real-fixture twins of the generated-trace tests, on the fixtures just recorded", 10,
          _twins, "fixture-twins.xml", (), TWIN_TESTS,
          env=lambda c: {REAL_FIXTURES_ENV: str(c.work / "fixtures")}, exit_codes=PYTEST_EXITS),
     Step("accuracy", "every example with its planted cause, through benchmarks/accuracy.py", 130, _accuracy,
          "accuracy.json", ("benchmarks/accuracy.py",), ("examples",),
          exit_codes={1: "a planted cause was missed or a false positive found (table below)"}),
-    Step("overhead", "step time with vs without the doctor, alternating in one process", 30, _overhead,
+    Step("overhead", "step time with vs without the doctor, alternating in one process", 40, _overhead,
          "overhead.json", ("benchmarks/overhead.py",), ("benchmarks/overhead_workloads/synthetic_mlp.py",),
          exit_codes={1: "the overhead outside sampled steps is over the 2 % target (numbers below)"}),
-    Step("demo", "the demo's nested-loop encoder: the doctor's estimate vs the fixed script's measured gain", 70,
+    Step("demo", "the demo's nested-loop encoder: the doctor's estimate vs the fixed script's measured gain", 80,
          _demo, "demo.json", (_module("demo_cuda"),), _examples(DEMO), exit_codes={1: "a demo run failed (below)"}),
     Step("memory", "torchdoctor memory within 1 GiB of the card: real CUDA out-of-memory trials, the allocator's "
          "reserved peak, memory outside PyTorch, the fit's prediction against the verified batch", 70, _memory,

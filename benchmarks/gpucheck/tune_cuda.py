@@ -23,6 +23,15 @@ from torchdoctor.tune.trials import TrialSettings
 from torchdoctor.tune.tuner import Tuner
 
 MIN_SHARE_S = 20.0  # less than this per example cannot fit a baseline and one trial
+# A baseline and one trial on the H200 (2026-11-28): ~15 s each. An even share of a short budget
+# gave every example less than that, and the plan's first examples were skipped for it.
+ONE_TRIAL_S = 32.0
+
+
+def share_of(remaining_s: float, examples_left: int) -> float:
+    """The next example's seconds: an even share, or a baseline and one trial if that is more
+    and the budget still holds it (the plan lists its examples most wanted first)."""
+    return max(remaining_s / max(1, examples_left), min(remaining_s, ONE_TRIAL_S))
 
 
 def _requires_cuda(example: str) -> bool:
@@ -86,7 +95,7 @@ def main(argv: list[str]) -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     with tempfile.TemporaryDirectory() as tmp:
         for i, (example, spec) in enumerate(plan):
-            share = (deadline - time.monotonic()) / (len(plan) - i)
+            share = share_of(deadline - time.monotonic(), len(plan) - i)
             if _requires_cuda(example) and not cuda:
                 result["rows"].append({"example": example, "skipped": "needs CUDA"})
             elif share < MIN_SHARE_S:
