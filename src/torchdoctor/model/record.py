@@ -41,7 +41,8 @@ from torchdoctor.model.trace_summary import TraceSummary
 #     and OptimizerInfo.implementation (the update path the first step ran: for-loop | foreach | fused, as torch
 #     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
 #     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:
-#     CompileInfo.eval_graph_calls); RunRecord.sources_prefer_cuda
+#     CompileInfo.eval_graph_calls); RunRecord.sources_prefer_cuda; DispatchSample.eval_sample_cut (additive,
+#     unreleased: a record without it reads as uncut)
 SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
@@ -211,6 +212,7 @@ class DispatchSample:
     total_ops: Count = 0
     probe_cost_per_op_s: Seconds = 0.0
     eval_batches_sampled: int = 0
+    eval_sample_cut: bool = False  # the first evaluation's sample ended at its time bound, before the evaluation did
     backward_windows: int = 0  # steps whose backward was timed per line
     sites: list[OpSite] = field(default_factory=list)
     loops: list[LoopSite] = field(default_factory=list)

@@ -248,7 +248,11 @@ class EvalTransfer(_PerLineSyncRule):
                               "now, and one per batch as the evaluation set grows.")
             else:
                 f.message += " (The evaluation's batches did not come from a DataLoader, so they were not counted.)"
-                if reads < MANY_READS_PER_EVALUATION:  # a few reads per evaluation: little to gain
+                if record.dispatch.eval_sample_cut:  # the reads of the part sampled: the evaluation made more
+                    f.title = f.title.replace("x in one evaluation", "x in the first part of one evaluation")
+                    f.message += (f" The doctor sampled the evaluation's first {reads:g} rounds only (its time bound): "
+                                  "the evaluation as a whole reads more often.")
+                if reads < MANY_READS_PER_EVALUATION:  # a few reads per evaluation (or seen): little to gain
                     f.severity = Severity.LOW
         return found
 

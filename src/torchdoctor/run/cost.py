@@ -16,7 +16,7 @@ EVAL_SAMPLER = "eval_sampler"
 
 def doctor_cost(steps: list[StepSample], budgets: dict[str, WindowBudget], baseline_s: float | None,
                 expected_run_s: float | None, eval_sampled_s: float = 0.0, eval_cut: bool = False,
-                install_s: float = 0.0, finish_s: float = 0.0,
+                eval_passed: bool = False, install_s: float = 0.0, finish_s: float = 0.0,
                 script_own_s: dict[int, float] | None = None) -> DoctorCost:
     """`script_own_s`: seconds of the script's own one-off work in a step (torch.compile compiling),
     which a probe's step is not charged with."""
@@ -71,8 +71,10 @@ def doctor_cost(steps: list[StepSample], budgets: dict[str, WindowBudget], basel
     if eval_sampled_s > 0:
         cost.probes.append(ProbeCost(
             probe=EVAL_SAMPLER, label="op sampler (evaluation)", active_s=round(eval_sampled_s, 6),
-            note="the first evaluation's first batches" + (", stopped at its time bound: the rest ran at plain speed"
-                                                            if eval_cut else "")))
+            note="the first evaluation's first batches" + (
+                ", stopped at its time bound: no safe point to take the sampler out (the script compiles, and "
+                "no DataLoader batch came), so it handed the rest's calls on unrecorded" if eval_passed else
+                ", stopped at its time bound: the rest ran at plain speed" if eval_cut else "")))
     cost.added_s = round(added, 6) if median else None
     return cost
 

@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 from torchdoctor.model.record import ProbeNote, RunRecord, StepSample
 from torchdoctor.run.probes.backward_attribution import BackwardTimer
 from torchdoctor.run.probes.collectives import CollectivesProbe
-from torchdoctor.run.probes.compile import CompileProbe
+from torchdoctor.run.probes.compile import CompileProbe, compiled_code_in_use
 from torchdoctor.run.probes.fsdp import FsdpProbe
 from torchdoctor.run.probes.contention import ContentionProbe
 from torchdoctor.run.probes.cuda_events import CudaStepEvents
@@ -54,10 +54,13 @@ class ProbeSet:
         self.trace = trace
         clock = session.clock
         self.gpu = GpuProbe(clock, t0=session.t0)
+        compiles = CompileProbe(session)
         self.sampler = DispatchSampler(clock, on_activate=lambda: session.window_opened("sampler"),
                                        on_deactivate=lambda: session.window_closed("sampler"),
                                        outside_step=session.outside_training_step,
-                                       baseline=lambda: session.baseline_s)
+                                       baseline=lambda: session.baseline_s,
+                                       script_compiles=lambda: compiles.hooked or compiled_code_in_use(),
+                                       compiling=compiles.compiling)
         self.backward = BackwardTimer(clock, candidates=self.sampler.busiest_lines,
                                       on_activate=session.note_heavy_probe)
         self.profiler = ProfilerWindow(run_dir / TRACE_FILE, on_activate=session.note_heavy_probe)
@@ -73,7 +76,7 @@ class ProbeSet:
         self.probes: list[Probe] = [
             steps, self.loaders, PhaseProbe(session), self.sampler, self.lines,
             self.gpu, CudaStepEvents(), ContentionProbe(session), self.backward, self.profiler, self.memory,
-            self.collectives, self.ddp, self.fsdp, CompileProbe(session), SpawnProbe(session, run_dir, options),
+            self.collectives, self.ddp, self.fsdp, compiles, SpawnProbe(session, run_dir, options),
         ]
         session.sampler, session.backward_timer, session.line_sampler = self.sampler, self.backward, self.lines
         session.memory = self.memory

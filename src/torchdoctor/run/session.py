@@ -495,6 +495,8 @@ class RunSession:
         now = self.clock()
         for budget in self.budgets.values():
             budget.exclude(seconds, now)
+        if self.sampler is not None and hasattr(self.sampler, "exclude_script_time"):
+            self.sampler.exclude_script_time(seconds, now)  # the first evaluation's sample has a bound of its own
 
     def window_closed(self, name: str) -> None:
         self._open.discard(name)

@@ -210,6 +210,52 @@ def test_a_generation_loop_in_evaluation_is_sampled_for_a_bounded_time_then_runs
     assert torch._C._len_torch_function_stack() == 0
 
 
+def test_an_evaluation_in_a_script_that_compiles_is_sampled_without_a_module_hook(tmp_path, monkeypatch):
+    """nanochat evaluates at step 0, before its compiled model first ran: a global module hook of the
+    doctor's there would be traced into the graph Dynamo then compiles. With no hook and no DataLoader
+    batch, the sample runs until a call of the evaluation's loop came round twice, then hands every
+    call on unrecorded; the per-batch read is seen, and said to be of the sample's part."""
+    from torch.nn.modules import module as nn_module
+
+    from torchdoctor.run.probes import dispatch
+
+    monkeypatch.setattr(dispatch, "EVAL_SAMPLE_MIN_S", 0.0)
+    model = torch.nn.Linear(4, 4)
+    probed = _probed(tmp_path, memory_steps=0)
+    hooks = []
+    with probed:
+        probed.probes.sampler.script_compiles = lambda: True  # torch.compile was called
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            for _ in range(20):  # batches from a generator: nothing to count them by
+                out = model(torch.ones(2, 4))
+                hooks.append(len(nn_module._global_forward_pre_hooks))
+                bool((out < 0).any())
+        model.train()
+        record = probed.record()
+    sampler = probed.probes.sampler
+    assert set(hooks) == {0} and sampler.eval_passed and sampler.eval_cut and not sampler.passing
+    reads = [c for c in record.dispatch.api_calls if c.phase == "eval" and c.api == "__bool__"]
+    assert [c.count for c in reads] == [2] and record.dispatch.eval_sample_cut
+    assert torch._C._len_torch_function_stack() == 0
+    (found,) = [f for f in analyze(record).findings if f.code == "TD203"]
+    assert "2x in the first part of one evaluation" in found.title and found.severity.value == "low"
+
+
+def test_compiling_inside_the_evaluations_sample_is_not_its_time():
+    from torchdoctor.run.probes.dispatch import DispatchSampler
+
+    sampler = DispatchSampler(clock=lambda: 20.0)
+    sampler._eval_bound_from = 10.0
+    sampler.exclude_script_time(1.5, now=20.0)
+    assert sampler._eval_bound_from == 11.5
+    sampler.exclude_script_time(30.0, now=20.0)  # never past now
+    assert sampler._eval_bound_from == 20.0
+
+
 def test_an_evaluation_inside_a_sampled_step_keeps_its_sample_when_the_training_window_is_spent(tmp_path):
     """The first evaluation is sampled (a `.cpu()` per batch is a habit only it shows) even when it
     falls in an op-sampled step whose budget runs out: the training window steps aside, and its

@@ -121,6 +121,10 @@ class CompileProbe:
             logger.propagate = propagate
             self._log_state = None
 
+    def compiling(self) -> bool:
+        """A graph is being compiled now (its start seen, its end not yet)."""
+        return bool(self._open)
+
     def _wrap_compile(self, original):
         probe = self
 

@@ -34,6 +34,9 @@ MIN_WHOLE_EVAL_BATCHES = 2  # the time bound does not cut the sample before this
 # An evaluation without DataLoader batches (a generation loop) is sampled for this long at most,
 # or one baseline step when that is longer: the rest of it runs at plain speed
 EVAL_SAMPLE_MIN_S = 0.05
+# ...and, with neither a DataLoader nor a module hook to end it (a script that compiles), until one of its
+# calls has come round MIN_WHOLE_EVAL_BATCHES times, or this long at most
+EVAL_SAMPLE_MAX_S = 1.0
 MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's loop overhead
 CALIBRATION_OPS = 200
 CALIBRATION_REPEATS = 5
@@ -81,8 +84,10 @@ class _ApiWatcher(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
         sampler = self.sampler
+        if sampler.passing or (sampler.phase == "eval" and sampler._eval_hook is None and sampler._eval_past_bound()):
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
         if name in _WATCHED and args and current_pid() == sampler.pid:
             sampler._record_api(name, args, kwargs, sys._getframe(1))
         sampler.handling += 1  # inside a handler: no safe point for taking the modes out
@@ -111,6 +116,8 @@ class _OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         sampler = self.sampler
+        if sampler.passing:
+            return func(*args, **(kwargs or {}))
         started = sampler.clock()
         out = func(*args, **(kwargs or {}))
         if current_pid() == sampler.pid:
@@ -125,8 +132,14 @@ class DispatchSampler:
 
     def __init__(self, clock: Callable[[], float], on_activate: Callable[[], None] = lambda: None,
                  outside_step: Callable[[], bool] = lambda: False, on_deactivate: Callable[[], None] = lambda: None,
-                 baseline: Callable[[], float | None] = lambda: None):
+                 baseline: Callable[[], float | None] = lambda: None,
+                 script_compiles: Callable[[], bool] = compiled_code_in_use,
+                 compiling: Callable[[], bool] = lambda: False):
         self.clock = clock
+        # the script called torch.compile or ran compiled code: a global module hook of the doctor's
+        # would be traced into its graphs (at step 0, an evaluation can run before the first compile)
+        self.script_compiles = script_compiles
+        self.compiling = compiling  # torch.compile is compiling a graph now: the script's time, no bound runs
         self.on_activate = on_activate
         self.on_deactivate = on_deactivate
         self.baseline = baseline  # the median unmeasured step so far (the eval sample's time bound)
@@ -136,6 +149,13 @@ class DispatchSampler:
         self.eval_sampled_s = 0.0  # wall time evaluation code ran under the sampler
         self.eval_cut = False  # the evaluation's sample stopped at its time bound
         self._eval_started: float | None = None
+        self._eval_bound_from: float | None = None  # the first module call (or torch call) of the sampled evaluation
+        # past the evaluation's bound with no safe point to take the modes out (the script compiles,
+        # so no module hook, and no DataLoader batch): they hand every call on unrecorded until it ends
+        self.passing = False
+        self.eval_passed = False
+        self._eval_rounds = 0  # how often the hook-free evaluation's busiest call has run: its batches, near enough
+        self._eval_counts_before: dict[int, int] = {}
         self._eval_hook = None
         self._paused = False  # the training window stepped aside for an evaluation
         self.patches = PatchSet()
@@ -190,15 +210,19 @@ class DispatchSampler:
         else:
             self.eval_windows += 1
             self._eval_started = self.clock()
+            self._eval_bound_from = None
+            self._eval_rounds = 0
+            self._eval_counts_before = {id(c): c.count for c in self.api.values()}
             # a generation loop may take no batch: each module call is a safe point to end the sample;
-            # not in a script with compiled code, where Dynamo would trace the hook into the graphs
+            # not in a script that compiles, where Dynamo would trace the hook into the graphs
             # (a graph break, other numerics): its batches alone bound the sample there
-            if not compiled_code_in_use():
+            if not self.script_compiles():
                 self._eval_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._eval_module_called)
         self.on_activate()
 
     def deactivate(self) -> None:
         self._paused = False
+        self.passing = False
         if not self._modes:
             return
         while self._modes:
@@ -241,16 +265,43 @@ class DispatchSampler:
             else:
                 self._eval_module_called(None, None)
 
+    def _eval_past_bound(self) -> bool:
+        """The hook-free evaluation's bound, checked at its torch calls: it starts at the first one."""
+        now = self.clock()
+        if self._eval_bound_from is None:
+            self._eval_bound_from = now
+            return False
+        elapsed = now - self._eval_bound_from
+        if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES or self.compiling() or \
+                elapsed <= max(EVAL_SAMPLE_MIN_S, self.baseline() or 0.0):
+            return False
+        if self._eval_rounds < MIN_WHOLE_EVAL_BATCHES and elapsed <= EVAL_SAMPLE_MAX_S:
+            return False  # no DataLoader to count batches by: until a call of the loop has come round twice
+        self.passing = self.eval_passed = self.eval_cut = True
+        self.eval_batch_cut = self.eval_batches > 0
+        return True
+
+    def exclude_script_time(self, seconds: float, now: float) -> None:
+        """torch.compile compiled for `seconds` inside the evaluation's sample: the script's time, not
+        the sample's (nanochat's first evaluation compiled for 1.8 s and its sample ended before the
+        evaluation's own per-batch read)."""
+        if self._eval_bound_from is not None and seconds > 0:
+            self._eval_bound_from = min(now, self._eval_bound_from + seconds)
+
     def _eval_module_called(self, module, args) -> None:
         """A module is called in the sampled evaluation: past its time bound, the sample ends
         here and the rest of the evaluation runs at plain speed."""
-        started = self._eval_started
-        if started is None or current_pid() != self.pid:
+        if self._eval_started is None or current_pid() != self.pid:
+            return
+        if self._eval_bound_from is None:
+            # the bound starts at the evaluation's first module call: what ran before it (building a
+            # loader, a tokenizer: nanochat's first evaluation spent 77 ms there) is no batch's work
+            self._eval_bound_from = self.clock()
             return
         if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES:
             return  # a per-batch read shows in whole batches: these are the sample's least
         baseline = self.baseline()
-        if self.clock() - started > max(EVAL_SAMPLE_MIN_S, baseline or 0.0) and self.can_stop_now():
+        if self.clock() - self._eval_bound_from > max(EVAL_SAMPLE_MIN_S, baseline or 0.0) and self.can_stop_now():
             self.eval_cut = True
             # cut in a batch, or as one arrived: the last batch counted was not sampled whole
             self.eval_batch_cut = self.eval_batches > 0
@@ -426,6 +477,8 @@ class DispatchSampler:
         placement = "device" if kind.startswith("transfer-h2d") or (on_device(tensor) and name != "numpy") else "host"
         call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
                            placement)
+        if self.phase == "eval":  # a call seen again: the evaluation's loop came round (its batches)
+            self._eval_rounds = max(self._eval_rounds, call.count - self._eval_counts_before.get(id(call), 0))
         if call.loop_line is None and user is not None:
             span = enclosing_loop(user)
             call.loop_line = span.line if span is not None else None
@@ -473,6 +526,7 @@ class DispatchSampler:
         sample.sampled_step_s = [s.duration_s for s in sampled][: self.train_windows]
         sample.unsampled_median_step_s = statistics.median(clean) if clean else None
         sample.eval_batches_sampled = min(self.eval_batches - self.eval_batch_cut, EVAL_BATCHES_SAMPLED)
+        sample.eval_sample_cut = self.eval_cut
         sample.total_ops = sum(s.ops for s in self.sites.values())
         if sample.sampled_step_s and clean and sample.total_ops:
             extra = statistics.fmean(sample.sampled_step_s) - statistics.median(clean)
