@@ -49,10 +49,20 @@ def records(run_dir: Path) -> dict[int, dict]:
     return {int(p.parent.name[5:]): json.loads(p.read_text()) for p in run_dir.glob("rank-*/record.json")}
 
 
-def test_two_ranks_are_measured_merged_and_re_rendered(tmp_path):
-    out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "6", "--warmup", "1", "--out", str(out),
-                  "--format", "json", str(JOB))
+@pytest.fixture(scope="module")
+def long_ddp_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """Two ranks for 1,100 measured steps (past ~1,000, where the straggler test's binomial sum
+    overflowed a float): the long-run test's, and the run the merge-and-re-render test reads (it
+    ran 6 steps of its own before; what it checks holds at any length)."""
+    out = tmp_path_factory.mktemp("long_ddp") / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "1100", "--warmup", "1", "--max-seconds", "90",
+                  "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
+                  extra_env={"STEPS": "1150"})
+    return done, out
+
+
+def test_two_ranks_are_measured_merged_and_re_rendered(tmp_path, long_ddp_run):
+    done, out = long_ddp_run
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # stdout carries the report alone
     by_rank = records(out)
@@ -220,12 +230,9 @@ def test_ranks_sharing_cores_get_a_scaling_verdict_from_a_measured_one_rank_run(
     assert_no_rank_left(out)
 
 
-def test_a_long_ddp_run_reports_without_error(tmp_path):
+def test_a_long_ddp_run_reports_without_error(long_ddp_run):
     """Past 1,000 measured steps: the straggler test's binomial sum overflowed a float past ~1,000."""
-    out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "1100", "--warmup", "1", "--max-seconds", "90",
-                  "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
-                  extra_env={"STEPS": "1150"})
+    done, _ = long_ddp_run
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["summary"]["steps_measured"] >= 1000 and "TD606" in {f["code"] for f in report["findings"]}
