@@ -117,10 +117,10 @@ def _findings(out: Path) -> list[dict]:
     return json.loads((out / "report.json").read_text())["findings"]
 
 
-def test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding(tmp_path, alone_runs):
-    alone_runs.finish()
+def test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding(tmp_path, runs):
+    runs.finish()  # the runs of the other tests: none beside this one
     out, under = _run(tmp_path, CLEAN + "\n")
-    alone = alone_runs.result("clean")  # Dynamo's counters of CLEAN run alone
+    alone = runs.alone("clean")  # Dynamo's counters of CLEAN run alone
     # the doctor's probes change nothing Dynamo does: one frame, one graph, no break
     assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"] == 1
     assert not under.get("graph_break")
@@ -155,14 +155,14 @@ def test_a_graph_break_on_item_is_found_at_its_line(tmp_path):
     assert len(counters["graph_break"]) == 1  # Dynamo's own count: the script's break, none of the doctor's
 
 
-def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone(tmp_path, alone_runs):
+def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone(tmp_path, runs):
     """The doctor's first-evaluation sample ends at a module call through a global module hook;
     Dynamo would trace that hook into the compiled graphs (a graph break on the doctor's clock,
     frames compiled again, other numerics). With compiled code in use the hook is not installed."""
     assert "if step == 5:" in CLEAN_EVAL
-    alone_runs.finish()
+    runs.finish()  # the runs of the other tests: none beside this one
     out, under = _run(tmp_path, CLEAN_EVAL)
-    alone = alone_runs.result("clean-eval")  # Dynamo's counters of CLEAN_EVAL run alone
+    alone = runs.alone("clean-eval")  # Dynamo's counters of CLEAN_EVAL run alone
     assert not under.get("graph_break"), under.get("graph_break")
     assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"]
     # compiling in the first steps, under memory accounting, is the script's cost, not the probe's
@@ -222,73 +222,86 @@ def _stderr(folder: Path, order: str, out: Path | None, *options: str) -> str:
     return "\n".join(line for line in done.stderr.splitlines() if not line.startswith("torchdoctor:"))
 
 
-ORDER_TESTS = ("test_the_doctors_global_hooks_never_make_dynamo_warn_the_script",
-               "test_the_compile_knob_says_when_the_script_compiles_itself")
+HOOKS_TEST = "test_the_doctors_global_hooks_never_make_dynamo_warn_the_script"
+KNOB_TEST = "test_the_compile_knob_says_when_the_script_compiles_itself"
 CLEAN_TESTS = {"test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding": "clean",
                "test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone": "clean-eval"}
+KNOB = ("--set", "compile=true")
 
 
-class _Alone:
-    """The scripts run alone, without the doctor, for the tests to compare their runs under it
-    with: an order's stderr (ORDERS, from a folder of its own: the script's path is in Dynamo's
-    warnings, the same under the doctor and alone), the clean scripts' Dynamo counters. Each runs
-    once (a test of hooks and one of the knob share an order's), all that the selected tests need
-    when the first asks, two at a time: nothing of a run alone is timed, and the runs under the
-    doctor start only once they are done (`finish`), one at a time."""
+class _Runs:
+    """The runs whose results are text and counters, never times, made before the tests read
+    them, two at a time (the machine's two cores), all that the selected tests need when the first
+    asks (`finish`):
+    - each script alone, without the doctor, once (a hook test and a knob test share an order's):
+      an order's stderr, the clean scripts' Dynamo counters;
+    - the hook and knob tests' runs under the doctor: stderr and the run directory.
+    The clean scripts' runs under the doctor are the tests' own, after these, one at a time with
+    nothing beside them (their findings must stand on the steps' times). An order's script lives
+    in one folder for its runs alone and under the doctor: its path is in Dynamo's warning."""
 
-    def __init__(self, base: Path, keys: list[str]):
+    def __init__(self, base: Path, keys: list[tuple]):
         self.base, self.keys, self._runs = base, keys, None
 
     def folder(self, order: str) -> Path:
-        folder = self.base / order
-        if not folder.exists():
-            folder.mkdir()
-            (folder / "train.py").write_text(ORDERS)
-        return folder
+        return self.base / order
 
-    def _one(self, key: str):
-        if key in ("clean", "clean-eval"):
-            folder = self.base / key
+    def _one(self, key: tuple):
+        kind, name = key[0], key[-1]
+        if kind == "alone" and name in ("clean", "clean-eval"):
+            folder = self.base / name
             folder.mkdir()
-            return _run(folder, CLEAN if key == "clean" else CLEAN_EVAL, doctor=False)[1]
-        return _stderr(self.folder(key), key, None)
+            return _run(folder, CLEAN if name == "clean" else CLEAN_EVAL, doctor=False)[1]
+        if kind == "alone":
+            return _stderr(self.folder(name), name, None)
+        out = self.base / f"run-{kind}-{name}"
+        return _stderr(self.folder(name), name, out, *(KNOB if kind == "knob" else ())), out
 
     def finish(self) -> None:
         if self._runs is None:
-            for key in self.keys:  # the folders first, in this thread
-                if key not in ("clean", "clean-eval"):
-                    self.folder(key)
+            for key in self.keys:  # the orders' folders first, in this thread
+                if key[-1] not in ("clean", "clean-eval") and not self.folder(key[-1]).exists():
+                    self.folder(key[-1]).mkdir()
+                    (self.folder(key[-1]) / "train.py").write_text(ORDERS)
             with ThreadPoolExecutor(max_workers=2) as pool:  # waits for every run
                 self._runs = {key: pool.submit(self._one, key) for key in self.keys}
 
-    def result(self, key: str):
-        """The run's stderr or counters; its failure (an assertion of `_stderr` or `_run`) is
-        raised in the tests that compare with it alone."""
+    def result(self, *key: str):
+        """A run's result; its failure (an assertion of `_stderr` or `_run`) is raised in the
+        tests that read it, alone."""
         self.finish()
         return self._runs[key].result()
 
+    def alone(self, name: str):
+        """An order's stderr, or a clean script's Dynamo counters, run alone."""
+        return self.result("alone", name)
+
+    def under(self, test: str, order: str) -> tuple[str, Path]:
+        """An order's stderr under the doctor, as the hook test ("hooks") or the knob test
+        ("knob", with --set compile=true) runs it, and its run directory."""
+        return self.result(test, order)
+
 
 @pytest.fixture(scope="module")
-def alone_runs(request, tmp_path_factory) -> _Alone:
+def runs(request, tmp_path_factory) -> _Runs:
     keys = []
     for item in request.session.items:
         if item.module is not request.module:
             continue
-        if item.originalname in ORDER_TESTS:
-            key = item.callspec.params["order"]
+        if item.originalname in (HOOKS_TEST, KNOB_TEST):
+            order = item.callspec.params["order"]
+            wanted = [("alone", order), ("hooks" if item.originalname == HOOKS_TEST else "knob", order)]
         else:
-            key = CLEAN_TESTS.get(item.originalname)
-        if key is not None and key not in keys:
-            keys.append(key)
-    return _Alone(tmp_path_factory.mktemp("alone"), keys)
+            wanted = [("alone", CLEAN_TESTS[item.originalname])] if item.originalname in CLEAN_TESTS else []
+        keys += [key for key in wanted if key not in keys]
+    return _Runs(tmp_path_factory.mktemp("runs"), keys)
 
 
 @pytest.mark.parametrize("order", ["before", "after", "later", "own-hook"])
-def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, alone_runs, order):
+def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(runs, order):
     """`OptimizedModule.__call__` warns into stderr when any global module hook is registered:
     the doctor's own must not count, whenever the script compiles; the script's own still do."""
-    alone_runs.finish()
-    under, alone = _stderr(alone_runs.folder(order), order, tmp_path / f"run-{order}"), alone_runs.result(order)
+    (under, _), alone = runs.under("hooks", order), runs.alone(order)
     assert under == alone
     assert ("global hooks" in alone) == (order == "own-hook")
 
@@ -298,10 +311,8 @@ def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, al
     ("later", "it compiles Sequential itself"),  # the knob compiled first: taken back at the script's compile
     ("function", "called only inside compiled code"),  # the model never runs outside the script's compiled code
 ])
-def test_the_compile_knob_says_when_the_script_compiles_itself(tmp_path, alone_runs, order, detail):
-    alone_runs.finish()
-    under = _stderr(alone_runs.folder(order), order, tmp_path / f"run-{order}", "--set", "compile=true")
-    alone = alone_runs.result(order)  # run once for this test and the one above (when both are selected)
+def test_the_compile_knob_says_when_the_script_compiles_itself(runs, order, detail):
+    (under, out), alone = runs.under("knob", order), runs.alone(order)  # `run --set compile=true`
     assert under == alone
-    (knob,) = json.loads((tmp_path / f"run-{order}" / "record.json").read_text())["knobs"]
+    (knob,) = json.loads((out / "record.json").read_text())["knobs"]
     assert not knob["applied"] and "already compiled by the script" in knob["detail"] and detail in knob["detail"]
