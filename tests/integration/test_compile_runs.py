@@ -1,7 +1,11 @@
 """torch.compile under `torchdoctor run`, end to end in fresh processes (Dynamo's state is
 per process): the script compiles exactly as it does alone, a recompiling call is found with its
 guard and the recompile limit, a graph break at its line, and a clean compiled model gets no
-finding. Compiling with the C++ Inductor backend takes seconds here: the models are tiny."""
+finding. The clean scripts compile with the C++ Inductor backend (AOTAutograd traces them under the
+doctor's modes; the models are tiny, yet a cold Inductor cache takes some 10 s a script). The
+recompile, graph-break and hook-order scripts use Dynamo's eager backend: guards, the recompile
+limit, breaks, Dynamo's counters and its warnings are Dynamo's, whatever backend it hands the
+graphs to."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -60,7 +65,7 @@ from torch import nn
 torch._dynamo.config.recompile_limit = 3
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
-compiled = torch.compile(model, dynamic=False)
+compiled = torch.compile(model, dynamic=False, backend="eager")  # guards and the limit are Dynamo's
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(40):
     x = torch.randn(4, 2 + step % 9, 8)
@@ -75,7 +80,7 @@ BREAK = COUNTERS + """
 import torch
 from torch import nn
 
-@torch.compile
+@torch.compile(backend="eager")  # the break and its counters are Dynamo's
 def normalized_mse(pred, target):
     scale = target.abs().amax().item()
     return ((pred - target) / (scale + 1e-6)).pow(2).mean()
@@ -112,10 +117,10 @@ def _findings(out: Path) -> list[dict]:
     return json.loads((out / "report.json").read_text())["findings"]
 
 
-def test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding(tmp_path):
+def test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding(tmp_path, runs):
+    runs.finish()  # the runs of the other tests: none beside this one
     out, under = _run(tmp_path, CLEAN + "\n")
-    (tmp_path / "counters.json").unlink()
-    _, alone = _run(tmp_path, CLEAN, doctor=False)
+    alone = runs.alone("clean")  # Dynamo's counters of CLEAN run alone
     # the doctor's probes change nothing Dynamo does: one frame, one graph, no break
     assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"] == 1
     assert not under.get("graph_break")
@@ -150,14 +155,14 @@ def test_a_graph_break_on_item_is_found_at_its_line(tmp_path):
     assert len(counters["graph_break"]) == 1  # Dynamo's own count: the script's break, none of the doctor's
 
 
-def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone(tmp_path):
+def test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone(tmp_path, runs):
     """The doctor's first-evaluation sample ends at a module call through a global module hook;
     Dynamo would trace that hook into the compiled graphs (a graph break on the doctor's clock,
     frames compiled again, other numerics). With compiled code in use the hook is not installed."""
     assert "if step == 5:" in CLEAN_EVAL
+    runs.finish()  # the runs of the other tests: none beside this one
     out, under = _run(tmp_path, CLEAN_EVAL)
-    (tmp_path / "counters.json").unlink()
-    _, alone = _run(tmp_path, CLEAN_EVAL, doctor=False)
+    alone = runs.alone("clean-eval")  # Dynamo's counters of CLEAN_EVAL run alone
     assert not under.get("graph_break"), under.get("graph_break")
     assert under["frames"] == alone["frames"] and under["stats"]["unique_graphs"] == alone["stats"]["unique_graphs"]
     # compiling in the first steps, under memory accounting, is the script's cost, not the probe's
@@ -205,22 +210,98 @@ print("done", file=sys.stderr)
 """
 
 
-def _stderr(tmp_path: Path, order: str, doctor: bool, *options: str) -> str:
-    script = tmp_path / "train.py"
-    script.write_text(ORDERS)
+def _stderr(folder: Path, order: str, out: Path | None, *options: str) -> str:
+    """The script's stderr (less the doctor's own lines), run under the doctor into `out`, or
+    alone where `out` is None."""
+    script = folder / "train.py"
     env = {**os.environ, "PYTHONPATH": SRC, "ORDER": order}
     command = ([sys.executable, "-m", "torchdoctor", "run", "--steps", "20", "--warmup", "1", *options, "--out",
-                str(tmp_path / f"run-{order}"), str(script)] if doctor else [sys.executable, str(script)])
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                str(out), str(script)] if out is not None else [sys.executable, str(script)])
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return "\n".join(line for line in done.stderr.splitlines() if not line.startswith("torchdoctor:"))
 
 
+HOOKS_TEST = "test_the_doctors_global_hooks_never_make_dynamo_warn_the_script"
+KNOB_TEST = "test_the_compile_knob_says_when_the_script_compiles_itself"
+CLEAN_TESTS = {"test_a_compiled_script_compiles_as_it_does_alone_and_gets_no_finding": "clean",
+               "test_an_evaluation_of_compiled_code_sampled_by_the_doctor_compiles_as_it_does_alone": "clean-eval"}
+KNOB = ("--set", "compile=true")
+
+
+class _Runs:
+    """The runs whose results are text and counters, never times, made before the tests read
+    them, two at a time (the machine's two cores), all that the selected tests need when the first
+    asks (`finish`):
+    - each script alone, without the doctor, once (a hook test and a knob test share an order's):
+      an order's stderr, the clean scripts' Dynamo counters;
+    - the hook and knob tests' runs under the doctor: stderr and the run directory.
+    The clean scripts' runs under the doctor are the tests' own, after these, one at a time with
+    nothing beside them (their findings must stand on the steps' times). An order's script lives
+    in one folder for its runs alone and under the doctor: its path is in Dynamo's warning."""
+
+    def __init__(self, base: Path, keys: list[tuple]):
+        self.base, self.keys, self._runs = base, keys, None
+
+    def folder(self, order: str) -> Path:
+        return self.base / order
+
+    def _one(self, key: tuple):
+        kind, name = key[0], key[-1]
+        if kind == "alone" and name in ("clean", "clean-eval"):
+            folder = self.base / name
+            folder.mkdir()
+            return _run(folder, CLEAN if name == "clean" else CLEAN_EVAL, doctor=False)[1]
+        if kind == "alone":
+            return _stderr(self.folder(name), name, None)
+        out = self.base / f"run-{kind}-{name}"
+        return _stderr(self.folder(name), name, out, *(KNOB if kind == "knob" else ())), out
+
+    def finish(self) -> None:
+        if self._runs is None:
+            for key in self.keys:  # the orders' folders first, in this thread
+                if key[-1] not in ("clean", "clean-eval") and not self.folder(key[-1]).exists():
+                    self.folder(key[-1]).mkdir()
+                    (self.folder(key[-1]) / "train.py").write_text(ORDERS)
+            with ThreadPoolExecutor(max_workers=2) as pool:  # waits for every run
+                self._runs = {key: pool.submit(self._one, key) for key in self.keys}
+
+    def result(self, *key: str):
+        """A run's result; its failure (an assertion of `_stderr` or `_run`) is raised in the
+        tests that read it, alone."""
+        self.finish()
+        return self._runs[key].result()
+
+    def alone(self, name: str):
+        """An order's stderr, or a clean script's Dynamo counters, run alone."""
+        return self.result("alone", name)
+
+    def under(self, test: str, order: str) -> tuple[str, Path]:
+        """An order's stderr under the doctor, as the hook test ("hooks") or the knob test
+        ("knob", with --set compile=true) runs it, and its run directory."""
+        return self.result(test, order)
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory) -> _Runs:
+    keys = []
+    for item in request.session.items:
+        if item.module is not request.module:
+            continue
+        if item.originalname in (HOOKS_TEST, KNOB_TEST):
+            order = item.callspec.params["order"]
+            wanted = [("alone", order), ("hooks" if item.originalname == HOOKS_TEST else "knob", order)]
+        else:
+            wanted = [("alone", CLEAN_TESTS[item.originalname])] if item.originalname in CLEAN_TESTS else []
+        keys += [key for key in wanted if key not in keys]
+    return _Runs(tmp_path_factory.mktemp("runs"), keys)
+
+
 @pytest.mark.parametrize("order", ["before", "after", "later", "own-hook"])
-def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, order):
+def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(runs, order):
     """`OptimizedModule.__call__` warns into stderr when any global module hook is registered:
     the doctor's own must not count, whenever the script compiles; the script's own still do."""
-    under, alone = _stderr(tmp_path, order, True), _stderr(tmp_path, order, False)
+    (under, _), alone = runs.under("hooks", order), runs.alone(order)
     assert under == alone
     assert ("global hooks" in alone) == (order == "own-hook")
 
@@ -230,8 +311,8 @@ def test_the_doctors_global_hooks_never_make_dynamo_warn_the_script(tmp_path, or
     ("later", "it compiles Sequential itself"),  # the knob compiled first: taken back at the script's compile
     ("function", "called only inside compiled code"),  # the model never runs outside the script's compiled code
 ])
-def test_the_compile_knob_says_when_the_script_compiles_itself(tmp_path, order, detail):
-    under, alone = _stderr(tmp_path, order, True, "--set", "compile=true"), _stderr(tmp_path, order, False)
+def test_the_compile_knob_says_when_the_script_compiles_itself(runs, order, detail):
+    (under, out), alone = runs.under("knob", order), runs.alone(order)  # `run --set compile=true`
     assert under == alone
-    (knob,) = json.loads((tmp_path / f"run-{order}" / "record.json").read_text())["knobs"]
+    (knob,) = json.loads((out / "record.json").read_text())["knobs"]
     assert not knob["applied"] and "already compiled by the script" in knob["detail"] and detail in knob["detail"]

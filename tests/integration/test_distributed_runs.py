@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,20 @@ def records(run_dir: Path) -> dict[int, dict]:
     return {int(p.parent.name[5:]): json.loads(p.read_text()) for p in run_dir.glob("rank-*/record.json")}
 
 
-def test_two_ranks_are_measured_merged_and_re_rendered(tmp_path):
-    out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "6", "--warmup", "1", "--out", str(out),
-                  "--format", "json", str(JOB))
+@pytest.fixture(scope="module")
+def long_ddp_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """Two ranks for 1,100 measured steps (past ~1,000, where the straggler test's binomial sum
+    overflowed a float): the long-run test's, and the run the merge-and-re-render test reads (it
+    ran 6 steps of its own before; what it checks holds at any length)."""
+    out = tmp_path_factory.mktemp("long_ddp") / "run"
+    done = doctor("run", "--nproc-per-node", "2", "--steps", "1100", "--warmup", "1", "--max-seconds", "90",
+                  "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
+                  extra_env={"STEPS": "1150"})
+    return done, out
+
+
+def test_two_ranks_are_measured_merged_and_re_rendered(tmp_path, long_ddp_run):
+    done, out = long_ddp_run
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # stdout carries the report alone
     by_rank = records(out)
@@ -198,12 +209,23 @@ def _one_cpu():
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
+def _another_cpu():
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def test_ranks_sharing_cores_get_a_scaling_verdict_from_a_measured_one_rank_run(tmp_path):
     """Two ranks pinned to one CPU core: the model (a rank's step minus its communication)
-    would say ~2x; one rank alone is measured in the same command instead."""
+    would say ~2x; one rank alone is measured in the same command instead. The `--one-rank never`
+    run, pinned too, goes on another core at the same time where there is one: each job has a
+    core to itself, as when they ran one after the other."""
     out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "20", "--warmup", "1", "--out", str(out),
-                  "--format", "json", str(JOB), preexec_fn=_one_cpu)
+    never_args = ("run", "--nproc-per-node", "2", "--steps", "6", "--warmup", "1", "--one-rank", "never",
+                  "--out", str(tmp_path / "never"), "--format", "json", str(JOB))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        alongside = pool.submit(doctor, *never_args, preexec_fn=_another_cpu) if len(os.sched_getaffinity(0)) > 1 else None
+        done = doctor("run", "--nproc-per-node", "2", "--steps", "20", "--warmup", "1", "--out", str(out),
+                      "--format", "json", str(JOB), preexec_fn=_one_cpu)
+        never = alongside.result() if alongside is not None else doctor(*never_args, preexec_fn=_one_cpu)
     assert done.returncode == 0, done.stderr
     assert "measuring one rank alone" in done.stderr
     [verdict] = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "TD606"]
@@ -213,19 +235,14 @@ def test_ranks_sharing_cores_get_a_scaling_verdict_from_a_measured_one_rank_run(
     assert (out / "one-rank" / "rank-0" / "record.json").exists()
     again = json.loads(doctor("report", str(out), "--format", "json").stdout)  # re-rendered: still measured
     assert [f for f in again["findings"] if f["code"] == "TD606"][0]["evidence"]["one_rank"] == "measured"
-    never = doctor("run", "--nproc-per-node", "2", "--steps", "6", "--warmup", "1", "--one-rank", "never",
-                   "--out", str(tmp_path / "never"), "--format", "json", str(JOB), preexec_fn=_one_cpu)
     [model] = [f for f in json.loads(never.stdout)["findings"] if f["code"] == "TD606"]
     assert model["severity"] == "info" and "by a model" in model["title"] and "likely wrong here" in model["message"]
     assert_no_rank_left(out)
 
 
-def test_a_long_ddp_run_reports_without_error(tmp_path):
+def test_a_long_ddp_run_reports_without_error(long_ddp_run):
     """Past 1,000 measured steps: the straggler test's binomial sum overflowed a float past ~1,000."""
-    out = tmp_path / "run"
-    done = doctor("run", "--nproc-per-node", "2", "--steps", "1100", "--warmup", "1", "--max-seconds", "90",
-                  "--one-rank", "never", "--out", str(out), "--format", "json", str(JOB),
-                  extra_env={"STEPS": "1150"})
+    done, _ = long_ddp_run
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["summary"]["steps_measured"] >= 1000 and "TD606" in {f["code"] for f in report["findings"]}

@@ -35,9 +35,9 @@ def findings(run_dir: Path) -> list[dict]:
     return json.loads((run_dir / "report.json").read_text())["findings"]
 
 
-def test_a_loader_that_slows_at_step_300_is_found_there_with_its_cause_at_the_loader_line(tmp_path):
-    out = tmp_path / "run"
-    done = torchdoctor("run", "--follow", "--timeline-every", "1", "--out", str(out), str(EXAMPLE))
+def test_a_loader_that_slows_at_step_300_is_found_there_with_its_cause_at_the_loader_line(slow_loader_followed):
+    # `run --follow --timeline-every 1` on the example, shared with test_follow_exports.py (conftest.py)
+    done, out = slow_loader_followed.done, slow_loader_followed.out
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "record.json").read_text())
     assert record["run"]["status"] == "completed" and len(record["steps"]) == 600  # ran to its end
@@ -224,7 +224,9 @@ def test_the_limits_still_hold_under_follow(tmp_path):
     script = tmp_path / "long.py"
     script.write_text(LONG)
     out = tmp_path / "run"
-    done = torchdoctor("run", "--follow", "--max-seconds", "8", "--out", str(out), str(script), timeout=120)
+    # 6 s: the first seconds go to the probe windows (a CPU hog beside the run left 43-78 steps within
+    # 4 s), then steps are fast (590-1,750 steps within 6 s with the hog)
+    done = torchdoctor("run", "--follow", "--max-seconds", "6", "--out", str(out), str(script), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((out / "record.json").read_text())
     assert record["run"]["status"] == "time-limit" and record["follow"]["blackbox"] is None

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers.otlp import log_records, otlp_receiver
+from helpers.otlp import log_records
 from helpers.scripts import linear_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +39,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_tensorboard_scalars_and_change_events_and_the_prometheus_textfile(tmp_path):
-    out, tb, prom = tmp_path / "run", tmp_path / "tb", tmp_path / "torchdoctor.prom"
-    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
-                           "--tensorboard", str(tb), "--prometheus-textfile", str(prom), "--out", str(out),
-                           str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
+def test_tensorboard_scalars_and_change_events_and_the_prometheus_textfile(slow_loader_followed):
+    # `run --follow --timeline-every 1 --tensorboard TB --prometheus-textfile PROM` on the example (with
+    # --otlp-endpoint too): one run, shared with the OTLP test and test_follow.py's diagnosis (conftest.py)
+    run = slow_loader_followed
+    done, out, tb, prom = run.done, run.out, run.tensorboard, run.prometheus_textfile
+    assert tb is not None and prom is not None
     assert done.returncode == 0, done.stderr[-3000:]
     acc = event_accumulator.EventAccumulator(str(tb), size_guidance={event_accumulator.SCALARS: 0,
                                                                      event_accumulator.TENSORS: 0})
@@ -131,15 +132,13 @@ def test_an_export_without_follow_is_a_one_line_usage_error(tmp_path):
     assert done.stderr.strip().count("\n") == 0 and "add --follow" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_otlp_metrics_and_events_reach_a_collector(tmp_path):
-    """An OTLP/HTTP receiver in the test: what arrives is decoded with OpenTelemetry's own protobufs."""
+def test_otlp_metrics_and_events_reach_a_collector(slow_loader_followed):
+    """An OTLP/HTTP receiver (conftest.py's, around the shared run of the example with
+    --otlp-endpoint): what arrives is decoded with OpenTelemetry's own protobufs."""
     metrics_pb = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
-    out = tmp_path / "run"
-    with otlp_receiver() as (endpoint, received):
-        done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--follow", "--timeline-every", "1",
-                               "--otlp-endpoint", endpoint, "--out", str(out),
-                               str(EXAMPLE)], env=env(), capture_output=True, text=True, timeout=240)
+    done, out, received = slow_loader_followed.done, slow_loader_followed.out, slow_loader_followed.otlp_received
+    assert received is not None
     assert done.returncode == 0, done.stderr[-3000:]
     names, last_step = set(), 0
     for body in received["/v1/metrics"]:

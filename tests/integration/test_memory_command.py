@@ -1,6 +1,7 @@
 """`torchdoctor memory` end to end on small CPU scripts, and `torchdoctor run` on a script that
 runs out of memory under an address-space limit (RLIMIT_AS) imposed on its process."""
 
+import functools
 import json
 import os
 import resource
@@ -134,6 +135,7 @@ def test_bad_memory_arguments_are_one_line_errors(tmp_path, capsys, argv, says):
     assert says in err and err.count("\n") == 1 and not (tmp_path / "m").exists()
 
 
+@functools.cache  # the same interpreter and imports each time: measured once for both tests
 def _address_space_after_import() -> int:
     probe = "import torch, torchdoctor.run.runner; print(open('/proc/self/status').read().split('VmSize:')[1].split()[0])"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -4,6 +4,7 @@ a job. Each command gets it mid-measurement, sent to its own process only (as `t
 process behind: none in its process group, and none anywhere carrying the test's mark in its
 environment (torchrun's ranks and a trial's processes run in sessions of their own)."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -107,11 +109,15 @@ def readable(run_dir: Path) -> dict:
     return json.loads((run_dir / "record.json").read_text())
 
 
-def test_run_with_dataloader_workers(tmp_path):
-    (tmp_path / "train.py").write_text(SCRIPT)
-    out = tmp_path / "run"
-    code, err, took = terminate_when_ready(["run", "--steps", "100000", "--max-seconds", "300", "--out", str(out),
-                                            "train.py"], tmp_path / "ready", tmp_path)
+def _run_with_dataloader_workers(folder: Path):
+    (folder / "train.py").write_text(SCRIPT)
+    return terminate_when_ready(["run", "--steps", "100000", "--max-seconds", "300", "--out", str(folder / "run"),
+                                 "train.py"], folder / "ready", folder)
+
+
+def test_run_with_dataloader_workers(flows):
+    code, err, took = flows.result("run_with_dataloader_workers")
+    out = flows.folder("run_with_dataloader_workers") / "run"
     assert code == 143, err
     assert "terminated (SIGTERM); the partial run is in" in err
     record = readable(out)
@@ -121,13 +127,13 @@ def test_run_with_dataloader_workers(tmp_path):
     print(f"run: SIGTERM to exit {took:.2f} s")
 
 
-def test_run_with_two_ranks(tmp_path):
-    out = tmp_path / "run"
-    ready = tmp_path / "ready"
+def _run_with_two_ranks(folder: Path):
+    return terminate_when_ready(["run", "--nproc-per-node", "2", "--steps", "500", "--out", str(folder / "run"),
+                                 str(JOB)], folder / "ready", folder, FAULT="slow")
 
-    code, err, took = terminate_when_ready(
-        ["run", "--nproc-per-node", "2", "--steps", "500", "--out", str(out), str(JOB)], ready, tmp_path,
-        FAULT="slow")
+
+def test_run_with_two_ranks(flows):
+    (code, err, took), out = flows.result("run_with_two_ranks"), flows.folder("run_with_two_ranks") / "run"
     assert code == 143, err
     ranks = {p.parent.name: json.loads(p.read_text()) for p in out.glob("rank-*/record.json")}
     assert sorted(ranks) == ["rank-0", "rank-1"]
@@ -137,11 +143,14 @@ def test_run_with_two_ranks(tmp_path):
     print(f"run --nproc-per-node 2: SIGTERM to exit {took:.2f} s")
 
 
-def test_tune(tmp_path):
-    (tmp_path / "train.py").write_text(SCRIPT)
-    out = tmp_path / "tune"
-    code, err, took = terminate_when_ready(["tune", "--steps", "100000", "--max-seconds", "300", "--out", str(out),
-                                            "train.py"], tmp_path / "ready", tmp_path)
+def _tune(folder: Path):
+    (folder / "train.py").write_text(SCRIPT)
+    return terminate_when_ready(["tune", "--steps", "100000", "--max-seconds", "300", "--out", str(folder / "tune"),
+                                 "train.py"], folder / "ready", folder)
+
+
+def test_tune(flows):
+    (code, err, took), out = flows.result("tune"), flows.folder("tune") / "tune"
     assert code == 143, err
     assert (out / "tune.json").exists() and (out / "tune.html").exists()
     tuned = json.loads((out / "tune.json").read_text())
@@ -151,12 +160,14 @@ def test_tune(tmp_path):
     print(f"tune: SIGTERM to exit {took:.2f} s")
 
 
-def test_memory(tmp_path):
-    (tmp_path / "train.py").write_text(SCRIPT)
-    out = tmp_path / "memory"
-    code, err, took = terminate_when_ready(["memory", "--device-memory", "1GiB", "--steps", "100000",
-                                            "--max-seconds", "300", "--out", str(out), "train.py"],
-                                           tmp_path / "ready", tmp_path)
+def _memory(folder: Path):
+    (folder / "train.py").write_text(SCRIPT)
+    return terminate_when_ready(["memory", "--device-memory", "1GiB", "--steps", "100000", "--max-seconds", "300",
+                                 "--out", str(folder / "memory"), "train.py"], folder / "ready", folder)
+
+
+def test_memory(flows):
+    (code, err, took), out = flows.result("memory"), flows.folder("memory") / "memory"
     assert code == 143, err
     record = readable(out)
     assert record["run"]["status"] == "interrupted"
@@ -205,29 +216,77 @@ def sigterm_once(argv: list[str], cwd: Path, environment: dict, started, settle_
     return child.returncode, err
 
 
-def test_watch_block(tmp_path):
-    (tmp_path / "train.py").write_text(WATCHED)
-    ready = tmp_path / "ready"
+def _watch_block(folder: Path):
+    (folder / "train.py").write_text(WATCHED)
+    ready = folder / "ready"
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", READY_FILE=str(ready))
-    code, err = sigterm_once([sys.executable, "train.py"], tmp_path, environment, ready.exists)
+    return sigterm_once([sys.executable, "train.py"], folder, environment, ready.exists)
+
+
+def test_watch_block(flows):
+    code, err = flows.result("watch_block")
     assert code == -signal.SIGTERM, err  # ended by SIGTERM, as without torchdoctor: 143 in a shell
     assert "Traceback" not in err
-    record = readable(tmp_path / "run")
+    record = readable(flows.folder("watch_block") / "run")
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143
 
 
-def test_lightning_callback(tmp_path):
+def _lightning_callback(folder: Path):
+    script = ROOT / "tests" / "integration" / "frameworks" / "lightning_blobs.py"
+    out = folder / "run"
+    environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    # the callback made the run directory: the fit is under way
+    return sigterm_once([sys.executable, str(script), "--epochs", "1000", "--doctor-out", str(out),
+                         "--doctor-steps", "100000", "--doctor-warmup", "2"], folder, environment, out.exists,
+                        settle_s=3)
+
+
+def test_lightning_callback(flows):
     """The callback's fit gets SIGTERM: the measuring stops, the run directory is written. Lightning
     installs its own SIGTERM handler, which stays in charge of how the process ends (its fit ends
     cleanly); torchdoctor's stop still comes through the signal's wakeup."""
     pytest.importorskip("lightning")
-    script = ROOT / "tests" / "integration" / "frameworks" / "lightning_blobs.py"
-    out = tmp_path / "run"
-    environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    # the callback made the run directory: the fit is under way
-    code, err = sigterm_once([sys.executable, str(script), "--epochs", "1000", "--doctor-out", str(out),
-                              "--doctor-steps", "100000", "--doctor-warmup", "2"], tmp_path, environment,
-                             out.exists, settle_s=3)
+    code, err = flows.result("lightning_callback")
+    out = flows.folder("lightning_callback") / "run"
     assert code in (0, -signal.SIGTERM), err
     record = readable(out)
     assert record["run"]["status"] == "interrupted" and record["run"]["exit_code"] == 143 and record["steps"]
+
+
+FLOWS = {"run_with_dataloader_workers": _run_with_dataloader_workers, "run_with_two_ranks": _run_with_two_ranks,
+         "tune": _tune, "memory": _memory, "watch_block": _watch_block, "lightning_callback": _lightning_callback}
+
+
+class _Flows:
+    """Each selected test's command, started, sent SIGTERM once under way and waited for (with the
+    check that no process outlived it), made before the tests read them, two at a time (the
+    machine's two cores): every command gets its own mark, session and folder, and nothing here is
+    timed (the seconds from the signal to the exit are printed, never compared)."""
+
+    def __init__(self, base: Path, names: list[str]):
+        self.base, self.names, self._flows = base, names, None
+
+    def folder(self, name: str) -> Path:
+        return self.base / name
+
+    def result(self, name: str):
+        """The flow's (exit code, stderr[, seconds]); its failure (an assertion of
+        `terminate_when_ready` or `sigterm_once`) is raised in its own test."""
+        if self._flows is None:
+            for each in self.names:
+                self.folder(each).mkdir()
+            with ThreadPoolExecutor(max_workers=2) as pool:  # waits for every flow
+                self._flows = {each: pool.submit(FLOWS[each], self.folder(each)) for each in self.names}
+        return self._flows[name].result()
+
+
+@pytest.fixture(scope="module")
+def flows(request, tmp_path_factory) -> _Flows:
+    names = []
+    for item in request.session.items:
+        name = item.originalname.removeprefix("test_")
+        if item.module is request.module and name in FLOWS and name not in names:
+            if name == "lightning_callback" and importlib.util.find_spec("lightning") is None:
+                continue  # its test skips
+            names.append(name)
+    return _Flows(tmp_path_factory.mktemp("sigterm"), names)
