@@ -225,7 +225,8 @@ class ProbedRun:
         sampler = self.probes.sampler
         record.doctor_cost = doctor_cost(
             record.steps, session.budgets, session.baseline_s, session.expected_run_s(),
-            eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, eval_passed=sampler.eval_passed, install_s=self._install_s,
+            eval_sampled_s=sampler.eval_sampled_s, eval_cut=sampler.eval_cut, eval_passed=sampler.eval_passed,
+            install_s=self._install_s,
             finish_s=time.perf_counter() - self._left_at if self._left_at is not None else 0.0,
             script_own_s=record.compile.seconds_by_step() if record.compile is not None else None)
         if self.options.knobs.get("compile"):

@@ -155,7 +155,6 @@ class DispatchSampler:
         self.passing = False
         self.eval_passed = False
         self._eval_rounds = 0  # how often the hook-free evaluation's busiest call has run: its batches, near enough
-        self._eval_counts_before: dict[int, int] = {}
         self._eval_hook = None
         self._paused = False  # the training window stepped aside for an evaluation
         self.patches = PatchSet()
@@ -212,7 +211,6 @@ class DispatchSampler:
             self._eval_started = self.clock()
             self._eval_bound_from = None
             self._eval_rounds = 0
-            self._eval_counts_before = {id(c): c.count for c in self.api.values()}
             # a generation loop may take no batch: each module call is a safe point to end the sample;
             # not in a script that compiles, where Dynamo would trace the hook into the graphs
             # (a graph break, other numerics): its batches alone bound the sample there
@@ -265,15 +263,24 @@ class DispatchSampler:
             else:
                 self._eval_module_called(None, None)
 
-    def _eval_past_bound(self) -> bool:
-        """The hook-free evaluation's bound, checked at its torch calls: it starts at the first one."""
+    def _eval_bound_reached(self) -> float | None:
+        """Seconds since the sampled evaluation's bound started, once past it; None before. The bound
+        starts at the evaluation's first module call (or torch call, without a hook): what ran before
+        it (building a loader, a tokenizer: nanochat's first evaluation spent 77 ms there) is no
+        batch's work; and it never ends a sample before its least whole batches."""
         now = self.clock()
         if self._eval_bound_from is None:
             self._eval_bound_from = now
-            return False
+            return None
         elapsed = now - self._eval_bound_from
-        if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES or self.compiling() or \
-                elapsed <= max(EVAL_SAMPLE_MIN_S, self.baseline() or 0.0):
+        if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES or elapsed <= max(EVAL_SAMPLE_MIN_S, self.baseline() or 0.0):
+            return None
+        return elapsed
+
+    def _eval_past_bound(self) -> bool:
+        """The hook-free evaluation's bound, checked at its torch calls."""
+        elapsed = self._eval_bound_reached()
+        if elapsed is None or self.compiling():
             return False
         if self._eval_rounds < MIN_WHOLE_EVAL_BATCHES and elapsed <= EVAL_SAMPLE_MAX_S:
             return False  # no DataLoader to count batches by: until a call of the loop has come round twice
@@ -293,15 +300,7 @@ class DispatchSampler:
         here and the rest of the evaluation runs at plain speed."""
         if self._eval_started is None or current_pid() != self.pid:
             return
-        if self._eval_bound_from is None:
-            # the bound starts at the evaluation's first module call: what ran before it (building a
-            # loader, a tokenizer: nanochat's first evaluation spent 77 ms there) is no batch's work
-            self._eval_bound_from = self.clock()
-            return
-        if 0 < self.eval_batches <= MIN_WHOLE_EVAL_BATCHES:
-            return  # a per-batch read shows in whole batches: these are the sample's least
-        baseline = self.baseline()
-        if self.clock() - self._eval_bound_from > max(EVAL_SAMPLE_MIN_S, baseline or 0.0) and self.can_stop_now():
+        if self._eval_bound_reached() is not None and self.can_stop_now():
             self.eval_cut = True
             # cut in a batch, or as one arrived: the last batch counted was not sampled whole
             self.eval_batch_cut = self.eval_batches > 0
@@ -477,8 +476,8 @@ class DispatchSampler:
         placement = "device" if kind.startswith("transfer-h2d") or (on_device(tensor) and name != "numpy") else "host"
         call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
                            placement)
-        if self.phase == "eval":  # a call seen again: the evaluation's loop came round (its batches)
-            self._eval_rounds = max(self._eval_rounds, call.count - self._eval_counts_before.get(id(call), 0))
+        if self.phase == "eval":  # a call seen again: the evaluation's loop came round (its batches); the
+            self._eval_rounds = max(self._eval_rounds, call.count)  # first evaluation's calls: only it is sampled
         if call.loop_line is None and user is not None:
             span = enclosing_loop(user)
             call.loop_line = span.line if span is not None else None
