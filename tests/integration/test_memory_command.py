@@ -7,10 +7,15 @@ import os
 import resource
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+import torchdoctor
 from torchdoctor.cli import main
+
+SRC = str(Path(torchdoctor.__file__).resolve().parent.parent)
 
 TRAIN = """
 import torch
@@ -30,6 +35,8 @@ for epoch in range(5):
         loss.backward()
         optimizer.step()
 """
+
+SMALL_DATA = TRAIN.replace("8192", "600").replace("range(5)", "range(40)")
 
 NO_LOADER = """
 import torch
@@ -81,13 +88,44 @@ train_one_epoch(model, torch.optim.AdamW(model.parameters()), batch=8192)
 """
 
 
-def test_memory_finds_the_largest_batch_and_writes_a_memory_directory(tmp_path, capsys):
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN)
-    out = tmp_path / "mem"
-    code = main(["memory", "--device-memory", "8MiB", "--headroom", "0", "--max-trials", "6", "--steps", "3",
-                 "--warmup", "1", "--out", str(out), "--format", "json", str(script)])
-    assert code == 0
+def _memory_command(folder: Path, text: str, *options: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`torchdoctor memory OPTIONS --format json` on the script `text`, in a process of its own."""
+    script = folder / "train.py"
+    script.write_text(text)
+    out = folder / "mem"
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "memory", *options, "--out", str(out),
+                           "--format", "json", str(script)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    return done, out
+
+
+# The two searches of many trials: (memory options, script). Their trials run one at a time inside
+# each command, as always; the two commands run at once (the machine's two cores). What their tests
+# check is the trials' outcomes and peak bytes, the data bound and the recommendation's place among
+# the trials' own throughputs: nothing compared with a time.
+SEARCHES = {
+    "test_memory_finds_the_largest_batch_and_writes_a_memory_directory": (
+        ("--device-memory", "8MiB", "--headroom", "0", "--max-trials", "6", "--steps", "3", "--warmup", "1"), TRAIN),
+    "test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset": (
+        ("--device-memory", "2GiB", "--headroom", "0", "--max-trials", "8", "--steps", "3", "--warmup", "1"),
+        SMALL_DATA),
+}
+
+
+@pytest.fixture(scope="module")
+def searches(request, tmp_path_factory) -> dict[str, Future]:
+    """The selected tests' searches, run together when the first of them asks; done before any
+    test goes on (a search's failure is raised in its own test, by its future)."""
+    wanted = [item.originalname for item in request.session.items
+              if item.module is request.module and item.originalname in SEARCHES]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # waits for both
+        return {name: pool.submit(_memory_command, tmp_path_factory.mktemp("search"), SEARCHES[name][1],
+                                  *SEARCHES[name][0]) for name in dict.fromkeys(wanted)}
+
+
+def test_memory_finds_the_largest_batch_and_writes_a_memory_directory(searches, capsys):
+    done, out = searches["test_memory_finds_the_largest_batch_and_writes_a_memory_directory"].result()
+    assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "record.json").read_text())
     scaling = record["batch_scaling"]
     trials = sorted(scaling["trials"], key=lambda t: t["batch_size"])
@@ -102,7 +140,7 @@ def test_memory_finds_the_largest_batch_and_writes_a_memory_directory(tmp_path, 
     phases = [f["phase"] for f in scaling["fits"]]  # a line per phase the trials measured, in step order
     assert phases[0] == "forward" and phases[-1] == "optimizer" and set(phases) <= {"forward", "backward", "optimizer"}
     assert next(f for f in scaling["fits"] if f["phase"] == "forward")["per_sample_bytes"] > 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(done.stdout)
     assert report["figures"]["scaling"]["verified_max_batch"] == top
     assert 'id="batch-scaling"' in (out / "report.html").read_text()
     assert main(["report", str(out), "--format", "md"]) == 0
@@ -218,16 +256,11 @@ def test_ddp_trials_fail_together_when_one_rank_runs_out_and_agree_when_all_fit(
     assert parallel["bucket_bytes"] == (32 * 128 + 128 + 128 * 4 + 4) * 4  # a second copy of the gradients
 
 
-SMALL_DATA = TRAIN.replace("8192", "600").replace("range(5)", "range(40)")
 
-
-def test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset(tmp_path, capsys):
+def test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset(searches):
     """600 rows in 2 GiB of room: the memory fit alone would allow batches of many thousands."""
-    script = tmp_path / "train.py"
-    script.write_text(SMALL_DATA)
-    out = tmp_path / "mem"
-    assert main(["memory", "--device-memory", "2GiB", "--headroom", "0", "--max-trials", "8", "--steps", "3",
-                 "--warmup", "1", "--out", str(out), "--format", "json", str(script)]) == 0
+    done, out = searches["test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset"].result()
+    assert done.returncode == 0, done.stderr[-3000:]
     scaling = json.loads((out / "record.json").read_text())["batch_scaling"]
     assert scaling["data_bound"] == 600 and "600 rows" in scaling["data_bound_basis"]
     assert max(t["batch_size"] for t in scaling["trials"]) == 600 and scaling["verified_max_batch"] == 600
@@ -237,7 +270,7 @@ def test_memory_on_a_dataset_smaller_than_its_candidates_stops_at_the_dataset(tm
     best = max(fitting, key=lambda t: t["samples_per_s"])
     rec = scaling["recommended_batch"]
     assert rec is not None and rec <= best["batch_size"]  # the fastest, or a smaller one within its noise
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(done.stdout)
     for f in report["findings"]:
         for value in (f["evidence"].get("recommended_batch"), f["evidence"].get("larger_batch"),
                       f["evidence"].get("verified_max_batch")):
