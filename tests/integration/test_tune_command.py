@@ -1,8 +1,18 @@
 """`torchdoctor tune` end to end: real trials in fresh processes on a small script."""
 
 import json
+import os
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
+import pytest
+
+import torchdoctor
 from torchdoctor.cli import main
+
+SRC = str(Path(torchdoctor.__file__).resolve().parent.parent)
 
 SCRIPT = """
 import torch
@@ -18,47 +28,6 @@ for epoch in range(50):
         loss.backward()
         opt.step()
 """
-
-
-def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tmp_path, capsys):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "tune"
-    code = main(["tune", "--steps", "6", "--warmup", "1", "--out", str(out), "--format", "json",
-                 "--trials", "zero_grad=none", "--trials", "workers=1", "--trials", "data=loader-only", str(script)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    report = json.loads(captured.out)
-    tables = {t["title"]: t for t in report["tables"]}
-    rows = tables["Before / after"]["rows"]
-    assert [r[0] for r in rows] == ["baseline (both runs pooled)", "baseline (repeat)", "zero_grad=none"]
-    assert rows[0][-1] == "baseline"
-    failed = tables["Failed trials"]["rows"]
-    assert failed[0][0] == "workers=1" and "refuses worker processes" in failed[0][2]
-    stages = [r[0] for r in tables["Staged ladder"]["rows"]]
-    assert stages[0] == "data loader alone" and "full run (baseline)" in stages
-    assert "[baseline] running baseline" in captured.err and "running data=loader-only" in captured.err
-    dirs = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only", "05-baseline_repeat"]
-    assert json.loads((out / "tune.json").read_text())["source"] == "tune"
-    page = (out / "tune.html").read_text()  # the before/after bars, one per timed run, with their verdicts
-    assert page.count('class="row-label"') >= 3 and "baseline (both runs pooled)" in page
-    assert all((out / d / "report.html").exists() for d in ("01-baseline", "02-zero_grad=none"))
-
-
-def test_bad_knob_in_trials_fails_before_anything_runs(tmp_path, capsys):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    code = main(["tune", "--out", str(tmp_path / "t"), "--trials", "workers=many", str(script)])
-    assert code == 2 and "bad value 'many' for knob workers" in capsys.readouterr().err
-    assert not (tmp_path / "t").exists()
-
-
-def test_a_crashing_baseline_exits_1_with_its_log(tmp_path, capsys):
-    script = tmp_path / "train.py"
-    script.write_text("raise SystemExit('no data here')\n")
-    code = main(["tune", "--steps", "3", "--out", str(tmp_path / "t"), str(script)])
-    assert code == 1 and "the baseline run failed" in capsys.readouterr().err
 
 
 # Two heads trained on alternate steps with SGD's weight decay: zero_grad(set_to_none=False) keeps
@@ -86,15 +55,82 @@ for epoch in range(20):
 """
 
 
-def test_tune_flags_a_knob_that_changes_numerics_and_marks_the_others_identical(tmp_path, capsys):
+def _tune(folder: Path, text: str, *options: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`torchdoctor tune OPTIONS --format json` on the script `text`, in a process of its own."""
+    script = folder / "train.py"
+    script.write_text(text)
+    out = folder / "tune"
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "tune", *options, "--out", str(out), "--format",
+                           "json", str(script)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    return done, out
+
+
+# The two tunes of five runs each: (options, script). Their runs go one at a time inside each
+# command, as always; the two commands run at once (the machine's two cores). What their tests
+# check is which runs were made and kept, the tables' rows and the numerics guard's bit-for-bit
+# verdicts: nothing compared with a time.
+TUNES = {
+    "test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder": (
+        ("--steps", "6", "--warmup", "1", "--trials", "zero_grad=none", "--trials", "workers=1",
+         "--trials", "data=loader-only"), SCRIPT),
+    "test_tune_flags_a_knob_that_changes_numerics_and_marks_the_others_identical": (
+        ("--steps", "8", "--warmup", "2", "--trials", "zero_grad=none", "--trials", "foreach=true",
+         "--trials", "workers=1"), TWO_HEADS),
+}
+
+
+@pytest.fixture(scope="module")
+def tunes(request, tmp_path_factory) -> dict[str, Future]:
+    """The selected tests' tunes, run together when the first of them asks; done before any test
+    goes on (a tune's failure is raised in its own test, by its future)."""
+    wanted = [item.originalname for item in request.session.items
+              if item.module is request.module and item.originalname in TUNES]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # waits for both
+        return {name: pool.submit(_tune, tmp_path_factory.mktemp("tune"), TUNES[name][1], *TUNES[name][0])
+                for name in dict.fromkeys(wanted)}
+
+
+def test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder(tunes):
+    done, out = tunes["test_tune_runs_chosen_trials_keeps_failures_and_builds_the_ladder"].result()
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    tables = {t["title"]: t for t in report["tables"]}
+    rows = tables["Before / after"]["rows"]
+    assert [r[0] for r in rows] == ["baseline (both runs pooled)", "baseline (repeat)", "zero_grad=none"]
+    assert rows[0][-1] == "baseline"
+    failed = tables["Failed trials"]["rows"]
+    assert failed[0][0] == "workers=1" and "refuses worker processes" in failed[0][2]
+    stages = [r[0] for r in tables["Staged ladder"]["rows"]]
+    assert stages[0] == "data loader alone" and "full run (baseline)" in stages
+    assert "[baseline] running baseline" in done.stderr and "running data=loader-only" in done.stderr
+    dirs = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert dirs == ["01-baseline", "02-zero_grad=none", "03-workers=1", "04-data=loader-only", "05-baseline_repeat"]
+    assert json.loads((out / "tune.json").read_text())["source"] == "tune"
+    page = (out / "tune.html").read_text()  # the before/after bars, one per timed run, with their verdicts
+    assert page.count('class="row-label"') >= 3 and "baseline (both runs pooled)" in page
+    assert all((out / d / "report.html").exists() for d in ("01-baseline", "02-zero_grad=none"))
+
+
+def test_bad_knob_in_trials_fails_before_anything_runs(tmp_path, capsys):
     script = tmp_path / "train.py"
-    script.write_text(TWO_HEADS)
-    out = tmp_path / "tune"
-    code = main(["tune", "--steps", "8", "--warmup", "2", "--out", str(out), "--format", "json",
-                 "--trials", "zero_grad=none", "--trials", "foreach=true", "--trials", "workers=1", str(script)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    report = json.loads(captured.out)
+    script.write_text(SCRIPT)
+    code = main(["tune", "--out", str(tmp_path / "t"), "--trials", "workers=many", str(script)])
+    assert code == 2 and "bad value 'many' for knob workers" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_crashing_baseline_exits_1_with_its_log(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('no data here')\n")
+    code = main(["tune", "--steps", "3", "--out", str(tmp_path / "t"), str(script)])
+    assert code == 1 and "the baseline run failed" in capsys.readouterr().err
+
+
+def test_tune_flags_a_knob_that_changes_numerics_and_marks_the_others_identical(tunes):
+    done, _ = tunes["test_tune_flags_a_knob_that_changes_numerics_and_marks_the_others_identical"].result()
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
     guard = {r[0]: r for r in next(t for t in report["tables"] if t["title"] == "Numerics guard")["rows"]}
     assert guard["baseline (repeat)"][2] == "bit-identical"  # the script is reproducible: the floor is 0
     assert guard["foreach=true"][2] == "bit-identical" and guard["workers=1"][2] == "bit-identical"
