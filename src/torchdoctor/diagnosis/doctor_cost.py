@@ -45,6 +45,8 @@ def doctor_cost_line(record: RunRecord, step_s: float | None) -> str | None:
     if cost.hook_s_per_step is not None:
         share = f" ({cost.hook_s_per_step / step_s:.2%} of a step)" if step_s else ""
         parts.append(f"+{_us(cost.hook_s_per_step)} per unmeasured step in its hooks{share}")
+    if cost.split_untimed_steps:
+        parts.append(_split_timed(cost))
     probes = [p for p in cost.probes if p.steps]
     if probes:
         each = ", ".join(f"{p.label} {len(p.steps)}" + (f" ({_ratio(p.step_ratio)})" if p.step_ratio else "")
@@ -56,6 +58,12 @@ def doctor_cost_line(record: RunRecord, step_s: float | None) -> str | None:
     if cost.added_s is not None and cost.steps_s:
         parts.append(f"in all +{_ms(cost.added_s)} of {cost.steps_s:.2f} s of steps ({cost.added_s / cost.steps_s:.1%})")
     return "; ".join(parts) or None
+
+
+def _split_timed(cost: DoctorCost) -> str:
+    timed = cost.unmeasured_steps - cost.split_untimed_steps
+    return (f"backward, optimizer and zero_grad timed in {timed} of {cost.unmeasured_steps} unmeasured steps "
+            f"(the others only counted: the split's figures are those steps' means)")
 
 
 def _label(cost: DoctorCost, name: str) -> str:
@@ -70,7 +78,8 @@ def doctor_cost_table(record: RunRecord) -> Table | None:
                          f"+{_us(cost.hook_s_per_step)} (p90 {_us(cost.hook_s_p90)})",
                          _ms(cost.hook_s_per_step * cost.unmeasured_steps if cost.hook_s_per_step is not None
                              else None), "—", "measured inside the hooks: loader next(), zero_grad, backward, "
-                                              "optimizer step"]]
+                                              "optimizer step" + (f"; {_split_timed(cost)}" if cost.split_untimed_steps
+                                                                  else "")]]
     for p in cost.probes:
         budget = "—" if p.budget_run_s is None else (
             f"{_ms(p.budget_run_s)} run, {_ms(p.budget_step_s)} a step")

@@ -28,7 +28,9 @@ class TimelinePoint:
     t: Seconds  # when that step ended
     step_s: Seconds
     data_wait_s: Seconds = 0.0
-    compute_s: Seconds = 0.0  # backward + optimizer + zero_grad: the step's own work the hooks time
+    # backward + optimizer + zero_grad: the step's own work the hooks time; None for a step that did not time
+    # them (StepSample.split_timed), or for points merged from such steps alone
+    compute_s: Seconds | None = 0.0
     samples: Count | None = None  # batch rows per step
     mem_bytes: Count | None = None  # memory high-water mark (CUDA max allocated, else the process's max RSS)
     # the share of the wall time the training thread was ready to run but had no CPU (other processes

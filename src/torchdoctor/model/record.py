@@ -42,7 +42,8 @@ from torchdoctor.model.trace_summary import TraceSummary
 #     resolved it), .fused_available (torch offers fused kernels for this optimizer and these parameters),
 #     .param_devices; CompileInfo.graph_calls and .compiled_calls count training only (evaluation apart:
 #     CompileInfo.eval_graph_calls); RunRecord.sources_prefer_cuda; DispatchSample.eval_sample_cut (additive,
-#     unreleased: a record without it reads as uncut)
+#     unreleased: a record without it reads as uncut); StepSample.split_timed (additive: a record without it
+#     timed every step's split)
 SCHEMA_VERSION = 10
 OLDEST_READABLE_SCHEMA = 1
 
@@ -71,6 +72,10 @@ class RunInfo:
     training_loops: list[Location] = field(default_factory=list)  # loops around that call (at their header lines)
 
 
+# The step figures a long run times in some steps only (StepSample.split_timed)
+SPLIT_FIELDS = frozenset({"backward_s", "optimizer_s", "zero_grad_s"})
+
+
 @dataclass(slots=True)  # one made every step of a run, kept to its end: slots are a fifth of a dict's memory
 class StepSample:
     """One optimizer step: the interval from the previous step's end to this one's."""
@@ -95,6 +100,9 @@ class StepSample:
     doctor_s: Seconds = 0.0  # time inside the doctor's own hooks in this step (measured there; 0: older records)
     probes: list[str] = field(default_factory=list)  # window probes that ran in it (run/budget.py names)
     partial: list[str] = field(default_factory=list)  # of those, the ones stopped partway (budget spent)
+    # SPLIT_FIELDS were timed (False: a long run's "bare" step, run/session.py SPLIT_EVERY: they read 0 and
+    # say nothing; every other figure was measured)
+    split_timed: bool = True
 
     @property
     def duration_s(self) -> float:
@@ -458,6 +466,9 @@ class DoctorCost:
     hook_s_per_step: Seconds | None = None  # median time inside the hooks per such step (measured in the hooks)
     hook_s_p90: Seconds | None = None
     sampled_steps: Count = 0  # steps a costly probe ran in: left out of timings
+    # of the unmeasured steps, those whose backward, optimizer and zero_grad went untimed (a long run's bare
+    # steps, StepSample.split_timed): their hooks only counted and closed the step
+    split_untimed_steps: Count = 0
     probes: list[ProbeCost] = field(default_factory=list)
     first_step_s: Seconds | None = None
     first_step_ratio: float | None = None  # step 1 / median unmeasured step (first-step work included)

@@ -245,8 +245,10 @@ def _rank_figures(rows: list[tuple[int, dict[int, TimelinePoint]]], rank: int) -
     others = [p for _, row in rows for r, p in row.items() if r != rank]
     out = {"step_s": statistics.median(p.step_s for p in mine),
            "own_s": statistics.median(own_time(p.step_s, p.comm_wait_s) for p in mine),
-           "data_wait_s": statistics.median(p.data_wait_s for p in mine),
-           "compute_s": statistics.median(p.compute_s for p in mine)}
+           "data_wait_s": statistics.median(p.data_wait_s for p in mine)}
+    timed = [p.compute_s for p in mine if p.compute_s is not None]
+    if timed:
+        out["compute_s"] = statistics.median(timed)
     waits = [p.comm_wait_s for p in mine if p.comm_wait_s is not None]
     if waits:
         out["comm_wait_s"] = statistics.median(waits)

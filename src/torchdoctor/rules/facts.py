@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from torchdoctor.model.findings import Finding
-from torchdoctor.model.record import LoaderStats, RunRecord, StepSample
+from torchdoctor.model.record import SPLIT_FIELDS as SPLIT, LoaderStats, RunRecord, StepSample
 from torchdoctor.rules.rank_facts import JobFacts, job_facts
 
 
@@ -30,13 +30,18 @@ class RunFacts:
         return job_facts(self.record) if self.record is not None else None
 
     def mean(self, attr: str, steps: list[StepSample] | None = None) -> float:
+        """The mean of a step figure; of the split's (SPLIT), over the steps that timed it."""
         chosen = self.measured if steps is None else steps
+        if attr in SPLIT:
+            chosen = [s for s in chosen if s.split_timed]
         return statistics.fmean(getattr(s, attr) for s in chosen) if chosen else 0.0
 
     def window_share(self, attr: str) -> float:
-        """Share of the post-warmup wall time spent in one category."""
-        total = sum(s.duration_s for s in self.window)
-        return sum(getattr(s, attr) for s in self.window) / total if total > 0 else 0.0
+        """Share of the post-warmup wall time spent in one category (of the split's, over the steps that
+        timed it)."""
+        steps = [s for s in self.window if s.split_timed] if attr in SPLIT else self.window
+        total = sum(s.duration_s for s in steps)
+        return sum(getattr(s, attr) for s in steps) / total if total > 0 else 0.0
 
     @classmethod
     def of(cls, record: RunRecord) -> "RunFacts":

@@ -344,7 +344,7 @@ class OptimizerForLoop(Rule):
     )
 
     def check(self, record: RunRecord, facts: RunFacts) -> list[Finding]:
-        steps = [s for s in facts.measured if s.duration_s > 0]
+        steps = [s for s in facts.measured if s.duration_s > 0 and s.split_timed]
         if not steps or not facts.step_s:
             return []
         looping = [o for o in record.optimizers if o.implementation == "for-loop" and o.foreach is None

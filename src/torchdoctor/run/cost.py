@@ -27,6 +27,7 @@ def doctor_cost(steps: list[StepSample], budgets: dict[str, WindowBudget], basel
     cost.steps_s = round(sum(s.duration_s for s in steps), 6)
     plain = [s for s in steps if not s.probes and not s.sampled]
     cost.unmeasured_steps = len(plain)
+    cost.split_untimed_steps = sum(1 for s in plain if not s.split_timed)
     cost.sampled_steps = len(steps) - len(plain)
     if plain:
         hooks = sorted(s.doctor_s for s in plain)

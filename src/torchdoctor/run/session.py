@@ -42,6 +42,13 @@ OPTIMIZER, BACKWARD = "optimizer", "backward"  # what closes a step
 # step, and an unmeasured step at most every POLL_S. An unmeasured step then calls no handler at
 # all unless a listener needs every step (the follower, a progress line).
 POLL_S = 0.05
+# The split of a step (backward, optimizer, zero_grad) is timed in every unmeasured step until
+# SPLIT_TIMED_FIRST of them are, then in one unmeasured step in SPLIT_EVERY: the others are "bare",
+# their hooks pass the calls on untimed (and keep no loss value), so a long run's unmeasured step
+# costs only its boundary and its data wait (README, "The doctor's own cost"). A bounded run at
+# the default 30 steps times every step.
+SPLIT_TIMED_FIRST = 32
+SPLIT_EVERY = 8
 
 
 class StopRun(BaseException):
@@ -160,6 +167,11 @@ class RunSession:
         # costly probe ran in it, no evaluation open, no stop asked, no listener of every batch. Set when
         # a step closes, cleared by whatever ends one of these: a hook reads one flag, not five states.
         self.lean = True
+        # True while the open step is lean and its split goes untimed (SPLIT_EVERY): the hooks' bare
+        # paths. Cleared with `lean`; _began_bare remembers it for the step's row.
+        self.bare = False
+        self._began_bare = False
+        self._split_timed_clean = 0  # unmeasured steps after warm-up whose split was timed
         self.interval_start = self.t0
         self.eval_started: float | None = None
         self.loading_depth = 0  # inside DataLoader.__next__: the dataset's work, not the step's
@@ -228,8 +240,8 @@ class RunSession:
             rows = self._rows
             taken = rows[:]  # rows the training thread appends meanwhile stay for the next read
             self._samples.extend([StepSample(i, a, b, w, False, m, c, n, dw, bw, op, zg, ev, ck, lg, None, shape,
-                                             doc, [], [])
-                                  for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg) in taken])
+                                             doc, [], [], timed)
+                                  for (i, a, b, w, m, c, n, shape, doc, dw, bw, op, zg, ev, ck, lg, timed) in taken])
             del rows[:len(taken)]
 
     def steps_after(self, index: int) -> list[StepSample]:
@@ -254,7 +266,7 @@ class RunSession:
             if handler is not None and (event != "on_batch" or getattr(listener, "listens_to_batches", True)):
                 (self._pollers if polls and event == "on_step" else self._listeners[event]).append(handler)
         if self._listeners["on_batch"]:
-            self.lean = False
+            self.lean = self.bare = False
 
     def _poll(self, sample: StepSample, now: float) -> None:
         self._polled_at = now
@@ -284,7 +296,7 @@ class RunSession:
             self.ledger.seconds[category] += seconds
 
     def enter_eval(self) -> None:
-        self.lean = False
+        self.lean = self.bare = False
         if self.eval_started is None:
             self.eval_started = self.clock()
 
@@ -301,7 +313,7 @@ class RunSession:
     def note_heavy_probe(self) -> None:
         """A costly probe ran in this interval outside any window (an evaluation sampled)."""
         self.ledger.heavy_probe_ran = True
-        self.lean = False
+        self.lean = self.bare = False
 
     def note_training_activity(self, kind: str = "") -> None:
         """Training began (a loader iterated, gradients zeroed or backward started): the
@@ -336,11 +348,55 @@ class RunSession:
             self._close_step()
 
     def _close_step(self) -> None:
-        """Close the open interval as one step and plan the next."""
+        """Close the open interval as one step and plan the next.
+
+        An unmeasured step (lean: no window ran in it nor opens in the next, no stop asked, no evaluation
+        open) is closed in this frame, as a row of its figures (read by `steps`) unless a listener reads its
+        sample now: what an unmeasured step costs (README, "The doctor's own cost"); a call is a
+        microsecond on a busy machine, every step."""
         now = self.clock()
         index = self.step_count + 1
-        if self.lean and index + 1 not in self._planned:  # lean: no stop asked, no evaluation open
-            self._close_lean_step(index, now)
+        if self.lean and index + 1 not in self._planned:
+            ledger, t0, start = self.ledger, self.t0, self.interval_start
+            held, warmup = ledger.batch_shape, index <= self.config.warmup
+            timed = not self._began_bare
+            # the row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s, then the
+            # seconds by category in CATEGORIES' order, then whether the split was timed), the sample's field
+            # order (_build_rows)
+            row = (index, start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls, ledger.samples,
+                   held if held is None or isinstance(held, tuple) else _shape_of(held), ledger.doctor_s,
+                   *ledger.seconds.values(), timed)
+            handlers = self._listeners["on_step"]
+            poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
+            if handlers or poll:  # a listener reads it now: the sample itself
+                self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:16], None, row[7], row[8], [], [],
+                                             timed))
+            else:
+                self._rows.append(row)
+            self.step_count = index
+            if not warmup:
+                if timed:
+                    self._split_timed_clean += 1
+                clean = self._clean
+                clean.append(now - start)
+                if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
+                    self.baseline_s = statistics.median(clean[-64:])
+            # ledger.reset, inline: no window ran, so no probe name to clear (a copy: fewer steps than an update)
+            ledger.seconds = _ZERO.copy()
+            ledger.samples = ledger.batch_shape = None
+            ledger.micro_batches = ledger.closure_calls = 0
+            ledger.doctor_s = 0.0
+            self.interval_start = now
+            self.lean = self.eval_started is None  # an evaluation region left open goes on in the next step
+            # the next step's split goes untimed once enough are timed, but in one step in SPLIT_EVERY; only in a
+            # loop whose step() closes steps after backward() was seen (the hooks' lean paths' own condition)
+            bare = self.lean and self._split_timed_clean >= SPLIT_TIMED_FIRST and (index + 1) % SPLIT_EVERY != 0 \
+                and self.step_source == OPTIMIZER and self.backward_loops_seen
+            self.bare = self._began_bare = bare
+            if handlers:
+                self.notify("on_step", self._samples[-1])
+            if poll:
+                self._poll(self._samples[-1], now)
         else:
             if self.stop_reason is not None:
                 self.raise_if_stopping()  # a script that swallowed the stop records no more steps
@@ -358,41 +414,6 @@ class RunSession:
         # the doctor's time after the step's end belongs to the next interval
         self.ledger.doctor_s += self.clock() - now
 
-    def _close_lean_step(self, index: int, now: float) -> None:
-        """No window ran in this step nor opens in the next: what an unmeasured step costs (README,
-        "The doctor's own cost"). The step is kept as a row of its figures (read by `steps`), unless a
-        listener reads its sample now."""
-        ledger, t0, start = self.ledger, self.t0, self.interval_start
-        held, warmup = ledger.batch_shape, index <= self.config.warmup
-        # the row: (index, start, end, warmup, micro-batches, closures, samples, shape, doctor_s, then the
-        # seconds by category in CATEGORIES' order), the sample's field order (_build_rows)
-        row = (index, start - t0, now - t0, warmup, ledger.micro_batches, ledger.closure_calls, ledger.samples,
-               held if held is None or isinstance(held, tuple) else _shape_of(held), ledger.doctor_s,
-               *ledger.seconds.values())
-        handlers = self._listeners["on_step"]
-        poll = self._pollers and (warmup or now - self._polled_at >= POLL_S or index == self.config.warmup + 1)
-        if handlers or poll:  # a listener reads it now: the sample itself
-            self.steps.append(StepSample(*row[:4], False, *row[4:7], *row[9:], None, row[7], row[8], [], []))
-        else:
-            self._rows.append(row)
-        self.step_count = index
-        if not warmup:
-            clean = self._clean
-            clean.append(now - start)
-            if len(clean) <= 16 or len(clean) % 16 == 0:  # the median of a few, then now and then
-                self.baseline_s = statistics.median(clean[-64:])
-        # ledger.reset, inline: no window ran, so no probe name to clear (a copy: fewer steps than an update)
-        ledger.seconds = _ZERO.copy()
-        ledger.samples = ledger.batch_shape = None
-        ledger.micro_batches = ledger.closure_calls = 0
-        ledger.doctor_s = 0.0
-        self.interval_start = now
-        self.lean = self.eval_started is None  # an evaluation region left open goes on in the next step
-        if handlers:
-            self.notify("on_step", self._samples[-1])
-        if poll:
-            self._poll(self._samples[-1], now)
-
     def _close_windowed_step(self, index: int, now: float) -> None:
         ledger = self.ledger
         windows = self._windows()
@@ -404,6 +425,7 @@ class RunSession:
         ledger.probes.update(name for name, probe, _ in windows if probe.active)
         sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
                                    sampled=ledger.heavy_probe_ran or bool(ledger.probes))
+        self._began_bare = False  # the next step is timed whole (a window may follow)
         self.steps.append(sample)
         self.step_count = index
         for name in sample.probes:
@@ -481,7 +503,7 @@ class RunSession:
     def window_opened(self, name: str) -> None:
         """A window probe became active (by the schedule, or by itself: memory at training start)."""
         self.ledger.heavy_probe_ran = True
-        self.lean = False
+        self.lean = self.bare = False
         self.ledger.probes.add(name)
         self._open.add(name)
         budget = self.budgets.get(name)
@@ -558,7 +580,7 @@ class RunSession:
     def request_stop(self, reason: str) -> None:
         """Ask the script to end (the first reason wins); the watchdog enforces it."""
         if self.stop_reason is None:
-            self.lean = False
+            self.lean = self.bare = False
             self.stop_reason = reason
             self.stop_requested_at = self.clock()
             self.notify("on_stop", reason)
@@ -582,7 +604,8 @@ class RunSession:
             ledger.closure_calls, ledger.samples, sec["data_wait"], sec["backward"], sec["optimizer"],
             sec["zero_grad"], sec["eval"], sec["checkpoint"], sec["logging"], None,
             _shape_of(ledger.batch_shape), ledger.doctor_s,
-            sorted(ledger.probes) if ledger.probes else [], sorted(ledger.partial) if ledger.partial else [])
+            sorted(ledger.probes) if ledger.probes else [], sorted(ledger.partial) if ledger.partial else [],
+            not self._began_bare)  # a window that opened inside a bare step: its split's first calls went untimed
         return sample
 
     def raise_if_stopping(self) -> None:

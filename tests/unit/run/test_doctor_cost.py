@@ -44,6 +44,24 @@ def test_cost_reports_hooks_per_unmeasured_step_each_probe_and_the_first_step():
     assert cost.added_s == pytest.approx(0.020 + 0.027 + sum((10 + i) * 1e-6 for i in range(5, 10)) + 20e-6)
 
 
+def test_cost_counts_the_unmeasured_steps_whose_split_went_untimed_and_the_report_says_so():
+    steps = [_step(i, 0.010, doctor_s=5e-6) for i in range(1, 11)]
+    for s in steps[4:]:
+        if s.index % 4:
+            s.split_timed = False
+    cost = doctor_cost(steps, {}, baseline_s=0.010, expected_run_s=1.0)
+    assert (cost.unmeasured_steps, cost.split_untimed_steps) == (10, 5)  # steps 5, 6, 7, 9, 10
+    rec = _record_with_cost()
+    rec.doctor_cost.split_untimed_steps = 4
+    report = analyze(rec)
+    timed = rec.doctor_cost.unmeasured_steps - 4
+    assert f"backward, optimizer and zero_grad timed in {timed} of {rec.doctor_cost.unmeasured_steps}" \
+        in report.summary.doctor_cost
+    table = next(t for t in report.tables if t.title == "The doctor's own cost")
+    assert "timed in" in table.rows[0][-1]
+    assert "timed in" not in analyze(_record_with_cost()).summary.doctor_cost  # a run that timed every step
+
+
 def test_cost_without_an_unmeasured_step_says_not_measured_rather_than_guessing():
     cost = doctor_cost([_step(1, 0.03, ["memory"], warmup=True), _step(2, 0.02, ["sampler"])], {}, None, None)
     assert cost.hook_s_per_step is None and cost.first_step_ratio is None and cost.added_s is None

@@ -272,7 +272,8 @@ class Follower:
         for s in self.session.steps_after(self._drained):
             end, warmup = s.end, s.warmup
             point = TimelinePoint(step=s.index, t=end, step_s=max(0.0, end - s.start), data_wait_s=s.data_wait_s,
-                                  compute_s=s.backward_s + s.optimizer_s + s.zero_grad_s, samples=s.samples,
+                                  compute_s=s.backward_s + s.optimizer_s + s.zero_grad_s if s.split_timed else None,
+                                  samples=s.samples,
                                   mem_bytes=mem, cpu_wait=self._cpu_wait, gpu_util=util, gpu_power_w=power,
                                   gpu_mem_bytes=gpu_mem, sampled=s.sampled or bool(s.probes), warmup=warmup)
             new.append(point)
@@ -439,7 +440,9 @@ class Follower:
         points = {p.step: p for p in self.timeline.points[-(len(self._step_s) + 400):]}
         chosen = [points[s] for s in self._clean_steps[lo:hi] if s in points]
         if chosen:
-            out["compute_s"] = statistics.median(p.compute_s for p in chosen)
+            timed = [p.compute_s for p in chosen if p.compute_s is not None]
+            if timed:
+                out["compute_s"] = statistics.median(timed)
             rates = [p.samples / p.step_s for p in chosen if p.samples and p.step_s > 0]
             if rates:
                 out["samples_per_s"] = statistics.median(rates)

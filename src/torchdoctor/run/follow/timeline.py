@@ -31,12 +31,15 @@ def merge(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
     def both(x: float | None, y: float | None) -> float | None:  # a figure only one of them measured is not merged
         return None if x is None or y is None else mean(x, y)
 
+    def timed(x: float | None, y: float | None) -> float | None:  # of the two, those that timed it
+        return y if x is None else x if y is None else mean(x, y)
+
     def peak(x: int | None, y: int | None) -> int | None:
         return max((m for m in (x, y) if m is not None), default=None)
 
     samples = None if a.samples is None or b.samples is None else int(round(mean(a.samples, b.samples)))
     return TimelinePoint(step=a.step, t=b.t, step_s=mean(a.step_s, b.step_s),
-                         data_wait_s=mean(a.data_wait_s, b.data_wait_s), compute_s=mean(a.compute_s, b.compute_s),
+                         data_wait_s=mean(a.data_wait_s, b.data_wait_s), compute_s=timed(a.compute_s, b.compute_s),
                          samples=samples, mem_bytes=peak(a.mem_bytes, b.mem_bytes), cpu_wait=both(a.cpu_wait, b.cpu_wait),
                          comm_wait_s=both(a.comm_wait_s, b.comm_wait_s), gpu_util=both(a.gpu_util, b.gpu_util),
                          gpu_power_w=both(a.gpu_power_w, b.gpu_power_w), gpu_mem_bytes=peak(a.gpu_mem_bytes, b.gpu_mem_bytes),

@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 import torch
+from torch.overrides import has_torch_function_unary
 from torch.optim.optimizer import (
     Optimizer,
     register_optimizer_step_post_hook,
@@ -54,6 +55,7 @@ class StepProbe:
         self._lean_optimizer: Optimizer | None = None
         self._lean_info: OptimizerInfo | None = None
         self._lean_started: float | None = None
+        self._autograd_backward = torch.autograd.backward  # what it was before install (_wrap_backward)
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, the value passed to backward)
         self._losses_dropped = 0
 
@@ -135,6 +137,8 @@ class StepProbe:
 
     def _pre_step(self, optimizer: Optimizer, args, kwargs):
         session = self.session
+        if session.bare:  # a step whose split goes untimed (session.SPLIT_EVERY): _post_step counts and closes it
+            return None
         entered = session.clock()
         if optimizer is self._lean_optimizer and session.lean and len(args) < 2 and not kwargs:
             # the lean path: the primary optimizer's plain `opt.step()` (torch passes (opt,), {}) outside
@@ -195,8 +199,14 @@ class StepProbe:
 
     def _post_step(self, optimizer: Optimizer, args, kwargs) -> None:
         session = self.session
-        entered = session.clock()
+        if session.bare and optimizer is self._lean_optimizer and len(args) < 2 and not kwargs:
+            # a bare step (session.bare): its count and its close
+            self._lean_info.step_calls += 1
+            if session.pid == current_pid():
+                session._close_step()
+            return
         started = self._lean_started
+        entered = session.clock()
         if started is not None and optimizer is self._lean_optimizer:
             # the lean path (see _pre_step): the optimizer's time, its count, the step's close
             self._lean_started = None
@@ -251,6 +261,8 @@ class StepProbe:
 
         @functools.wraps(original)
         def zero_grad(obj, set_to_none: bool = True, *args, **kwargs):
+            if session.bare:  # the split untimed in this step (session.bare)
+                return original(obj, set_to_none, *args, **kwargs)
             if session.lean and obj is probe._last_optimizer and probe._last_info.zero_grad_location is not None:
                 # the lean path: the loop's optimizer, training, outside every window (session.lean)
                 started = clock()
@@ -295,6 +307,8 @@ class StepProbe:
         wrapper below has done the work already."""
         probe = self
 
+        probe._autograd_backward = original  # the bare path of Tensor.backward calls it
+
         @functools.wraps(original)
         def backward(*args, **kwargs):
             if probe._in_tensor_backward:
@@ -317,6 +331,15 @@ class StepProbe:
 
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
+            if session.bare and not args and not kwargs and not probe._in_tensor_backward \
+                    and not has_torch_function_unary(tensor):
+                # the split untimed in this step (session.bare): counted, not timed, no loss value kept. What
+                # `loss.backward()` runs, called here: two frames less a step (Tensor.backward's and the
+                # wrapper of torch.autograd.backward)
+                probe._autograd_backward(tensor, None, None, False, inputs=None)
+                session.backward_calls += 1
+                session.ledger.micro_batches += 1
+                return None
             if not session.lean or probe._in_tensor_backward or not session.backward_loops_seen \
                     or session.step_source != OPTIMIZER:
                 if probe._in_tensor_backward:

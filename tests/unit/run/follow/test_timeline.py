@@ -63,3 +63,14 @@ def test_kept_steps_count_every_step_and_hold_the_first_and_the_last():
     held = list(steps)
     assert held[:200] == list(range(1, 201)) and held[-1000:] == list(range(4001, 5001))
     assert len(held) < 200 + 1000 + 1000 and steps[-1] == 5000 and bool(steps)
+
+
+def test_merging_keeps_the_compute_time_of_the_points_that_timed_it():
+    # a long run's bare steps time no backward or optimizer (StepSample.split_timed): their points say None,
+    # and a merge neither averages a None in as zero nor drops the neighbour's timed figure
+    timed, bare = point(1, 0.01), point(2, 0.01)
+    timed.compute_s, bare.compute_s = 0.004, None
+    assert merge(timed, bare).compute_s == 0.004 and merge(bare, timed).compute_s == 0.004
+    bare2 = point(3, 0.01)
+    bare2.compute_s = None
+    assert merge(bare, bare2).compute_s is None

@@ -2,6 +2,7 @@
 their lean paths, the step is kept as a row until read, and only listeners that need every step
 are called; the figures are the same as the full paths record."""
 
+import statistics
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchdoctor.run.probed import ProbedRun, ProbeOptions
 from torchdoctor.run.probes.phases import PhaseProbe
 from torchdoctor.run.probes.steps import StepProbe
-from torchdoctor.run.session import POLL_S, RunSession, SessionConfig
+from torchdoctor.rules.facts import RunFacts
+from torchdoctor.run.session import POLL_S, SPLIT_EVERY, SPLIT_TIMED_FIRST, RunSession, SessionConfig
 
 NO_WINDOWS = dict(sampled_steps=0, backward_steps=0, profiled_steps=0, line_steps=0, memory_steps=0)
 
@@ -226,3 +228,93 @@ def test_cuda_step_events_leave_unmeasured_steps_lean(monkeypatch):
         session.on_optimizer_step()
     # warm-up, the first step after it, then one a poll interval (50 ms: 6 of 300 1-ms steps)
     assert {1, 2, 3} <= set(events.events) and len(events.events) < 15
+
+
+def _bare_session(clock):
+    session = RunSession(SessionConfig(warmup=1, steps=500, **NO_WINDOWS), clock)
+    session.step_source, session.backward_loops_seen = "optimizer", True  # what the first step() teaches
+
+    def close():
+        clock.advance(0.5)
+        session.add_time("backward", 0.2)  # what the full paths would time; the bare ones add nothing
+        session.on_optimizer_step()
+    return session, close
+
+
+def test_a_long_run_times_the_split_of_its_first_steps_then_of_one_step_in_split_every():
+    clock = FakeClock()
+    session, close = _bare_session(clock)
+    first_bare = 1 + SPLIT_TIMED_FIRST + 1  # the warm-up step, the timed ones, then the next
+    for _ in range(first_bare - 1):
+        assert not session.bare
+        close()
+    timed_after = [i for i in range(first_bare, first_bare + 3 * SPLIT_EVERY) if i % SPLIT_EVERY == 0]
+    pattern = []
+    for index in range(first_bare, first_bare + 3 * SPLIT_EVERY):
+        pattern.append(session.bare)
+        close()
+        assert session.steps[-1].index == index and session.steps[-1].split_timed is not pattern[-1]
+    assert [i for i, bare in zip(range(first_bare, first_bare + 3 * SPLIT_EVERY), pattern) if not bare] == timed_after
+    assert all(s.split_timed for s in session.steps[:first_bare - 1])  # a bounded run of 30 steps: all timed
+
+
+def test_whatever_ends_a_lean_step_ends_a_bare_one_and_its_row_says_its_split_went_untimed():
+    clock = FakeClock()
+    session, close = _bare_session(clock)
+    while not session.bare:
+        close()
+    session.enter_eval()  # an evaluation inside a bare step: the rest of the step takes the full paths
+    assert not session.bare and not session.lean
+    close()
+    assert session.steps[-1].split_timed is False  # its first calls went untimed
+    session.exit_eval()
+    close()
+    assert not session.bare or session.steps[-1].split_timed  # a window-free step again, bare or timed
+    while not session.bare:
+        close()
+    session.request_stop("step-limit")
+    assert not session.bare
+
+
+def test_bare_steps_pass_the_calls_on_untimed_count_them_and_change_no_number():
+    def train(steps: int, probed: ProbedRun | None = None) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        loader = DataLoader(TensorDataset(torch.randn(steps * 4, 3), torch.randn(steps * 4, 1)), batch_size=4)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            if i % 10 == 5:
+                loss.backward(retain_graph=False)  # arguments: the bare path leaves the call to the full one
+            else:
+                loss.backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    steps = 1 + SPLIT_TIMED_FIRST + 6 * SPLIT_EVERY
+    plain = train(steps)
+    probed = ProbedRun(ProbeOptions(warmup=1, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    with probed:
+        doctored = train(steps, probed)
+    assert all(torch.equal(a, b) for a, b in zip(plain, doctored))  # bit for bit: the user's numerics
+    record = probed.record()
+    assert len(record.steps) == steps
+    bare = [s for s in record.steps if not s.split_timed]
+    timed = [s for s in record.steps[1:] if s.split_timed]
+    assert len(bare) == 6 * (SPLIT_EVERY - 1)
+    for s in record.steps[1:]:  # every step's boundary, data wait, batch and backward count: measured
+        assert s.micro_batches == 1 and s.samples == 4 and s.data_wait_s > 0 and s.duration_s > 0
+    for s in bare:
+        assert s.optimizer_s == s.zero_grad_s == 0.0
+        assert s.backward_s == 0.0 or (s.index - 1) % 10 == 5  # a call with arguments was timed anyway
+    assert all(s.backward_s > 0 and s.optimizer_s > 0 and s.zero_grad_s > 0 for s in timed)
+    (info,) = record.optimizers
+    assert info.step_calls == steps  # counted in every step
+    # kept where timed (and where the call with arguments took the lean path)
+    assert record.losses.steps == [s.index for s in record.steps if s.split_timed or (s.index - 1) % 10 == 5]
+    facts = RunFacts.of(record)  # the split's means are over the steps that timed it, not diluted by zeros
+    measured_timed = [s for s in facts.measured if s.split_timed]
+    assert facts.mean("backward_s") == pytest.approx(statistics.fmean(s.backward_s for s in measured_timed))
+    assert facts.mean("data_wait_s") == pytest.approx(statistics.fmean(s.data_wait_s for s in facts.measured))
