@@ -9,6 +9,13 @@ A default the file itself overrides (`args.ngpu = 4`, `Config(debug=True)`, `set
 decides nothing. Options that pick the device (`--cuda`, `--no-cuda`, `--gpu 0`, `--device`) are
 not read as off: every GPU habit sits behind them, and GPU users set them (a count such as
 `--ngpu` is read).
+
+Nor is a choice among named alternatives: an `if`/`elif` chain that compares one option with
+two or more strings (`if args.type == "transformer": ... elif args.type == "rnn": model =
+RNN(config)`). Each branch is a configuration the script offers on an equal footing, and whoever
+picks one runs its code every step: the RNN's Python loop over time steps is that model's cost,
+not an extra the user opted into the way `--sync-step` is. A lone `if args.mode == "profile":`
+stays a toggle, off by default.
 """
 
 from __future__ import annotations
@@ -115,8 +122,9 @@ class OffByDefault:
     def __init__(self, facts):
         self.values = DefaultValues(facts.values, facts.context)
         spans: list[tuple[tuple[int, int], tuple[int, int], str]] = []
+        choices = _choice_chains(facts.model.ifs)
         for node, block in facts.model.ifs:
-            if not _mentions_attribute(node.test):
+            if not _mentions_attribute(node.test) or id(node) in choices:
                 continue
             self.values.consulted = []
             value = truthy(self.values.evaluate(node.test, block.scope))
@@ -194,6 +202,41 @@ def _names_handed_around(model) -> set[str]:
             elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict, ast.IfExp, ast.BoolOp)):
                 stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
     return found
+
+
+def _choice_chains(ifs) -> set[int]:
+    """The `if`s of chains that pick among named alternatives: `if args.type == "a": ... elif
+    args.type == "b": ...`, one option compared with two or more distinct strings."""
+    found: set[int] = set()
+    for node, _ in ifs:
+        if id(node) in found:
+            continue
+        chain, picked = [], set()
+        subject = _choice_subject(node.test, picked)
+        current = node
+        while subject is not None and isinstance(current, ast.If) and _choice_subject(current.test, picked) == subject:
+            chain.append(current)
+            current = current.orelse[0] if len(current.orelse) == 1 else None
+        if len(chain) >= 2 and len(picked) >= 2:
+            found.update(id(n) for n in chain)
+    return found
+
+
+def _choice_subject(test: ast.expr, picked: set) -> str | None:
+    """`args.type == "rnn"` or `args.type in ("gru", "lstm")`: the option's dotted name (the
+    strings are added to `picked`), or None."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.In))):
+        return None
+    subject, other = test.left, test.comparators[0]
+    if isinstance(subject, ast.Constant) and isinstance(test.ops[0], ast.Eq):
+        subject, other = other, subject
+    if not isinstance(subject, ast.Attribute):
+        return None
+    options = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
+    if not options or not all(isinstance(o, ast.Constant) and isinstance(o.value, str) for o in options):
+        return None
+    picked.update(o.value for o in options)
+    return dotted(subject)
 
 
 def _parents(spans) -> list[int]:

@@ -111,12 +111,12 @@ class Big(nn.Module):
             x[:, i] = x[:, i] * 2
         return x
 parser = argparse.ArgumentParser()
-parser.add_argument("--type", default="transformer")
+parser.add_argument("--rnn", action="store_true")
 args = parser.parse_args()
-if args.type == "transformer":
-    model = Big()
-elif args.type == "rnn":
+if args.rnn:
     model = RNN()
+else:
+    model = Big()
 for x in loader:
     model(x).sum().backward()
     opt.step()
@@ -126,6 +126,55 @@ for x in loader:
     # the same class also made by default: it runs
     got = severities(tmp_path, code.replace("    model = Big()", "    model = RNN()"))
     assert got[("TD301", 15)] == "medium"
+
+
+CHOICE = """
+import argparse
+import torch
+from torch import nn
+class RNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(16, 8)
+    def forward(self, x):
+        h = torch.zeros(x.size(0), 8)
+        hs = []
+        for i in range(x.size(1)):
+            h = torch.tanh(self.cell(torch.cat([x[:, i], h], -1)))
+            hs.append(h)
+        return torch.stack(hs, 1)
+class Conv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(8, 8, 3)
+    def forward(self, x):
+        return self.conv(x)
+parser = argparse.ArgumentParser()
+parser.add_argument("--arch", default="conv")
+args = parser.parse_args()
+{pick}
+for x in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_model_picked_from_named_alternatives_is_no_code_off_by_default(tmp_path):
+    # `--arch rnn` is one of the models the script offers: its per-time-step loop runs for whoever picks it
+    chain = 'if args.arch == "conv":\n    model = Conv()\nelif args.arch == "rnn":\n    model = RNN()'
+    assert severities(tmp_path, CHOICE.format(pick=chain))[("TD301", 11)] == "medium"
+    chain = 'if args.arch == "conv":\n    model = Conv()\nelif args.arch in ("rnn", "gru"):\n    model = RNN()'
+    assert severities(tmp_path, CHOICE.format(pick=chain))[("TD301", 11)] == "medium"
+
+
+def test_a_lone_comparison_with_one_string_stays_a_toggle_off_by_default(tmp_path):
+    # `if args.arch == "rnn": ... else: ...` reads like `if args.debug:`: nothing shows a set of alternatives
+    toggle = 'if args.arch == "rnn":\n    model = RNN()\nelse:\n    model = Conv()'
+    assert severities(tmp_path, CHOICE.format(pick=toggle))[("TD301", 11)] == "info"
+    # two strings of two different options are no chain either
+    mixed = 'if args.arch == "conv":\n    model = Conv()\nelif args.cell == "rnn":\n    model = RNN()'
+    assert severities(tmp_path, CHOICE.format(pick=mixed).replace(
+        'default="conv")', 'default="conv")\nparser.add_argument("--cell", default="none")'))[("TD301", 11)] == "info"
 
 
 def test_a_class_handed_around_by_name_may_be_made_anywhere(tmp_path):
