@@ -74,6 +74,7 @@ class _Job:
     max_bytes: int
     relative: str  # for per-file ignores: the path from the config's folder
     min_rank: int  # findings of a lower severity (a higher rank) are hidden
+    root: Path | None = None  # the config's folder
 
 
 def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path | None = None) -> LintResult:
@@ -89,15 +90,28 @@ def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path 
         found = discover(targets, config.exclude, config.root, cwd, force_exclude=options.force_exclude)
         result.problems += found.problems
         result.notes += found.notes
-        jobs += [_Job(path, shown, selection, config.max_file_bytes, _relative(path, config.root), min_rank)
-                 for path, shown in found.files]
+        jobs += [_Job(path, shown, selection, config.max_file_bytes, _relative(path, config.root), min_rank,
+                      config.root) for path, shown in found.files]
     result.files_found = len(jobs)
     result.file_jobs = {job.shown: job for job in jobs}
-    for outcome, hidden in _run(jobs, options.jobs):
+    followed: list[_Job] = []
+    seen: set[str] | None = None
+    for job, (outcome, hidden) in zip(jobs, _run(jobs, options.jobs)):
         result.problems += outcome.problems
         result.files_linted += outcome.linted
         result.findings += outcome.findings
         result.hidden_by_severity.update(hidden)
+        if outcome.follow:
+            seen = seen if seen is not None else {_resolved(j.path) for j in jobs}
+            for module in outcome.follow:
+                if module not in seen:
+                    seen.add(module)
+                    path = Path(module)
+                    followed.append(_Job(path, display_path(path, cwd), job.selection, job.max_bytes,
+                                         _relative(path, job.root), job.min_rank, job.root))
+                    result.notes.append(f"{job.shown} has no training step of its own and calls into "
+                                        f"{followed[-1].shown} in a loop: linted with it")
+    _lint_followed(followed, result)
     result.findings.sort(key=LintFinding.sort_key)
     result.problems.sort(key=lambda p: (p.display, p.cell or 0, p.line))
     return result
@@ -131,6 +145,29 @@ def lint_files(paths: list[Path], select: list[str] | None = None) -> list[Findi
     """
     options = LintOptions(select=select, min_severity="info", jobs=1)
     return [f.finding for f in lint_paths(list(paths), options).findings]
+
+
+def _lint_followed(followed: list[_Job], result: LintResult) -> None:
+    """Modules a launcher script trains through (`project.training_modules`): reported only when
+    they hold a training step themselves, and never rewritten (`--fix` changes named files only)."""
+    for job in followed:
+        outcome, hidden = _lint_one(job)
+        if not outcome.trains:
+            result.notes.pop(next(i for i, n in enumerate(result.notes) if n.endswith(f"{job.shown} in a loop: "
+                                                                                      "linted with it")))
+            continue
+        result.files_linted += outcome.linted
+        for finding in outcome.findings:
+            finding.fixes, finding.notebook_fix = [], False
+        result.findings += outcome.findings
+        result.hidden_by_severity.update(hidden)
+
+
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):
+        return str(path)
 
 
 def _group_by_config(paths: list[Path], options: LintOptions) -> list[tuple[LintConfig, list[Path]]]:

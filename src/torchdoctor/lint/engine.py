@@ -16,6 +16,7 @@ from torchdoctor.lint.facts import Facts
 from torchdoctor.lint.noqa import suppressions
 from torchdoctor.lint.notebook import blank_cell
 from torchdoctor.lint.parse_cost import slow_to_parse
+from torchdoctor.lint.project import training_modules
 from torchdoctor.lint.selection import Selection
 from torchdoctor.lint.source import Problem, SourceFile
 from torchdoctor.model.location import Location
@@ -66,6 +67,8 @@ class FileOutcome:
     findings: list[LintFinding] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     linted: bool = False  # at least part of the file was parsed and checked
+    trains: bool = False  # the file holds a training step (a backward or an optimizer step)
+    follow: list[str] = field(default_factory=list)  # project modules a launcher's training loop may be in
 
 
 def lint_source(source: SourceFile, selection: Selection, relative: str = "") -> FileOutcome:
@@ -99,6 +102,8 @@ def _lint_source(source: SourceFile, selection: Selection, relative: str) -> Fil
                                                         "was skipped"))
         outcome.linted = False
         return outcome
+    outcome.trains = bool(facts.context.step_loops or facts.context.step_functions)
+    outcome.follow = training_modules(facts)
     lines = text.split("\n")
     noqa = None  # tokenized on the first hit: most files have none
     on_line: dict[tuple[str, int], LintFinding] = {}

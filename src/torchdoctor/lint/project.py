@@ -2,6 +2,11 @@
 project (`misc.all_reduce_mean(loss_value)`, defined in `util/misc.py`) reads a device value on
 the host when the helper does, as often as the call runs.
 
+A launcher script with no training step of its own that calls a project function in a loop
+(`for epoch in ...: train_one_epoch(...)`, imported from `open_lm/train.py`) has its training
+loop in that module: `training_modules` names such modules, and `lint` lints them with the
+script, reporting one only when it holds a training step (`api.lint_paths`).
+
 A module is found where Python would find it when the script runs from its own folder: the
 importing file's folder or one of its parents, as `a/b.py` or `a/b/__init__.py`. Only module-level
 functions are followed, one call deep, for reads made once per call (not in a loop of their own),
@@ -21,6 +26,7 @@ from torchdoctor.lint.model import enclosing_loops
 from torchdoctor.lint.parse_cost import slow_to_parse
 from torchdoctor.lint.source import MAX_FILE_BYTES, Problem, read_source
 
+FOLLOWED_MODULES = 4  # at most this many modules followed from one launcher script
 PARENT_FOLDERS = 2  # the importing file's folder and up to this many above it (a `scripts/` or `tools/` folder)
 # Names that are never the project's modules: what a training script imports from installed packages.
 LIBRARIES = frozenset({
@@ -54,6 +60,30 @@ def helper_read(qualified: str, importer: str | None) -> HelperRead | None:
     if read is None:
         return None
     return HelperRead(os.path.relpath(path, base).replace(os.sep, "/"), *read)
+
+
+def training_modules(facts: Facts) -> list[str]:
+    """The project modules (paths on disk) whose functions this file calls inside one of its
+    loops, when the file has no training step of its own: where a launcher's training loop
+    lives. Empty for a file that trains itself, or that is not on disk."""
+    context = facts.context
+    if not facts.path or context.step_loops or context.step_functions or context.backward_calls:
+        return []
+    folder: str | None = None
+    found: list[str] = []
+    for call, block in facts.model.calls:
+        qualified = facts.qualify(call.func)
+        if not qualified or "." not in qualified or qualified.partition(".")[0] in LIBRARIES:
+            continue
+        if next(enclosing_loops(block), None) is None:
+            continue
+        folder = folder or str(Path(facts.path).resolve().parent)
+        where = _module_file(qualified.rpartition(".")[0], folder)
+        if where is not None and where[0] not in found:
+            found.append(where[0])
+            if len(found) == FOLLOWED_MODULES:
+                break
+    return found
 
 
 @functools.lru_cache(maxsize=256)
