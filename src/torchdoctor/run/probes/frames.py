@@ -150,15 +150,25 @@ _LINES: dict[int, tuple[CodeType, dict[int, int]]] = {}
 
 def frame_line(frame: FrameType) -> int:
     """The line a frame is on (cached per code object and offset: the same offset is always the
-    same line, outside a trace function, which can set a line of its own)."""
-    last = frame.f_lasti
-    lines = by_offset(_LINES, frame.f_code)
+    same line)."""
+    last, code = frame.f_lasti, frame.f_code
+    lines = by_offset(_LINES, code)
     line = lines.get(last)
     if line is None:
         line = _frame_line(frame)
-        if getattr(frame, "f_trace", None) is None:  # a tracer may be moving the frame (a debugger's jump)
+        # kept only when the code's line table gives that line for the offset read: a frame of another
+        # thread (the line sampler's thread) may have moved on between the two reads, a tracer may set a
+        # line of its own, and an offset without a line has none to keep
+        if line == _table_line(code, last):
             lines[last] = line
     return line
+
+
+def _table_line(code: CodeType, offset: int) -> int | None:
+    """The line the code's line table gives an instruction offset (what `f_lineno` reads, untraced)."""
+    if offset < 0:
+        return code.co_firstlineno
+    return next((line for start, end, line in code.co_lines() if start <= offset < end), None)
 
 
 def _frame_line(frame: FrameType) -> int:

@@ -94,34 +94,41 @@ def test_code_inductor_generated_is_torchs_and_a_sample_there_goes_to_the_users_
 
 
 class _CountingFrame:
-    """A frame whose line is counted as it is read."""
+    """A frame whose line is counted as it is read: the line table's, or `line` when given (a
+    tracer's own line, or a frame of another thread that moved on after its offset was read)."""
 
     reads = 0
 
-    def __init__(self, code, lasti, trace=None):
-        self.f_code, self.f_lasti, self.f_trace = code, lasti, trace
+    def __init__(self, code, lasti, line=None):
+        self.f_code, self.f_lasti, self._line = code, lasti, line
 
     @property
     def f_lineno(self):
         _CountingFrame.reads += 1
-        return 42
+        if self._line is not None:
+            return self._line
+        return next(line for start, end, line in self.f_code.co_lines() if start <= self.f_lasti < end)
 
 
-def test_a_line_is_read_once_per_code_and_offset_outside_a_tracer():
+def test_a_line_is_read_once_per_code_and_offset_when_the_line_table_agrees():
     """The op sampler and the memory ledger ask the line of every op: `f_lineno` scans the code's
-    line table each time, so the line of an offset is kept; a traced frame's line is read anew
-    (a tracer, a debugger, can set a line of its own)."""
+    line table each time, so the line of an offset is kept; a line the table does not give that
+    offset is returned as read, and not kept."""
     from torchdoctor.run.probes.frames import frame_line
 
     def body():
-        return 1
+        x = 1
+        return x
 
     code = body.__code__
+    offset, line = next((start, line) for start, _, line in code.co_lines() if line == code.co_firstlineno + 1)
     _CountingFrame.reads = 0
-    assert [frame_line(_CountingFrame(code, 2)) for _ in range(3)] == [42, 42, 42]
+    assert [frame_line(_CountingFrame(code, offset)) for _ in range(3)] == [line] * 3
     assert _CountingFrame.reads == 1
-    assert [frame_line(_CountingFrame(code, 4, trace=print)) for _ in range(2)] == [42, 42]
+    other = next(start for start, _, number in code.co_lines() if number == code.co_firstlineno + 2)
+    assert [frame_line(_CountingFrame(code, other, line=42)) for _ in range(2)] == [42, 42]
     assert _CountingFrame.reads == 3
+    assert frame_line(_CountingFrame(code, other)) == code.co_firstlineno + 2  # nothing wrong was kept
 
 
 def test_the_kept_line_is_the_frames_own_line_at_each_offset():
@@ -132,6 +139,8 @@ def test_the_kept_line_is_the_frames_own_line_at_each_offset():
         seen.append((frame_line(sys._getframe()), sys._getframe().f_lineno))
         seen.append((frame_line(sys._getframe()), sys._getframe().f_lineno))
     assert all(kept == read for kept, read in seen) and seen[0][0] + 1 == seen[1][0]
+    from torchdoctor.run.probes.frames import _LINES
+    assert sorted(_LINES[id(sys._getframe().f_code)][1].values()) == [seen[0][0], seen[1][0]]  # both kept
 
 
 def test_an_entry_of_a_code_object_that_died_is_not_served_to_another():
