@@ -33,14 +33,32 @@ class _NodeTagger(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         timer = self.timer
         if current_pid() == timer.pid and torch.is_grad_enabled():
-            user, _ = user_frame(sys._getframe(1))
-            if user is not None:
-                key = (user.f_code.co_filename, frame_line(user))
-                if key in timer.candidates:
-                    name = getattr(func, "__name__", "")
-                    in_place = name.endswith("_") or name == "__setitem__"
-                    timer.tag(key, out, args[0] if in_place and args else None)
+            name = getattr(func, "__name__", "")
+            in_place = name.endswith("_") or name == "__setitem__"
+            values = (out, args[0] if in_place and args else None)
+            # Only a new autograd node is tagged: the walk to the user's line is left out for the
+            # calls that made none (a DataLoader's every sample, a `.item()`)
+            if _new_nodes(timer, values):
+                user, _ = user_frame(sys._getframe(1))
+                if user is not None:
+                    key = (user.f_code.co_filename, frame_line(user))
+                    if key in timer.candidates:
+                        timer.tag(key, *values)
         return out
+
+
+def _nodes(values):
+    """The autograd nodes of the tensors among `values` (each a tensor, a tuple or list of them, or None)."""
+    for value in values:
+        for tensor in value if isinstance(value, (tuple, list)) else (value,):
+            node = getattr(tensor, "grad_fn", None) if isinstance(tensor, torch.Tensor) else None
+            if node is not None:
+                yield node
+
+
+def _new_nodes(timer: "BackwardTimer", values) -> bool:
+    """Whether `tag` would tag a node of `values`: one not tagged yet."""
+    return any(id(node) not in timer._tagged for node in _nodes(values))
 
 
 class BackwardTimer:
@@ -95,14 +113,12 @@ class BackwardTimer:
         self.deactivate()
 
     def tag(self, key: tuple[str, int], *values) -> None:
-        for value in values:
-            for tensor in value if isinstance(value, (tuple, list)) else (value,):
-                node = getattr(tensor, "grad_fn", None) if isinstance(tensor, torch.Tensor) else None
-                if node is None or id(node) in self._tagged:
-                    continue
-                self._tagged[id(node)] = node
-                node.register_prehook(functools.partial(self._before, id(node)))
-                node.register_hook(functools.partial(self._after, key, id(node)))
+        for node in _nodes(values):
+            if id(node) in self._tagged:
+                continue
+            self._tagged[id(node)] = node
+            node.register_prehook(functools.partial(self._before, id(node)))
+            node.register_hook(functools.partial(self._after, key, id(node)))
 
     def _before(self, node_id: int, grad_outputs) -> None:
         self._started[node_id] = self.clock()

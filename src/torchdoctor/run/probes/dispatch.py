@@ -41,6 +41,8 @@ MAX_GAP_S = 1e-3  # Python time before an op longer than this is not the op's lo
 CALIBRATION_OPS = 200
 CALIBRATION_REPEATS = 5
 _AUTOGRAD_LOCATION = ("<autograd engine>", 0, "backward")
+# A device's name, asked per sampled op: `str(tensor.device)` formats it anew each time
+_DEVICE_NAMES: dict[torch.device, str] = {}
 
 
 @dataclass
@@ -117,6 +119,9 @@ class _OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         sampler = self.sampler
         if sampler.passing:
+            return func(*args, **(kwargs or {}))
+        if sampler.outside_step():  # data loading (a batch's many small ops) or an evaluation: not timed
+            sampler.last_end = None  # ...nor the next op's loop overhead
             return func(*args, **(kwargs or {}))
         started = sampler.clock()
         out = func(*args, **(kwargs or {}))
@@ -378,9 +383,7 @@ class DispatchSampler:
         return (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name)), internal, user
 
     def _record_op(self, func, args, out, started: float, ended: float, frame) -> None:
-        if self.outside_step():
-            self.last_end = None
-            return
+        """One op of the step (the dispatch mode has left out those outside it)."""
         key, internal, user = self._where(frame)
         site = self.sites.get(key)
         if site is None:
@@ -402,7 +405,8 @@ class DispatchSampler:
         site.op_counts[name] += 1
         tensor = first_tensor(args)
         if tensor is not None:
-            site.devices.add(str(tensor.device))
+            device = tensor.device
+            site.devices.add(_DEVICE_NAMES.get(device) or _DEVICE_NAMES.setdefault(device, str(device)))
             if len(site.numels) < 256:
                 site.numels.append(tensor.numel())
         if name in MATMUL_OPS:
@@ -414,10 +418,11 @@ class DispatchSampler:
                 else:
                     self.autocast_seen = True
         if user is not None:
-            self._record_loop(user, key, name, internal, (ended - started) + gap, args)
+            self._record_loop(user, key, name, internal, (ended - started) + gap, args, tensor)
         self.last_end = self.clock()
 
-    def _record_loop(self, user, key: tuple, name: str, internal: bool, seconds: float, args) -> None:
+    def _record_loop(self, user, key: tuple, name: str, internal: bool, seconds: float, args, tensor) -> None:
+        """`tensor`: the op's first tensor argument (None without one)."""
         anchor = loop_of(user)
         if anchor is None:
             return
@@ -455,7 +460,6 @@ class DispatchSampler:
                     loop.param_uses += 1
                     if len(loop.params) < 4096:
                         loop.params.add(ptr)
-        tensor = first_tensor(args)
         if tensor is not None and len(loop.numels) < 256:
             loop.numels.append(tensor.numel())
 

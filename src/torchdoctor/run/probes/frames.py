@@ -17,7 +17,7 @@ import sys
 import sysconfig
 import tempfile
 from functools import lru_cache
-from types import FrameType
+from types import CodeType, FrameType
 
 import torch
 
@@ -97,10 +97,6 @@ def _user() -> str:
     return re.sub(r'[\\/:*?"<>|]', "_", name)
 
 
-def is_library_frame(frame: FrameType) -> bool:
-    return library_of(frame.f_code.co_filename) is not None
-
-
 @lru_cache(maxsize=4096)
 def display_path(filename: str) -> str:
     """The path as the user would type it (model/paths.py's rule), cached: probes ask per op."""
@@ -130,7 +126,52 @@ def user_frame(frame: FrameType | None) -> tuple[FrameType | None, bool]:
     return None, internal
 
 
+MAX_CODES_CACHED = 4096  # code objects a per-offset cache holds before it starts over
+
+
+def by_offset(cache: dict, code: CodeType) -> dict:
+    """The per-offset dictionary of `code` in `cache`, a cache of what one instruction offset of a
+    code object always gives (its line, its loop). Keyed by id(code), the code object kept in the
+    value so that its id is not reused while the entry lives: hashing a code object hashes its
+    constants, nested code objects included, on every lookup."""
+    entry = cache.get(id(code))
+    if entry is None or entry[0] is not code:
+        if len(cache) >= MAX_CODES_CACHED:
+            cache.clear()
+        entry = cache[id(code)] = (code, {})
+    return entry[1]
+
+
+# (code object, instruction offset) -> its line. `f_lineno` scans the code's line table up to the
+# offset on every read, per op in the op sampler and per allocation in the memory ledger: in a long
+# module-level training loop that scan was a large part of attributing an op to its line.
+_LINES: dict[int, tuple[CodeType, dict[int, int]]] = {}
+
+
 def frame_line(frame: FrameType) -> int:
+    """The line a frame is on (cached per code object and offset: the same offset is always the
+    same line)."""
+    last, code = frame.f_lasti, frame.f_code
+    lines = by_offset(_LINES, code)
+    line = lines.get(last)
+    if line is None:
+        line = _frame_line(frame)
+        # kept only when the code's line table gives that line for the offset read: a frame of another
+        # thread (the line sampler's thread) may have moved on between the two reads, a tracer may set a
+        # line of its own, and an offset without a line has none to keep
+        if line == _table_line(code, last):
+            lines[last] = line
+    return line
+
+
+def _table_line(code: CodeType, offset: int) -> int | None:
+    """The line the code's line table gives an instruction offset (what `f_lineno` reads, untraced)."""
+    if offset < 0:
+        return code.co_firstlineno
+    return next((line for start, end, line in code.co_lines() if start <= offset < end), None)
+
+
+def _frame_line(frame: FrameType) -> int:
     """The line a frame is on. Python 3.11 gives None for a frame caught (from another thread
     or a hook) at an instruction without line information; the line of the nearest instruction
     before it stands in, else the function's first line."""
@@ -154,12 +195,19 @@ def location_of(frame: FrameType) -> Location:
     )
 
 
+@lru_cache(maxsize=4096)
+def is_project_file(filename: str) -> bool:
+    """The user's own file: user code outside any installed library (one lookup per frame: the
+    line sampler walks the whole stack at every sample)."""
+    return classify_file(filename) == USER and library_of(filename) is None
+
+
 def project_frames(frame: FrameType | None, limit: int = 32) -> list[FrameType]:
     """The user's own frames (not torch, not torchdoctor, not the standard library, not an
     installed library) from `frame` outwards, innermost first."""
     out = []
     while frame is not None and len(out) < limit:
-        if classify_file(frame.f_code.co_filename) == USER and not is_library_frame(frame):
+        if is_project_file(frame.f_code.co_filename):
             out.append(frame)
         frame = frame.f_back
     return out

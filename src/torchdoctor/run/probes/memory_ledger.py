@@ -167,32 +167,40 @@ class StorageLedger:
 
     # ---- during the step -------------------------------------------------------------
     def on_outputs(self, func, args, kwargs, out, frame) -> None:
+        if isinstance(out, torch.Tensor):  # most ops: one tensor out, no generator to walk
+            self._on_output(func, args, kwargs, out, frame)
+            return
         for tensor in _tensors(out):
-            storage = _storage(tensor)
-            if storage is None:
-                continue
-            key = id(storage)
-            if key in self.live:
-                continue
-            nbytes = storage.nbytes()
-            if not nbytes or self._shares_input(key, args, kwargs):
-                continue
-            entry = self._add(key, storage, nbytes, None, new=True)
-            entry.op = _op_name(func)
-            entry.shape, entry.dtype = list(tensor.shape), str(tensor.dtype).removeprefix("torch.")
-            entry.module = self.module_stack[-1] if self.module_stack else None
-            user, _ = user_frame(frame)  # the user line of each allocation
-            if user is not None:
-                code = user.f_code
-                entry.frame_key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name))
+            self._on_output(func, args, kwargs, tensor, frame)
+
+    def _on_output(self, func, args, kwargs, tensor: torch.Tensor, frame) -> None:
+        storage = _storage(tensor)
+        if storage is None or id(storage) in self.live:
+            return
+        key, nbytes = id(storage), storage.nbytes()
+        if not nbytes or self._shares_input(key, args, kwargs):
+            return
+        entry = self._add(key, storage, nbytes, None, new=True)
+        entry.op = _op_name(func)
+        entry.shape, entry.dtype = list(tensor.shape), str(tensor.dtype).removeprefix("torch.")
+        entry.module = self.module_stack[-1] if self.module_stack else None
+        user, _ = user_frame(frame)  # the user line of each allocation
+        if user is not None:
+            code = user.f_code
+            entry.frame_key = (code.co_filename, frame_line(user), getattr(code, "co_qualname", code.co_name))
 
     @staticmethod
     def _shares_input(key: int, args, kwargs) -> bool:
-        for value in (*args, *(kwargs or {}).values()):
-            for tensor in _tensors(value):
-                storage = _storage(tensor)
+        for value in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(value, torch.Tensor):  # most inputs: no generator to walk
+                storage = _storage(value)
                 if storage is not None and id(storage) == key:
                     return True
+            elif isinstance(value, (list, tuple)):  # nor for a scalar, where `_tensors` finds nothing
+                for tensor in _tensors(value):
+                    storage = _storage(tensor)
+                    if storage is not None and id(storage) == key:
+                        return True
         return False
 
     def on_saved(self, tensor: torch.Tensor) -> None:

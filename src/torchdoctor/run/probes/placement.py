@@ -27,11 +27,11 @@ def on_device(tensor: torch.Tensor) -> bool:
     """True when the tensor is, or in a GPU run would be, on the device: a parameter, part of
     an autograd graph (computed from parameters: a loss made just before the window too), or
     marked by `propagate`."""
-    if tensor.device.type != "cpu":
+    # the cheap reads first: every torch call in a sampled step asks this of each input, and
+    # `isinstance(_, Parameter)` runs Python (Parameter's metaclass) for each one
+    if tensor.requires_grad or getattr(tensor, MARK, False):
         return True
-    if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad:
-        return True
-    return bool(getattr(tensor, MARK, False))
+    return tensor.device.type != "cpu" or isinstance(tensor, torch.nn.Parameter)
 
 
 def _tensors(value, depth: int = 0):
@@ -43,6 +43,24 @@ def _tensors(value, depth: int = 0):
     elif depth < _SEARCH_DEPTH and isinstance(value, dict):
         for item in value.values():
             yield from _tensors(item, depth + 1)
+
+
+def _any_on_device(value, depth: int = 0) -> bool:
+    """Whether a tensor among `value` (searched as `_tensors` does) is on the device: the same
+    answer as `any(on_device(t) for t in _tensors(value))`, without a generator per level (asked
+    of every torch call's arguments in a sampled step)."""
+    if isinstance(value, torch.Tensor):
+        return on_device(value)
+    if depth < _SEARCH_DEPTH:
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if _any_on_device(item, depth + 1):
+                    return True
+        elif isinstance(value, dict):
+            for item in value.values():
+                if _any_on_device(item, depth + 1):
+                    return True
+    return False
 
 
 def _moves_to_device(name: str, args, kwargs) -> bool:
@@ -68,7 +86,7 @@ def propagate(name: str, args, kwargs, out) -> None:
     elif kwargs.get("device") is not None:  # a factory: torch.zeros(..., device=device)
         device = True
     else:
-        device = any(on_device(t) for t in _tensors(args)) or any(on_device(t) for t in _tensors(kwargs))
+        device = _any_on_device(args) or (bool(kwargs) and _any_on_device(kwargs))
     if not device:
         return
     for tensor in _tensors(out):

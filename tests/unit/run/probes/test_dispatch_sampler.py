@@ -72,3 +72,26 @@ def test_a_numpy_call_on_a_tensor_as_it_is_reads_a_host_tensor():
         sampler.uninstall()
     placement = {c.api: c.placement for c in sampler.api.values()}
     assert placement[".numpy()"] == "host" and placement[".cpu()"] == "device"
+
+
+def test_ops_outside_the_step_read_no_clock_and_leave_no_gap():
+    """A DataLoader's batch runs inside a sampled step, hundreds of small ops that are not the
+    step's: they are handed on before any clock is read, and the next op counts no gap."""
+    reads = []
+
+    def clock():
+        reads.append(1)
+        return time.perf_counter()
+
+    loading = [True]
+    sampler = DispatchSampler(clock, outside_step=lambda: loading[0])
+    sampler.activate("train")
+    try:
+        torch.ones(3).add(1)
+        assert reads == [] and sampler.sites == {} and sampler.last_end is None
+        loading[0] = False
+        torch.ones(3).add(1)
+    finally:
+        sampler.deactivate()
+    assert reads and sum(acc.ops for acc in sampler.sites.values()) == 2  # ones, add
+    assert {d for acc in sampler.sites.values() for d in acc.devices} == {"cpu"}

@@ -91,3 +91,83 @@ def test_code_inductor_generated_is_torchs_and_a_sample_there_goes_to_the_users_
     # without the variable: torch's own default folder, found without importing Inductor
     assert default_cache_dir().startswith(tempfile.gettempdir())
     assert classify_file(os.path.join(default_cache_dir(), "ab", f"c{os.getpid()}.py")) == TORCH
+
+
+class _CountingFrame:
+    """A frame whose line is counted as it is read: the line table's, or `line` when given (a
+    tracer's own line, or a frame of another thread that moved on after its offset was read)."""
+
+    reads = 0
+
+    def __init__(self, code, lasti, line=None):
+        self.f_code, self.f_lasti, self._line = code, lasti, line
+
+    @property
+    def f_lineno(self):
+        _CountingFrame.reads += 1
+        if self._line is not None:
+            return self._line
+        return next(line for start, end, line in self.f_code.co_lines() if start <= self.f_lasti < end)
+
+
+def test_a_line_is_read_once_per_code_and_offset_when_the_line_table_agrees():
+    """The op sampler and the memory ledger ask the line of every op: `f_lineno` scans the code's
+    line table each time, so the line of an offset is kept; a line the table does not give that
+    offset is returned as read, and not kept."""
+    from torchdoctor.run.probes.frames import frame_line
+
+    def body():
+        x = 1
+        return x
+
+    code = body.__code__
+    offset, line = next((start, line) for start, _, line in code.co_lines() if line == code.co_firstlineno + 1)
+    _CountingFrame.reads = 0
+    assert [frame_line(_CountingFrame(code, offset)) for _ in range(3)] == [line] * 3
+    assert _CountingFrame.reads == 1
+    other = next(start for start, _, number in code.co_lines() if number == code.co_firstlineno + 2)
+    assert [frame_line(_CountingFrame(code, other, line=42)) for _ in range(2)] == [42, 42]
+    assert _CountingFrame.reads == 3
+    assert frame_line(_CountingFrame(code, other)) == code.co_firstlineno + 2  # nothing wrong was kept
+
+
+def test_the_kept_line_is_the_frames_own_line_at_each_offset():
+    from torchdoctor.run.probes.frames import frame_line
+
+    seen = []
+    for _ in range(2):  # the second turn is served from what the first kept
+        seen.append((frame_line(sys._getframe()), sys._getframe().f_lineno))
+        seen.append((frame_line(sys._getframe()), sys._getframe().f_lineno))
+    assert all(kept == read for kept, read in seen) and seen[0][0] + 1 == seen[1][0]
+    from torchdoctor.run.probes.frames import _LINES
+    assert sorted(_LINES[id(sys._getframe().f_code)][1].values()) == [seen[0][0], seen[1][0]]  # both kept
+
+
+def test_an_entry_of_a_code_object_that_died_is_not_served_to_another():
+    """Entries are keyed by id(code): an id reused by a new code object starts afresh."""
+    from torchdoctor.run.probes.frames import by_offset
+
+    def one():
+        return 1
+
+    def other():
+        return 2
+
+    cache = {id(one.__code__): (other.__code__, {0: 99})}
+    assert by_offset(cache, one.__code__) == {}
+    assert cache[id(one.__code__)][0] is one.__code__
+
+
+def test_a_files_kind_is_decided_once_for_the_stack_walks(monkeypatch):
+    """The line sampler walks the whole stack at every sample: each file is classified once."""
+    import torchdoctor.run.probes.frames as frames
+
+    asked = []
+    real = frames.classify_file
+    monkeypatch.setattr(frames, "classify_file", lambda filename: asked.append(filename) or real(filename))
+    frames.is_project_file.cache_clear()
+    first = frames.project_frames(sys._getframe())
+    again = frames.project_frames(sys._getframe())
+    assert first[0].f_code is again[0].f_code is test_a_files_kind_is_decided_once_for_the_stack_walks.__code__
+    assert len(asked) == len(set(asked))  # the second walk asked nothing new
+    assert all(frames.classify_file(f.f_code.co_filename) == USER for f in first)

@@ -46,3 +46,22 @@ def test_installed_packages_are_libraries_not_standard_library(tmp_path):
 
     installed = os.path.join(site.getsitepackages()[0], "somepackage", "mod.py")
     assert classify_file(installed) == USER and library_of(installed) == "somepackage"
+
+
+def test_inputs_are_searched_as_deep_as_before_without_generators(monkeypatch):
+    """propagate runs for every torch call in a sampled step (a DataLoader's every sample): its
+    inputs are searched without a generator per level, as deep as ever (two levels of lists or
+    dicts below the arguments)."""
+    import torchdoctor.run.probes.placement as placement
+
+    searched = []
+    real = placement._tensors
+    monkeypatch.setattr(placement, "_tensors", lambda *a: searched.append(a) or real(*a))
+    weight, host = torch.nn.Linear(2, 2).weight, torch.zeros(2)
+    assert not on_device(call("getitem", host, 0, out=torch.zeros(1)))
+    assert searched == []  # host inputs: nothing marked, no generator made
+    assert on_device(call("cat", [host, weight], out=torch.zeros(1)))
+    assert on_device(call("f", host, out=torch.zeros(1), weight=weight))
+    assert on_device(call("f", host, out=torch.zeros(1), weights=[weight]))
+    assert not on_device(call("f", [[weight]], out=torch.zeros(1)))  # three levels down: not searched
+    assert not on_device(call("f", host, out=torch.zeros(1), weights=[[weight]]))
