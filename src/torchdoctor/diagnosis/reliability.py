@@ -52,12 +52,13 @@ def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
     for f in findings:
         if f.estimated_speedup is None:
             continue
-        saved = facts.step_s * (1 - 1 / f.estimated_speedup)  # per step, as the rule sized it
+        step, on = sized_on(f, facts)
+        saved = step * (1 - 1 / f.estimated_speedup)  # per step, as the rule sized it
         if ratio > WITHHOLD_SPREAD:
             f.evidence["estimate_if_steady"] = f.estimated_speedup
             f.estimated_speedup = None
             f.estimate_basis = (f"withheld: {words}, too spread for one number (re-run on a quieter machine or "
-                                f"with more --steps); sized on the mean step it was: {f.estimate_basis}")
+                                f"with more --steps); {on} it was: {f.estimate_basis}")
             continue
         if ratio > WIDEN_SPREAD:
             # the point is sized on the mean step, the range on p50 and p90: a skewed run can put the
@@ -68,6 +69,17 @@ def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
             f.estimate_basis += f"; {words}: between {low:.2f}x and {high:.2f}x"
         else:
             f.estimate_basis += f"; {words}"
+
+
+def sized_on(f: Finding, facts: RunFacts) -> tuple[float, str]:
+    """The step a finding's estimate divides by, and the words for a withheld one: the step its
+    evidence names (`step_ms`: TD301 and TD305 size on the median measured step, TD306 too, and
+    their basis names it), else the mean measured step. The time it saves per step is read back
+    from that step: read from the mean, a median-sized estimate would claim the mean's larger saving."""
+    step_ms = f.evidence.get("step_ms")
+    if isinstance(step_ms, (int, float)) and step_ms > 0 and abs(step_ms - ms(facts.step_s)) > 0.001:
+        return step_ms / 1000.0, "as sized"
+    return facts.step_s, "sized on the mean step"
 
 
 def _speedup(step_s: float, saved_s: float) -> float:

@@ -156,6 +156,40 @@ def test_a_loops_backward_is_never_more_than_the_clean_steps_whole_backward():
     assert abs(f.evidence["share_of_step_time"] - 0.7) < 1e-6  # 10 ms forward + 60 ms backward of 100 ms
 
 
+def _slowed(rec, slow_steps: int, slow_s: float):
+    """`rec` with its last `slow_steps` measured steps taking `slow_s` each (another process had the
+    CPU: 3.5 s and 5.7 s among 0.29 s steps in a loaded demo run), the others unchanged."""
+    for s in rec.steps[-slow_steps:]:
+        s.end = s.start + slow_s
+    return rec
+
+
+def test_a_loop_is_sized_on_the_median_step_that_slow_steps_do_not_pull_up():
+    """The loop's ops timed at 30 ms in its window step, the median step 100 ms: 30 % of the step,
+    high. Two of the ten measured steps slowed to 1 s by a busy machine pull the mean to 280 ms,
+    where the same 30 ms read 11 %, a medium (the demo's TD301 ranked third on a loaded machine):
+    the estimate is sized on the median and says how far the mean is pulled up."""
+    rec = _slowed(sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.09)]), 2, 1.0)
+    facts = RunFacts.of(rec)
+    assert abs(facts.step_s - 0.28) < 1e-9 and abs(facts.median_step_s - 0.1) < 1e-9
+    (f,) = run(PythonLoopOps, rec)
+    assert f.evidence["step_ms"] == 100.0 and abs(f.evidence["share_of_step_time"] - 0.3) < 1e-6
+    assert f.severity.value == "high" and f.estimated_speedup >= 1.25
+    assert "of a 100.0 ms step" in f.message
+    assert "Amdahl on the median measured step, 100.0 ms (the mean step, 280.0 ms, is 2.8x it" in f.estimate_basis
+    steady = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.09)])
+    (g,) = run(PythonLoopOps, steady)  # steady steps: the same estimate, and no word about the mean
+    assert g.estimated_speedup == f.estimated_speedup and "the mean step" not in g.estimate_basis
+
+
+def test_a_loop_under_the_noise_of_its_median_step_stays_low():
+    """The median sizes a small loop small too: 2 ms of a 100 ms median step is under LOOP_MIN_SHARE,
+    low and unestimated, however the slow steps move the mean."""
+    rec = _slowed(sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.006)]), 2, 1.0)
+    (f,) = run(PythonLoopOps, rec)
+    assert f.severity.value == "low" and f.estimated_speedup is None
+
+
 def test_a_recurrent_loop_reusing_its_weights_is_a_loop_over_time():
     """An RNN cell called once per position (16 turns per step, the same 3 weights every turn):
     its ops are counted in the caller's loop, lines of the cell included."""
