@@ -44,6 +44,11 @@ LINE_SAMPLER_BASIS = "its share of stack samples in measured steps times that st
 # the CPU for a while, a step did extra work), and the estimate says it is sized on the median.
 MEAN_PULLED_UP = 1.1
 DISPATCH_BASIS = "op and inter-op time in sampled steps, calibrated sampler cost removed"
+# On a busy machine the op sampler's calibrated cost can take all the time it timed on a loop's
+# lines (a loaded demo run: 5,376 ops, 0.47 ms of cost per op, 0.0 ms left) while the line sampler
+# kept no whole step: that forward time is unmeasured, not zero.
+FORWARD_NOT_TIMED = ("not timed: too few stack samples landed on its lines and the op sampler's calibrated cost "
+                     "was all the time it timed there, so it counts as 0 and its saving is left out")
 
 
 def _in_optimizer_class(record: RunRecord, loop) -> bool:
@@ -95,8 +100,11 @@ class PythonLoopOps(Rule):
             if _in_optimizer_class(record, loop):
                 continue  # an optimizer's own loop over its parameters (nanochat's MuonAdamW): no batch to index
             cost = LoopCost.of_loop(record, facts, loop, per_step)
-            # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low
-            small = not facts.cuda_used and (cost.speedup < MIN_REPORTED_SPEEDUP or cost.share < LOOP_MIN_SHARE)
+            # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low;
+            # one whose time nothing measured is not sized at all (not "0 %"): said, low, as unmeasured
+            untimed = not cost.forward_timed and not cost.backward_s
+            small = not facts.cuda_used and not untimed and (cost.speedup < MIN_REPORTED_SPEEDUP
+                                                             or cost.share < LOOP_MIN_SHARE)
             pacer = _paced_by_host(record, per_step)
             paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
                      "times per step): the loop is paced by the host and cannot be fused within it; batch across "
@@ -105,6 +113,8 @@ class PythonLoopOps(Rule):
             findings.append(
                 self.finding(
                     title=(f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
+                           "(its time not measured)" if untimed else
+                           f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
                            f"({cost.share:.0%} of step time)" if cost.share >= 0.01 else
                            f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
                            f"({cost.share:.1%} of step time)"),
@@ -113,8 +123,12 @@ class PythonLoopOps(Rule):
                         f"{per_step:.0f} aten ops (median {loop.median_numel} elements each; "
                         f"{', '.join(list(loop.op_counts)[:3])}"
                         + (f"; {callees:.0%} of them inside the functions and modules it calls each turn" if callees >= 0.5 else "")
-                        + f"), taking {ms(cost.line_s):.1f} ms of a {ms(cost.step_s):.1f} ms step"
-                        + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
+                        + (f"), taking {ms(cost.line_s):.1f} ms of a {ms(cost.step_s):.1f} ms step"
+                           + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
+                           if cost.forward_timed else
+                           "); their forward time was not measured in this run"
+                           + (f", their backward took {ms(cost.backward_s):.1f} ms of a {ms(cost.step_s):.1f} ms step."
+                              if cost.backward_s else ", nor their backward."))
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
                         + paced
                     ),
@@ -134,15 +148,19 @@ class PythonLoopOps(Rule):
                         "sampled_steps": windows,
                         "line_samples": record.line_profile.total_samples,
                     },
-                    speedup=None if pacer or small else cost.speedup,
+                    speedup=None if pacer or small or untimed else cost.speedup,
                     basis=("not estimated: a loop paced by the host's reads cannot become one op" if pacer else
+                           "not estimated: neither its forward nor its backward was timed in this run (too few stack "
+                           "samples on its lines, the op sampler's calibrated cost all the time it timed there, no "
+                           "backward window); its op count is what was measured" if untimed else
                            f"not estimated: {cost.share:.1%} of the step on this CPU run, within its noise; on a "
                            "GPU each of its ops is a kernel launch" if small else
                            cost.basis(record, "replaced by one op per op kind at the loop's mean time per op (an "
                                               "upper bound: a loop that carries state from one turn to the next, "
                                               "an RNN, can be fused, not vectorized)")),
-                    severity=(Severity.LOW if pacer or small else _at_least_medium(cost.speedup)
-                              if per_step >= LOOP_OPS_PER_STEP else severity_for(cost.speedup)),
+                    severity=(Severity.LOW if pacer or small or untimed else
+                              _at_least_medium(cost.speedup) if per_step >= LOOP_OPS_PER_STEP else
+                              severity_for(cost.speedup)),
                     fix=CALLS_FIX if callees >= 0.5 else None,
                 )
             )
@@ -250,6 +268,8 @@ class LoopCost:
             line_s, timing = sum(map(profile.line_share, hits)) * step_s, LINE_SAMPLER_BASIS
         else:  # too few stack samples landed there to size it (many short ops): the ops' own timing
             line_s, timing = min(ops_time_s / windows, step_s), DISPATCH_BASIS
+            if line_s <= 0:
+                line_s, timing = 0.0, FORWARD_NOT_TIMED
         # the node hooks that time backward slow it: never more than the clean steps' whole backward
         clean = [st.backward_s for st in facts.window if not st.sampled and st.backward_s > 0]
         if clean:
@@ -260,6 +280,10 @@ class LoopCost:
         saved = max(0.0, line_s + backward_s - after)
         return cls(line_s, backward_s, timing, amdahl(step_s, saved), min(1.0, (line_s + backward_s) / step_s),
                    step_s, facts.step_s)
+
+    @property
+    def forward_timed(self) -> bool:
+        return self.timing != FORWARD_NOT_TIMED
 
     def basis(self, record: RunRecord, replacement: str) -> str:
         d = record.dispatch

@@ -190,6 +190,34 @@ def test_a_loop_under_the_noise_of_its_median_step_stays_low():
     assert f.severity.value == "low" and f.estimated_speedup is None
 
 
+def test_a_loop_whose_forward_nothing_timed_says_so_instead_of_zero():
+    """A busy machine: the line sampler kept no whole step and the op sampler's calibrated cost took
+    all the time it timed on the loop (a loaded demo run: 5,376 ops, 0.0 ms left). Its forward is
+    unmeasured, not 0 ms; the estimate rests on the backward the node hooks timed and says so."""
+    rec = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.0)])
+    rec.dispatch.backward_windows = 1
+    rec.dispatch.sites = [site(31, 3 * 768)]
+    rec.dispatch.sites[0].backward_s = 0.04
+    for s in rec.steps:
+        s.backward_s = 0.06
+    (f,) = run(PythonLoopOps, rec)
+    assert "forward time was not measured" in f.message and "taking 0.0 ms" not in f.message
+    assert "not timed:" in f.estimate_basis and "node hooks" in f.estimate_basis
+    assert f.estimated_speedup is not None and f.severity.value == "high"  # 40 ms of backward in a 100 ms step
+
+
+def test_a_loop_nothing_timed_is_said_unmeasured_not_0_percent():
+    """Neither its forward nor its backward timed: not '0.0% of step time, within its noise'
+    (nothing measured 0 %); said with what was measured (its op count), unestimated, and low: a
+    severity is not made up from no timing."""
+    rec = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.0)])
+    (f,) = run(PythonLoopOps, rec)
+    assert f.estimated_speedup is None and f.severity.value == "low"
+    assert f.title.endswith("(its time not measured)") and "0.0%" not in f.title
+    assert "neither its forward nor its backward was timed" in f.estimate_basis
+    assert "within its noise" not in f.estimate_basis and "nor their backward" in f.message
+
+
 def test_a_recurrent_loop_reusing_its_weights_is_a_loop_over_time():
     """An RNN cell called once per position (16 turns per step, the same 3 weights every turn):
     its ops are counted in the caller's loop, lines of the cell included."""
