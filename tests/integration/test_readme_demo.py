@@ -75,16 +75,44 @@ def _measured(run_dir: Path) -> str:
             f"busy: {summary['machine_busy']}; causes: {causes}")
 
 
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+def _busy(run_dir: Path) -> bool:
+    """The run's own report said the machine was busy (other processes took its CPU)."""
+    return bool(json.loads((run_dir / "report.json").read_text(encoding="utf-8"))["summary"]["machine_busy"])
+
+
+def _causes(parts: list[tuple]) -> dict[str, tuple]:
+    """code -> (severity, the where line after it)."""
+    return {p[2]: (p[4], parts[i + 1] if i + 1 < len(parts) and parts[i + 1][0] == "where" else None)
+            for i, p in enumerate(parts) if p[0] == "cause"}
+
+
 def test_the_readme_demo_block_has_the_shape_of_a_real_demo_run(demo):
     printed, run_dir = demo
     documented, real = shape(readme_block()), shape(printed)
     assert documented, "no demo block found in the README"
+    assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented
+    found = _causes(real)
+    if _busy(run_dir) and found.get("TD301", ("",))[0] == "medium":
+        # A machine the run itself found busy can lower the loop's estimate under the 1.25x of a
+        # high (a run whose steps took 0.7 to 23 s: 1.24x if steady, withheld as too spread). TD301
+        # then ties with the block's two other mediums (GPU hazards, not timed on a CPU), and ties
+        # rank by code. What holds: every documented part in order but the causes' ranks, every
+        # documented cause at its line, and TD301 at the run's top severity.
+        others = [p for p in _unranked(documented) if p[0] not in ("cause", "where")]
+        assert _in_order(others, _unranked(real)), (documented, real, _measured(run_dir))
+        for code, (_, where) in _causes(documented).items():
+            assert code in found and found[code][1] == where, (code, real, _measured(run_dir))
+        top = min(SEVERITIES.index(severity) for severity, _ in found.values())
+        assert SEVERITIES.index("medium") == top, (real, _measured(run_dir))
+        return
     # the same parts in the same order; a busy machine may add a cause between them (a phase it slowed)
     assert _in_order(_unranked(documented), _unranked(real)), (documented, real, _measured(run_dir))
-    # the run, the heading, the top cause and its line: a busy machine too (its steps are sized on
-    # the median step, which the steps another process slowed do not pull up)
+    # the run, the heading, the top cause and its line: a busy machine too, as long as TD301 stays
+    # high (sized on the median step, which steps another process slowed do not pull up)
     assert real[:4] == documented[:4], (real[:4], _measured(run_dir))
-    assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented
 
 
 def test_the_readme_demo_block_lines_are_printed_lines(demo):
