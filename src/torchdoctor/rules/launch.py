@@ -11,6 +11,7 @@ from torchdoctor.model.paths import recorded_path
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.noise import machine_busy
 from torchdoctor.rules.sync import syncing_calls
 from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
@@ -105,6 +106,10 @@ class PythonLoopOps(Rule):
             untimed = not cost.forward_timed and not cost.backward_s
             small = not facts.cuda_used and not untimed and (cost.speedup < MIN_REPORTED_SPEEDUP
                                                              or cost.share < LOOP_MIN_SHARE)
+            # ...but on a machine the run found busy a small share is that noise's, not the loop's
+            # measure (a demo run whose other processes made its steps 80x the quiet ones timed the
+            # prompt loop at 2.4 %, 49 % on a quiet machine): many ops per step keep it medium, unestimated
+            busy_small = small and per_step >= LOOP_OPS_PER_STEP and machine_busy(record)
             pacer = _paced_by_host(record, per_step)
             paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
                      "times per step): the loop is paced by the host and cannot be fused within it; batch across "
@@ -153,12 +158,17 @@ class PythonLoopOps(Rule):
                            "not estimated: neither its forward nor its backward was timed in this run (too few stack "
                            "samples on its lines, the op sampler's calibrated cost all the time it timed there, no "
                            "backward window); its op count is what was measured" if untimed else
+                           f"not estimated: {cost.share:.1%} of the step on a machine this run found busy (other "
+                           f"processes took its CPUs): a share this small is within that noise; its {per_step:.0f} "
+                           "ops per step are what is measured, and a loop issuing that many is worth changing (on a "
+                           "GPU each is a kernel launch). Re-run on a quieter machine to size it" if busy_small else
                            f"not estimated: {cost.share:.1%} of the step on this CPU run, within its noise; on a "
                            "GPU each of its ops is a kernel launch" if small else
                            cost.basis(record, "replaced by one op per op kind at the loop's mean time per op (an "
                                               "upper bound: a loop that carries state from one turn to the next, "
                                               "an RNN, can be fused, not vectorized)")),
-                    severity=(Severity.LOW if pacer or small or untimed else
+                    severity=(Severity.MEDIUM if busy_small and not pacer else
+                              Severity.LOW if pacer or small or untimed else
                               _at_least_medium(cost.speedup) if per_step >= LOOP_OPS_PER_STEP else
                               severity_for(cost.speedup)),
                     fix=CALLS_FIX if callees >= 0.5 else None,
