@@ -6,6 +6,7 @@ before the measurement tables."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -61,14 +62,57 @@ def _in_order(wanted: list, found: list) -> bool:
     return all(item in rest for item in wanted)
 
 
+def _measured(run_dir: Path) -> str:
+    """What the run measured for its top causes, and whether the machine was busy: a failure
+    on a CI machine then says why the ranking moved (a severity, an estimate, the step it sizes on)."""
+    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    summary = report["summary"]
+    keys = ("share_of_step_time", "step_ms", "line_ms_per_step", "backward_ms_per_step", "line_samples",
+            "sampled_steps", "estimate_if_steady", "estimate_range")
+    causes = [(f["code"], f["severity"], f["estimated_speedup"], {k: f["evidence"][k] for k in keys if k in f["evidence"]})
+              for f in report["findings"][:4]]
+    return (f"step mean {summary['step_time_s']}, p50 {summary['step_time_p50_s']}, p90 {summary['step_time_p90_s']} s; "
+            f"busy: {summary['machine_busy']}; causes: {causes}")
+
+
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+def _busy(run_dir: Path) -> bool:
+    """The run's own report said the machine was busy (other processes took its CPU)."""
+    return bool(json.loads((run_dir / "report.json").read_text(encoding="utf-8"))["summary"]["machine_busy"])
+
+
+def _causes(parts: list[tuple]) -> dict[str, tuple]:
+    """code -> (severity, the where line after it)."""
+    return {p[2]: (p[4], parts[i + 1] if i + 1 < len(parts) and parts[i + 1][0] == "where" else None)
+            for i, p in enumerate(parts) if p[0] == "cause"}
+
+
 def test_the_readme_demo_block_has_the_shape_of_a_real_demo_run(demo):
-    printed, _ = demo
+    printed, run_dir = demo
     documented, real = shape(readme_block()), shape(printed)
     assert documented, "no demo block found in the README"
-    # the same parts in the same order; a busy machine may add a cause between them (a phase it slowed)
-    assert _in_order(_unranked(documented), _unranked(real)), (documented, real)
-    assert real[:4] == documented[:4]  # the run, the heading, the top cause and its line
     assert ("cause", 1, "TD301", "python-loop-ops", "high") in documented
+    found = _causes(real)
+    if _busy(run_dir) and found.get("TD301", ("",))[0] == "medium":
+        # A machine the run itself found busy can lower the loop's estimate under the 1.25x of a
+        # high (a run whose steps took 0.7 to 23 s: 1.24x if steady, withheld as too spread). TD301
+        # then ties with the block's two other mediums (GPU hazards, not timed on a CPU), and ties
+        # rank by code. What holds: every documented part in order but the causes' ranks, every
+        # documented cause at its line, and TD301 at the run's top severity.
+        others = [p for p in _unranked(documented) if p[0] not in ("cause", "where")]
+        assert _in_order(others, _unranked(real)), (documented, real, _measured(run_dir))
+        for code, (_, where) in _causes(documented).items():
+            assert code in found and found[code][1] == where, (code, real, _measured(run_dir))
+        top = min(SEVERITIES.index(severity) for severity, _ in found.values())
+        assert SEVERITIES.index("medium") == top, (real, _measured(run_dir))
+        return
+    # the same parts in the same order; a busy machine may add a cause between them (a phase it slowed)
+    assert _in_order(_unranked(documented), _unranked(real)), (documented, real, _measured(run_dir))
+    # the run, the heading, the top cause and its line: a busy machine too, as long as TD301 stays
+    # high (sized on the median step, which steps another process slowed do not pull up)
+    assert real[:4] == documented[:4], (real[:4], _measured(run_dir))
 
 
 def test_the_readme_demo_block_lines_are_printed_lines(demo):

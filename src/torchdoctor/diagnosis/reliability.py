@@ -11,6 +11,7 @@ from torchdoctor.model.findings import Finding
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import ms
 from torchdoctor.rules.facts import RunFacts, core_duration
+from torchdoctor.rules.noise import machine_busy
 
 # p90/p50 of the measured steps' core time (phases excluded). Above WIDEN an estimate also gets
 # the range it spans between the median and the slow steps; above WITHHOLD the steps vary too
@@ -18,9 +19,7 @@ from torchdoctor.rules.facts import RunFacts, core_duration
 WIDEN_SPREAD = 1.25
 WITHHOLD_SPREAD = 2.0
 MIN_STEPS_FOR_SPREAD = 5
-# The training thread waiting this share of the measured time for a CPU: the machine was busy.
-BUSY_RUNQUEUE_SHARE = 0.10
-BUSY_LOAD_PER_CPU = 1.5
+# When the machine was busy: rules/noise.py (machine_busy), which the rules read too.
 
 
 def step_spread(facts: RunFacts) -> tuple[float, float] | None:
@@ -52,22 +51,35 @@ def apply_spread(findings: list[Finding], facts: RunFacts) -> None:
     for f in findings:
         if f.estimated_speedup is None:
             continue
-        saved = facts.step_s * (1 - 1 / f.estimated_speedup)  # per step, as the rule sized it
+        step, on = sized_on(f, facts)
+        saved = step * (1 - 1 / f.estimated_speedup)  # per step, as the rule sized it
         if ratio > WITHHOLD_SPREAD:
             f.evidence["estimate_if_steady"] = f.estimated_speedup
             f.estimated_speedup = None
             f.estimate_basis = (f"withheld: {words}, too spread for one number (re-run on a quieter machine or "
-                                f"with more --steps); sized on the mean step it was: {f.estimate_basis}")
+                                f"with more --steps); {on} it was: {f.estimate_basis}")
             continue
         if ratio > WIDEN_SPREAD:
-            # the point is sized on the mean step, the range on p50 and p90: a skewed run can put the
-            # mean outside them, and a printed range always holds its own point
+            # the point is sized on its step (the mean, or the median its evidence names), the range on
+            # p50 and p90: a skewed run can put the mean outside them, and a printed range always holds
+            # its own point
             low = min(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
             high = max(_speedup(p90, saved), _speedup(p50, saved), f.estimated_speedup)
             f.evidence["estimate_range"] = [round(low, 3), round(high, 3)]
             f.estimate_basis += f"; {words}: between {low:.2f}x and {high:.2f}x"
         else:
             f.estimate_basis += f"; {words}"
+
+
+def sized_on(f: Finding, facts: RunFacts) -> tuple[float, str]:
+    """The step a finding's estimate divides by, and the words for a withheld one: the step its
+    evidence names (`step_ms`: TD301 and TD305 size on the median measured step, TD306 too, and
+    their basis names it), else the mean measured step. The time it saves per step is read back
+    from that step: read from the mean, a median-sized estimate would claim the mean's larger saving."""
+    step_ms = f.evidence.get("step_ms")
+    if isinstance(step_ms, (int, float)) and step_ms > 0 and abs(step_ms - ms(facts.step_s)) > 0.001:
+        return step_ms / 1000.0, "as sized"
+    return facts.step_s, "sized on the mean step"
 
 
 def _speedup(step_s: float, saved_s: float) -> float:
@@ -77,14 +89,10 @@ def _speedup(step_s: float, saved_s: float) -> float:
 def busy_machine(record: RunRecord) -> str | None:
     """A sentence saying the machine was busy during the measured steps, or None."""
     c = record.contention
-    if c is None:
+    if not machine_busy(record):
         return None
     share = c.runqueue_share
     load = max((x for x in (c.load_start, c.load_end) if x is not None), default=None)
-    busy_queue = share is not None and share >= BUSY_RUNQUEUE_SHARE
-    busy_load = load is not None and c.cpus and load >= BUSY_LOAD_PER_CPU * c.cpus
-    if not (busy_queue or busy_load):
-        return None
     facts = []
     if share is not None:
         facts.append(f"the training thread waited for a CPU {share:.0%} of the measured time")

@@ -11,6 +11,7 @@ from torchdoctor.model.paths import recorded_path
 from torchdoctor.model.record import RunRecord
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, amdahl, ms, severity_for
 from torchdoctor.rules.facts import RunFacts
+from torchdoctor.rules.noise import machine_busy
 from torchdoctor.rules.sync import syncing_calls
 from torchdoctor.rules.value_use import CONTROL, EXTERNAL, value_use
 
@@ -39,8 +40,16 @@ PER_PARAMETER_MIN_UPDATES = 2
 LOOP_MIN_SHARE = 0.03
 MIN_LINE_SAMPLES = 20  # fewer stack samples than this: fall back to the dispatch timing
 MIN_SAMPLES_ON_LINES = 5  # ...and fewer than this on the lines themselves (a share of 2 samples is noise)
-LINE_SAMPLER_BASIS = "its share of stack samples in measured steps times the mean step time"
+LINE_SAMPLER_BASIS = "its share of stack samples in measured steps times that step"
+# The mean measured step this much above the median: slow steps pull it up (another process took
+# the CPU for a while, a step did extra work), and the estimate says it is sized on the median.
+MEAN_PULLED_UP = 1.1
 DISPATCH_BASIS = "op and inter-op time in sampled steps, calibrated sampler cost removed"
+# On a busy machine the op sampler's calibrated cost can take all the time it timed on a loop's
+# lines (a loaded demo run: 5,376 ops, 0.47 ms of cost per op, 0.0 ms left) while the line sampler
+# kept no whole step: that forward time is unmeasured, not zero.
+FORWARD_NOT_TIMED = ("not timed: too few stack samples landed on its lines and the op sampler's calibrated cost "
+                     "was all the time it timed there, so it counts as 0 and its saving is left out")
 
 
 def _in_optimizer_class(record: RunRecord, loop) -> bool:
@@ -92,8 +101,15 @@ class PythonLoopOps(Rule):
             if _in_optimizer_class(record, loop):
                 continue  # an optimizer's own loop over its parameters (nanochat's MuonAdamW): no batch to index
             cost = LoopCost.of_loop(record, facts, loop, per_step)
-            # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low
-            small = not facts.cuda_used and (cost.speedup < MIN_REPORTED_SPEEDUP or cost.share < LOOP_MIN_SHARE)
+            # a small loop on this CPU run is still a loop (each op a kernel launch on a GPU): said, low;
+            # one whose time nothing measured is not sized at all (not "0 %"): said, low, as unmeasured
+            untimed = not cost.forward_timed and not cost.backward_s
+            small = not facts.cuda_used and not untimed and (cost.speedup < MIN_REPORTED_SPEEDUP
+                                                             or cost.share < LOOP_MIN_SHARE)
+            # ...but on a machine the run found busy a small share is that noise's, not the loop's
+            # measure (a demo run whose other processes made its steps 80x the quiet ones timed the
+            # prompt loop at 2.4 %, 49 % on a quiet machine): many ops per step keep it medium, unestimated
+            busy_small = small and per_step >= LOOP_OPS_PER_STEP and machine_busy(record)
             pacer = _paced_by_host(record, per_step)
             paced = (f" Each iteration first waits for a value the host needs (`{pacer[0].text}`, {pacer[1]:.0f} "
                      "times per step): the loop is paced by the host and cannot be fused within it; batch across "
@@ -102,6 +118,8 @@ class PythonLoopOps(Rule):
             findings.append(
                 self.finding(
                     title=(f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
+                           "(its time not measured)" if untimed else
+                           f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
                            f"({cost.share:.0%} of step time)" if cost.share >= 0.01 else
                            f"A loop of {turns:.0f} turns issues {per_step:.0f} tiny ops per step "
                            f"({cost.share:.1%} of step time)"),
@@ -110,8 +128,12 @@ class PythonLoopOps(Rule):
                         f"{per_step:.0f} aten ops (median {loop.median_numel} elements each; "
                         f"{', '.join(list(loop.op_counts)[:3])}"
                         + (f"; {callees:.0%} of them inside the functions and modules it calls each turn" if callees >= 0.5 else "")
-                        + f"), taking {ms(cost.line_s):.1f} ms of a {ms(facts.step_s):.1f} ms step"
-                        + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
+                        + (f"), taking {ms(cost.line_s):.1f} ms of a {ms(cost.step_s):.1f} ms step"
+                           + (f", and their backward {ms(cost.backward_s):.1f} ms more." if cost.backward_s else ".")
+                           if cost.forward_timed else
+                           "); their forward time was not measured in this run"
+                           + (f", their backward took {ms(cost.backward_s):.1f} ms of a {ms(cost.step_s):.1f} ms step."
+                              if cost.backward_s else ", nor their backward."))
                         + (" On a GPU each op is also a kernel launch." if not facts.cuda_used else "")
                         + paced
                     ),
@@ -123,6 +145,7 @@ class PythonLoopOps(Rule):
                         "line_ms_per_step": ms(cost.line_s),
                         "backward_ms_per_step": ms(cost.backward_s) if record.dispatch.backward_windows else None,
                         "share_of_step_time": round(cost.share, 3),
+                        "step_ms": ms(cost.step_s),  # the median measured step the share and estimate divide by
                         "median_numel": loop.median_numel,
                         "top_ops": loop.op_counts,
                         "reads_per_parameter_per_step": round(loop.param_uses / windows / loop.params, 1)
@@ -130,15 +153,24 @@ class PythonLoopOps(Rule):
                         "sampled_steps": windows,
                         "line_samples": record.line_profile.total_samples,
                     },
-                    speedup=None if pacer or small else cost.speedup,
+                    speedup=None if pacer or small or untimed else cost.speedup,
                     basis=("not estimated: a loop paced by the host's reads cannot become one op" if pacer else
+                           "not estimated: neither its forward nor its backward was timed in this run (too few stack "
+                           "samples on its lines, the op sampler's calibrated cost all the time it timed there, no "
+                           "backward window); its op count is what was measured" if untimed else
+                           f"not estimated: {cost.share:.1%} of the step on a machine this run found busy (other "
+                           f"processes took its CPUs): a share this small is within that noise; its {per_step:.0f} "
+                           "ops per step are what is measured, and a loop issuing that many is worth changing (on a "
+                           "GPU each is a kernel launch). Re-run on a quieter machine to size it" if busy_small else
                            f"not estimated: {cost.share:.1%} of the step on this CPU run, within its noise; on a "
                            "GPU each of its ops is a kernel launch" if small else
                            cost.basis(record, "replaced by one op per op kind at the loop's mean time per op (an "
                                               "upper bound: a loop that carries state from one turn to the next, "
                                               "an RNN, can be fused, not vectorized)")),
-                    severity=(Severity.LOW if pacer or small else _at_least_medium(cost.speedup)
-                              if per_step >= LOOP_OPS_PER_STEP else severity_for(cost.speedup)),
+                    severity=(Severity.MEDIUM if busy_small and not pacer else
+                              Severity.LOW if pacer or small or untimed else
+                              _at_least_medium(cost.speedup) if per_step >= LOOP_OPS_PER_STEP else
+                              severity_for(cost.speedup)),
                     fix=CALLS_FIX if callees >= 0.5 else None,
                 )
             )
@@ -199,13 +231,22 @@ def _paced_by_host(record: RunRecord, ops_per_step: float):
 
 @dataclass
 class LoopCost:
-    """What one line's per-element ops cost per step, and what one op per op kind would save."""
+    """What one line's per-element ops cost per step, and what one op per op kind would save.
+
+    Sized on the median measured step, not the mean: the line's forward and backward times are
+    measured in one or two window steps, and a few measured steps that another process slowed
+    (a busy machine) pull the mean up without the line's time growing with it. A loaded demo run
+    timed the loop at 22 ms forward and 78 ms backward (the backward in a 227 ms step) while two
+    steps of 3.5 and 5.7 s pulled its mean step to 849 ms, its median 290 ms: 12 % of the mean, a
+    medium ranked below two mediums, where the median gives 34 % and the quiet README run 49 %."""
 
     line_s: float  # forward time per step
     backward_s: float  # backward time per step of the autograd nodes it created
     timing: str  # how line_s was measured
     speedup: float
     share: float
+    step_s: float  # the step it is sized on: the median measured step
+    mean_step_s: float  # the mean measured step, said when slow steps pull it above the median
 
     @classmethod
     def of(cls, record: RunRecord, facts: RunFacts, site, ops_per_step: float, sampled_lines: bool = True) -> "LoopCost":
@@ -230,12 +271,15 @@ class LoopCost:
             ops_per_step: float) -> "LoopCost":
         windows = record.dispatch.sampled_steps
         profile = record.line_profile
+        step_s = facts.median_step_s or facts.step_s
         wanted = {(loc.path, loc.line) for loc in locations}
         hits = [h for h in profile.lines if (h.location.path, h.location.line) in wanted]
         if profile.total_samples >= MIN_LINE_SAMPLES and sum(h.samples for h in hits) >= MIN_SAMPLES_ON_LINES:
-            line_s, timing = sum(map(profile.line_share, hits)) * facts.step_s, LINE_SAMPLER_BASIS
+            line_s, timing = sum(map(profile.line_share, hits)) * step_s, LINE_SAMPLER_BASIS
         else:  # too few stack samples landed there to size it (many short ops): the ops' own timing
-            line_s, timing = min(ops_time_s / windows, facts.step_s), DISPATCH_BASIS
+            line_s, timing = min(ops_time_s / windows, step_s), DISPATCH_BASIS
+            if line_s <= 0:
+                line_s, timing = 0.0, FORWARD_NOT_TIMED
         # the node hooks that time backward slow it: never more than the clean steps' whole backward
         clean = [st.backward_s for st in facts.window if not st.sampled and st.backward_s > 0]
         if clean:
@@ -244,12 +288,19 @@ class LoopCost:
         # the vectorized version: one op per op kind, forward and backward
         after = per_op * max(1, op_kinds) * (2 if backward_s else 1)
         saved = max(0.0, line_s + backward_s - after)
-        return cls(line_s, backward_s, timing, amdahl(facts.step_s, saved),
-                   min(1.0, (line_s + backward_s) / facts.step_s))
+        return cls(line_s, backward_s, timing, amdahl(step_s, saved), min(1.0, (line_s + backward_s) / step_s),
+                   step_s, facts.step_s)
+
+    @property
+    def forward_timed(self) -> bool:
+        return self.timing != FORWARD_NOT_TIMED
 
     def basis(self, record: RunRecord, replacement: str) -> str:
         d = record.dispatch
-        return (f"Amdahl: the line's forward time per step ({self.timing})"
+        pulled = (f" (the mean step, {ms(self.mean_step_s):.1f} ms, is {self.mean_step_s / self.step_s:.1f}x it: "
+                  "slow steps pull the mean up)" if self.mean_step_s > MEAN_PULLED_UP * self.step_s else "")
+        return (f"Amdahl on the median measured step, {ms(self.step_s):.1f} ms{pulled}: the line's forward time "
+                f"per step ({self.timing})"
                 + (" plus the backward time of the autograd nodes it created (node hooks, "
                    f"{d.backward_windows} step)" if self.backward_s else "; its backward was not timed, "
                    "so this is a lower bound")
@@ -558,12 +609,12 @@ class PerParameterUpdate(Rule):
                 title=f"{updates:.0f} parameter tensors updated one at a time ({cost.share:.1%} of step time)",
                 message=(f"This line updated {updates:.0f} parameter tensors per step with in-place ops "
                          f"({', '.join(list(site.op_counts)[:3])}), {site.ops / windows:.0f} ops in all, taking "
-                         f"{ms(cost.line_s):.2f} ms of a {ms(facts.step_s):.1f} ms step."
+                         f"{ms(cost.line_s):.2f} ms of a {ms(cost.step_s):.1f} ms step."
                          + ("" if facts.cuda_used else " On a GPU each op is also a kernel launch.")),
                 location=site.location,
                 evidence={"parameter_updates_per_step": round(updates, 1), "ops_per_step": round(site.ops / windows, 1),
                           "line_ms_per_step": ms(cost.line_s), "share_of_step_time": round(cost.share, 4),
-                          "step_source": record.run.step_source},
+                          "step_ms": ms(cost.step_s), "step_source": record.run.step_source},
                 speedup=cost.speedup if measurable else None,
                 basis=(cost.basis(record, "replaced by one foreach op per op kind") if measurable else
                        f"below this run's noise: the loop took {ms(cost.line_s):.2f} ms per step here; "
@@ -582,11 +633,12 @@ class PerParameterUpdate(Rule):
             message=(f"The loop at line {loop.header_line} writes one tensor per turn ({turns:.0f} turns per step), "
                      f"each from a parameter: a target network's or an averaged copy's update, {loop.ops / windows:.0f} "
                      f"ops per step ({', '.join(list(loop.op_counts)[:3])}), taking {ms(cost.line_s):.2f} ms of a "
-                     f"{ms(facts.step_s):.1f} ms step."
+                     f"{ms(cost.step_s):.1f} ms step."
                      + ("" if facts.cuda_used else " On a GPU each op is also a kernel launch.")),
             location=loop.location,
             evidence={"tensors_written": loop.written_tensors, "turns_per_step": round(turns, 1),
-                      "ops_per_step": round(loop.ops / windows, 1), "share_of_step_time": round(cost.share, 4)},
+                      "ops_per_step": round(loop.ops / windows, 1), "share_of_step_time": round(cost.share, 4),
+                      "step_ms": ms(cost.step_s)},
             speedup=cost.speedup if measurable else None,
             basis=(cost.basis(record, "replaced by one foreach op per op kind") if measurable else
                    f"below this run's noise: {cost.share:.1%} of the step here; on a GPU its cost is a few kernel "

@@ -114,6 +114,23 @@ def share_lower_bound(share: float, samples: int, z: float = 1.28) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / n))
 
 
+# The training thread waiting this share of the measured time for a CPU, or a load average this
+# many times the CPUs: the machine was busy (the report says so; diagnosis/reliability.py).
+BUSY_RUNQUEUE_SHARE = 0.10
+BUSY_LOAD_PER_CPU = 1.5
+
+
+def machine_busy(record: RunRecord) -> bool:
+    """Other processes took the CPUs during the measured steps, as the run measured it (never guessed)."""
+    c = record.contention
+    if c is None:
+        return False
+    share = c.runqueue_share
+    load = max((x for x in (c.load_start, c.load_end) if x is not None), default=None)
+    return (share is not None and share >= BUSY_RUNQUEUE_SHARE) or bool(
+        load is not None and c.cpus and load >= BUSY_LOAD_PER_CPU * c.cpus)
+
+
 def waiting_share(*records: RunRecord) -> float | None:
     """The training thread's share of time spent waiting for a CPU, over `records` (pooled)."""
     shares = [r.contention.runqueue_share for r in records if r.contention is not None

@@ -6,6 +6,7 @@ from helpers.records import record
 
 from torchdoctor.diagnosis.reliability import apply_spread, busy_machine
 from torchdoctor.model.findings import Finding, Severity
+from torchdoctor.rules.base import amdahl
 from torchdoctor.model.record import Contention, StepSample
 from torchdoctor.rules.facts import RunFacts
 from torchdoctor.rules.value_use import ACCUMULATE, CONTROL, EXTERNAL, LOG, OTHER, value_use
@@ -98,3 +99,32 @@ def test_a_printed_range_holds_its_point_estimate():
         apply_spread([g], _spread(record(steps=20), slow_every=3, factor=1.6))
         low, high = g.evidence["estimate_range"]
         assert low <= g.estimated_speedup <= high
+
+
+def test_a_range_reads_the_saving_back_from_the_step_the_estimate_was_sized_on():
+    """TD301 sizes on the median step (100 ms), and one slow step pulls the mean to 194 ms: 1.5x on
+    the median saves 33 ms a step. Read back from the mean it would be 65 ms, and the range would
+    claim up to 2.83x; read from the median it spans 1.31x (p90, 140 ms) to 1.5x (p50)."""
+    rec = record(steps=10)
+    durations = [0.1] * 8 + [0.14, 1.0]
+    rec.steps = [StepSample(index=s.index, start=s.start, end=s.start + (durations[i - 2] if i >= 2 else 0.1),
+                            warmup=s.warmup, sampled=False) for i, s in enumerate(rec.steps)]
+    facts = RunFacts.of(rec)
+    assert facts.step_s == pytest.approx(0.194) and facts.median_step_s == pytest.approx(0.1)
+    f = _finding(1.5)
+    f.evidence["step_ms"] = 100.0
+    apply_spread([f], facts)
+    saved = 0.1 * (1 - 1 / 1.5)
+    assert f.evidence["estimate_range"] == pytest.approx([amdahl(0.14, saved), 1.5], abs=1e-3)
+    g = _finding(1.5)  # no step named: sized on the mean, read back from the mean as before
+    apply_spread([g], facts)
+    assert g.evidence["estimate_range"][1] > 2.5
+
+
+def test_a_withheld_estimate_says_what_it_was_sized_on():
+    facts = _spread(record(steps=20), slow_every=3, factor=3.0)
+    f, g = _finding(1.5), _finding(1.5)
+    f.evidence["step_ms"] = 100.0  # the median; the mean is 166.7 ms
+    apply_spread([f, g], facts)
+    assert "; as sized it was: Amdahl" in f.estimate_basis
+    assert "; sized on the mean step it was: Amdahl" in g.estimate_basis
