@@ -45,8 +45,13 @@ class Finding:
     estimate_basis: str
 
     def sort_key(self) -> tuple:
+        """Estimated first (largest first), then by severity; of equal severity, one whose estimate the
+        spread check held back (diagnosis/reliability.py: measured, but too spread to print) before
+        one never timed, then by code."""
         speedup = self.estimated_speedup
-        return (speedup is None, -(speedup or 0.0), self.severity.rank, self.code)
+        held = self.evidence.get("estimate_if_steady") if isinstance(self.evidence, dict) else None
+        held = held if isinstance(held, (int, float)) else 0.0
+        return (speedup is None, -(speedup or 0.0), self.severity.rank, -held, self.code)
 
 
 @dataclass
