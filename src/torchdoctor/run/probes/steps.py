@@ -56,6 +56,7 @@ class StepProbe:
         self._lean_info: OptimizerInfo | None = None
         self._lean_started: float | None = None
         self._autograd_backward = torch.autograd.backward  # what it was before install (_wrap_backward)
+        self._autograd_wrapper: Any = None  # ours, that replaced it
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, the value passed to backward)
         self._losses_dropped = 0
 
@@ -316,6 +317,7 @@ class StepProbe:
             tensors = args[0] if args else kwargs.get("tensors")
             return probe._timed_backward(original, tensors, args, kwargs)
 
+        probe._autograd_wrapper = backward
         return backward
 
     def _wrap_tensor_backward(self, original):
@@ -332,10 +334,11 @@ class StepProbe:
         @functools.wraps(original)
         def backward(tensor, *args, **kwargs):
             if session.bare and not args and not kwargs and not probe._in_tensor_backward \
-                    and not has_torch_function_unary(tensor):
+                    and not has_torch_function_unary(tensor) and torch.autograd.backward is probe._autograd_wrapper:
                 # the split untimed in this step (session.bare): counted, not timed, no loss value kept. What
                 # `loss.backward()` runs, called here: two frames less a step (Tensor.backward's and the
-                # wrapper of torch.autograd.backward)
+                # wrapper of torch.autograd.backward; only while that wrapper is ours alone: the DDP probe's,
+                # put over it when a DDP model is made, is not skipped)
                 probe._autograd_backward(tensor, None, None, False, inputs=None)
                 session.backward_calls += 1
                 session.ledger.micro_batches += 1

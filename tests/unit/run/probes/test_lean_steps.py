@@ -318,3 +318,27 @@ def test_bare_steps_pass_the_calls_on_untimed_count_them_and_change_no_number():
     measured_timed = [s for s in facts.measured if s.split_timed]
     assert facts.mean("backward_s") == pytest.approx(statistics.fmean(s.backward_s for s in measured_timed))
     assert facts.mean("data_wait_s") == pytest.approx(statistics.fmean(s.data_wait_s for s in facts.measured))
+
+
+def test_a_bare_step_does_not_skip_a_wrapper_put_over_torch_autograd_backward_after_the_doctors(monkeypatch):
+    # the DDP probe wraps torch.autograd.backward when a DDP model is made: a bare step must still call it
+    probed = ProbedRun(ProbeOptions(warmup=1, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    seen = []
+    with probed:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        inner = torch.autograd.backward
+
+        def outer(*args, **kwargs):
+            seen.append(probed.session.bare)
+            return inner(*args, **kwargs)
+
+        for i in range(SPLIT_TIMED_FIRST + 2 * SPLIT_EVERY):
+            if i == 3:
+                monkeypatch.setattr(torch.autograd, "backward", outer)
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            opt.step()
+        monkeypatch.undo()
+    assert len(seen) == SPLIT_TIMED_FIRST + 2 * SPLIT_EVERY - 3 and any(seen)  # bare steps too went through it
