@@ -140,17 +140,23 @@ def test_a_loop_over_data_triggers_at_its_busiest_line():
     assert "index_copy_" in f.fix and f.severity.value in ("high", "medium")
 
 
+def _backward_timed(rec, loop_s: float, step_s: float):
+    """`rec` with its loop line's backward timed by the node hooks (`loop_s`, one window) and every
+    step's whole backward() at `step_s`."""
+    rec.dispatch.backward_windows = 1
+    rec.dispatch.sites = [site(31, 3 * 768)]
+    rec.dispatch.sites[0].backward_s = loop_s
+    for s in rec.steps:
+        s.backward_s = step_s
+    return rec
+
+
 def test_a_loops_backward_is_never_more_than_the_clean_steps_whole_backward():
     """The node hooks that time the loop's backward slow it (5,376 nodes a step): measured at 0.9 s
     in a 0.1 s step whose backward() takes 60 ms in the clean steps. The estimate uses at most
     those 60 ms, not a backward longer than the step."""
-    rec = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.09)],
-                  line_hits=[(31, 10)], total_samples=100)
-    rec.dispatch.backward_windows = 1
-    rec.dispatch.sites = [site(31, 3 * 768)]
-    rec.dispatch.sites[0].backward_s = 0.9
-    for s in rec.steps:
-        s.backward_s = 0.06
+    rec = _backward_timed(sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.09)],
+                                  line_hits=[(31, 10)], total_samples=100), loop_s=0.9, step_s=0.06)
     (f,) = run(PythonLoopOps, rec)
     assert f.evidence["backward_ms_per_step"] == 60.0
     assert abs(f.evidence["share_of_step_time"] - 0.7) < 1e-6  # 10 ms forward + 60 ms backward of 100 ms
@@ -194,12 +200,8 @@ def test_a_loop_whose_forward_nothing_timed_says_so_instead_of_zero():
     """A busy machine: the line sampler kept no whole step and the op sampler's calibrated cost took
     all the time it timed on the loop (a loaded demo run: 5,376 ops, 0.0 ms left). Its forward is
     unmeasured, not 0 ms; the estimate rests on the backward the node hooks timed and says so."""
-    rec = sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.0)])
-    rec.dispatch.backward_windows = 1
-    rec.dispatch.sites = [site(31, 3 * 768)]
-    rec.dispatch.sites[0].backward_s = 0.04
-    for s in rec.steps:
-        s.backward_s = 0.06
+    rec = _backward_timed(sampled(record(step_s=0.1), loops=[loop(31, 30, 3 * 768, 3 * 64, time_s=0.0)]),
+                          loop_s=0.04, step_s=0.06)
     (f,) = run(PythonLoopOps, rec)
     assert "forward time was not measured" in f.message and "taking 0.0 ms" not in f.message
     assert "not timed:" in f.estimate_basis and "node hooks" in f.estimate_basis
