@@ -210,8 +210,6 @@ class ApiCall:
     library: str | None = None  # the installed package the line belongs to; None: the user's code
     text: str = ""  # the source line
     loop_line: int | None = None  # header of a loop around the call in its own function (per item, not once)
-    # training's sampled steps it was seen in (0: an evaluation's call, or a record from before: count alone)
-    windows: Count = 0
 
 
 @dataclass

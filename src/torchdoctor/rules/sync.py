@@ -85,12 +85,7 @@ def _loop_holds_the_evaluation(record: RunRecord, call: ApiCall) -> bool:
 
 
 def _every_window(calls: list[ApiCall], windows: int) -> bool:
-    """At least once per sampled window: a per-step habit, not an every-N-steps log. Training calls
-    say in how many sampled steps they came (ApiCall.windows: two reads in one print of one step are
-    not one read in each of two steps); an evaluation's windows are its batches, counted by calls."""
-    seen = max((c.windows for c in calls), default=0)
-    if seen:
-        return windows > 0 and seen >= windows
+    """At least once per sampled window: a per-step habit, not an every-N-steps log."""
     return windows > 0 and sum(c.count for c in calls) >= windows
 
 

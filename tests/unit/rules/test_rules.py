@@ -269,34 +269,6 @@ def test_host_sync_every_step_triggers_but_every_n_steps_does_not():
     assert run(HostSync, rec) == []
 
 
-def test_two_reads_in_one_step_are_no_read_of_every_step():
-    """`print(loss.item(), np.exp(loss.item()))` every 100 steps: two calls at one line in one of the two
-    sampled steps. The calls say in how many sampled steps they came (ApiCall.windows), and one of two is
-    no per-step habit, however many calls it made."""
-    rec = sampled(record(), calls=[call(87, ".item()", "host-sync", 2)])
-    rec.dispatch.sampled_steps = 2
-    rec.dispatch.api_calls[0].windows = 1
-    assert run(HostSync, rec) == []
-    rec.dispatch.api_calls[0].windows = 2  # in each of the two: every step
-    (f,) = run(HostSync, rec)
-    assert f.location.line == 87
-
-
-def test_the_op_sampler_counts_the_sampled_steps_a_call_came_in(tmp_path):
-    from torchdoctor.run.probes.dispatch import DispatchSampler
-
-    sampler = DispatchSampler.__new__(DispatchSampler)
-    sampler.api, sampler._seen_in, sampler.phase, sampler.train_windows = {}, {}, "train", 1
-    key = (str(tmp_path / "train.py"), 87, "<module>")
-    for _ in range(2):  # two reads in the first sampled step
-        sampler._count(key, ".item()", "host-sync", "cpu", {})
-    sampler.train_windows = 2  # the second: none
-    (only,) = sampler.api.values()
-    assert (only.count, only.windows) == (2, 1)
-    sampler._count(key, ".item()", "host-sync", "cpu", {})
-    assert (only.count, only.windows) == (3, 2)
-
-
 def test_data_dependent_and_eval_transfer_use_their_own_windows():
     rec = sampled(record(), calls=[call(15, "__getitem__", "data-dependent", 3),
                                    call(51, ".cpu()", "transfer-d2h", 4, phase="eval")], eval_batches=4)

@@ -165,7 +165,6 @@ class DispatchSampler:
         self.patches = PatchSet()
         self.phase: str | None = None
         self.train_windows = 0
-        self._seen_in: dict[tuple, int] = {}  # an API call's key: the training window it was last seen in
         self.eval_windows = 0
         self.eval_batches = 0  # DataLoader batches that arrived in the sampled evaluation
         self.eval_batch_cut = False  # the sample ended inside its last batch: that one is not whole
@@ -496,11 +495,6 @@ class DispatchSampler:
             call = self.api[full] = ApiCall(location, api, kind, phase, 0, device, {}, placement=placement,
                                             library=library_of(key[0]), text=source_text(key[0], key[1]))
         call.count += 1
-        if phase == "train" and self._seen_in.get(full) != self.train_windows:
-            # the sampled steps it came in, apart from how often: two `.item()`s in one print of one step
-            # are no call of every step
-            self._seen_in[full] = self.train_windows
-            call.windows += 1
         for k, v in detail.items():  # sum bytes; count how many were pinned / non_blocking
             call.detail[k] = call.detail.get(k, 0) + int(v)
         return call
