@@ -74,7 +74,7 @@ class WindowProbe(Protocol):
 
 @dataclass
 class SessionConfig(Limits):
-    sampled_steps: int = 2  # dispatch-sampled steps, after warmup (two tell "every step" from "every other")
+    sampled_steps: int = 3  # dispatch-sampled steps, after warmup
     backward_steps: int = 1  # steps timing the backward of loop lines, after the sampled ones
     profiled_steps: int = 2  # torch.profiler steps after those, when enabled
     line_steps: int = 8  # line-sampled steps after those (more while the sampler wants more time)
