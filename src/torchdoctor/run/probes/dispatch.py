@@ -45,6 +45,10 @@ _AUTOGRAD_LOCATION = ("<autograd engine>", 0, "backward")
 _DEVICE_NAMES: dict[torch.device, str] = {}
 
 
+def _device_name(device: torch.device) -> str:
+    return _DEVICE_NAMES.get(device) or _DEVICE_NAMES.setdefault(device, str(device))
+
+
 @dataclass
 class _SiteAcc:
     ops: int = 0
@@ -405,8 +409,7 @@ class DispatchSampler:
         site.op_counts[name] += 1
         tensor = first_tensor(args)
         if tensor is not None:
-            device = tensor.device
-            site.devices.add(_DEVICE_NAMES.get(device) or _DEVICE_NAMES.setdefault(device, str(device)))
+            site.devices.add(_device_name(tensor.device))
             if len(site.numels) < 256:
                 site.numels.append(tensor.numel())
         if name in MATMUL_OPS:
@@ -478,7 +481,7 @@ class DispatchSampler:
         # `.numpy()` raises on a CUDA tensor: code that calls it on a tensor as it is runs on the
         # CPU in a GPU run too (the tensor is the host's), so it is never a sync
         placement = "device" if kind.startswith("transfer-h2d") or (on_device(tensor) and name != "numpy") else "host"
-        call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, str(tensor.device), detail,
+        call = self._count(key, f".{name}()" if not name.startswith("__") else name, kind, _device_name(tensor.device), detail,
                            placement)
         if self.phase == "eval":  # a call seen again: the evaluation's loop came round (its batches); the
             self._eval_rounds = max(self._eval_rounds, call.count)  # first evaluation's calls: only it is sampled
