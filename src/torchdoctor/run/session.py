@@ -425,7 +425,9 @@ class RunSession:
         ledger.probes.update(name for name, probe, _ in windows if probe.active)
         sample = self._step_sample(index, now, warmup=index <= self.config.warmup,
                                    sampled=ledger.heavy_probe_ran or bool(ledger.probes))
-        self._began_bare = False  # the next step is timed whole (a window may follow)
+        # the next step is timed whole (a window may follow), also when its planned window does not open (run
+        # budget spent, a probe that declines): the step's hooks read `bare`, which only a lean close sets
+        self.bare = self._began_bare = False
         self.steps.append(sample)
         self.step_count = index
         for name in sample.probes:

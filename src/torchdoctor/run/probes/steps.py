@@ -138,7 +138,9 @@ class StepProbe:
 
     def _pre_step(self, optimizer: Optimizer, args, kwargs):
         session = self.session
-        if session.bare:  # a step whose split goes untimed (session.SPLIT_EVERY): _post_step counts and closes it
+        if session.bare and optimizer is self._lean_optimizer and len(args) < 2 and not kwargs:
+            # a step whose split goes untimed (session.SPLIT_EVERY): _post_step counts and closes it. Another
+            # optimizer's step (a GAN's second, a closure step) takes its own path: its closure is timed
             return None
         entered = session.clock()
         if optimizer is self._lean_optimizer and session.lean and len(args) < 2 and not kwargs:

@@ -342,3 +342,43 @@ def test_a_bare_step_does_not_skip_a_wrapper_put_over_torch_autograd_backward_af
             opt.step()
         monkeypatch.undo()
     assert len(seen) == SPLIT_TIMED_FIRST + 2 * SPLIT_EVERY - 3 and any(seen)  # bare steps too went through it
+
+
+def test_a_planned_window_that_does_not_open_leaves_no_bare_step_behind():
+    # a followed run plans windows late, when steps are bare; a window that does not open (its run budget
+    # spent, a probe that declines) must still leave the next step timed whole, as its row says
+    clock = FakeClock()
+    session, close = _bare_session(clock)
+    while not session.bare:
+        close()
+    session._planned.add(session.step_count + 2)  # the step after this one: planned, and no probe to open
+    close()
+    assert not session.bare
+    close()
+    assert session.steps[-1].split_timed and session.steps[-1].backward_s > 0
+
+
+def test_in_a_bare_step_another_optimizers_closure_step_is_still_timed():
+    probed = ProbedRun(ProbeOptions(warmup=1, steps=1000, max_seconds=600, stop="flag", schedule=NO_WINDOWS),
+                       Path(tempfile.mkdtemp()), "x.py")
+    steps = 1 + SPLIT_TIMED_FIRST + 2 * SPLIT_EVERY
+    with probed:
+        first, second = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
+        opt1 = torch.optim.SGD(first.parameters(), lr=0.01)  # steps first: the primary, whose steps go bare
+        opt2 = torch.optim.SGD(second.parameters(), lr=0.01)
+
+        def closure():
+            opt2.zero_grad()
+            loss = second(torch.randn(4, 3)).sum()
+            loss.backward()
+            return loss
+
+        for _ in range(steps):
+            opt1.zero_grad()
+            first(torch.randn(4, 3)).sum().backward()
+            opt1.step()
+            opt2.step(closure)
+    record = probed.record()
+    assert any(not s.split_timed for s in record.steps)
+    # the closure step of the second optimizer closes each interval: timed and counted in every one
+    assert [s.closure_calls for s in record.steps[1:]] == [1] * (steps - 1)
