@@ -94,7 +94,7 @@ def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path 
                       config.root) for path, shown in found.files]
     result.files_found = len(jobs)
     result.file_jobs = {job.shown: job for job in jobs}
-    followed: list[_Job] = []
+    followed: list[tuple[_Job, str]] = []  # a followed module's job, and the launcher it was followed from
     seen: set[str] | None = None
     for job, (outcome, hidden) in zip(jobs, _run(jobs, options.jobs)):
         result.problems += outcome.problems
@@ -107,10 +107,8 @@ def lint_paths(paths: list[Path], options: LintOptions | None = None, cwd: Path 
                 if module not in seen:
                     seen.add(module)
                     path = Path(module)
-                    followed.append(_Job(path, display_path(path, cwd), job.selection, job.max_bytes,
-                                         _relative(path, job.root), job.min_rank, job.root))
-                    result.notes.append(f"{job.shown} has no training step of its own and calls into "
-                                        f"{followed[-1].shown} in a loop: linted with it")
+                    followed.append((_Job(path, display_path(path, cwd), job.selection, job.max_bytes,
+                                          _relative(path, job.root), job.min_rank, job.root), job.shown))
     _lint_followed(followed, result)
     result.findings.sort(key=LintFinding.sort_key)
     result.problems.sort(key=lambda p: (p.display, p.cell or 0, p.line))
@@ -147,15 +145,16 @@ def lint_files(paths: list[Path], select: list[str] | None = None) -> list[Findi
     return [f.finding for f in lint_paths(list(paths), options).findings]
 
 
-def _lint_followed(followed: list[_Job], result: LintResult) -> None:
-    """Modules a launcher script trains through (`project.training_modules`): reported only when
-    they hold a training step themselves, and never rewritten (`--fix` changes named files only)."""
-    for job in followed:
+def _lint_followed(followed: list[tuple[_Job, str]], result: LintResult) -> None:
+    """Modules a launcher script trains through (`project.training_modules`): reported, with a note
+    naming the launcher, only when they hold a training step themselves, and never rewritten (`--fix`
+    changes named files only)."""
+    for job, launcher in followed:
         outcome, hidden = _lint_one(job)
         if not outcome.trains:
-            result.notes.pop(next(i for i, n in enumerate(result.notes) if n.endswith(f"{job.shown} in a loop: "
-                                                                                      "linted with it")))
             continue
+        result.notes.append(f"{launcher} has no training step of its own and calls into {job.shown} in a loop: "
+                            "linted with it")
         result.files_linted += outcome.linted
         for finding in outcome.findings:
             finding.fixes, finding.notebook_fix = [], False
