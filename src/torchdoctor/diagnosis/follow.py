@@ -75,7 +75,9 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
             finding.evidence = {**finding.evidence, "from_step": change.step}
         _name_the_cause(report, change, later, window, _window_before(follow, change.step))
         _whole_stretch(report, record, change, end)
-        report.findings.extend(later)
+        report.findings.extend(f for f in later if not _found_before(report.findings, f, change.step))
+    _say_where_found_again(report.findings)
+    _one_for_the_slowed_alike(report)
     for change in (c for c in follow.changes if c.kind == STRAGGLER):
         _name_the_straggler(report, follow, change)
     stacks = _rank_stacks(record) or _blackbox_stacks(follow)
@@ -91,6 +93,52 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
     if follow.live:
         report.notes.insert(0, f"The run is still going: this report is made from what it had written by "
                                f"{record.run.wall_s:.0f} s (step {follow.steps}); `torchdoctor report` again shows more.")
+
+
+# A stretch's finding is the same news as an earlier one of the same rule at the same place unless its
+# estimate is larger by more than this factor (the loader's wait that grew from 8 % to 70 % of the step
+# is new; the same 1.19x found again after each change is not)
+SAME_SIZE = 1.02
+
+
+def _found_before(findings: list[Finding], later: Finding, step: int) -> bool:
+    """Whether `later` (a stretch's, from `step`) repeats a finding already kept; the kept one then
+    lists `step` among those it was found again from."""
+    for earlier in findings:
+        if earlier.code != later.code or str(earlier.location) != str(later.location) or earlier.code in CHANGE_CODES:
+            continue
+        a, b = earlier.estimated_speedup, later.estimated_speedup
+        if (a is None) != (b is None) or (b is not None and b > a * SAME_SIZE) or later.severity.rank < earlier.severity.rank:
+            continue
+        earlier.evidence = {**earlier.evidence,
+                            "found_again_from_steps": [*earlier.evidence.get("found_again_from_steps", []), step]}
+        return True
+    return False
+
+
+def _say_where_found_again(findings: list[Finding]) -> None:
+    for finding in findings:
+        steps = finding.evidence.get("found_again_from_steps")
+        if steps:
+            finding.message += (" Found again, no larger, in the stretch" + ("es" if len(steps) > 1 else "")
+                                + " after the change" + ("s" if len(steps) > 1 else "") + " at step"
+                                + ("s " if len(steps) > 1 else " ") + ", ".join(str(s) for s in steps) + ".")
+
+
+def _one_for_the_slowed_alike(report: Report) -> None:
+    """Changes where every part of the step slowed alike, said once: on a shared machine its pace
+    comes and goes many times in a long job, and each time is the same news."""
+    alike = sorted((f for f in report.findings if f.code in ("TD902", "TD903") and f.evidence.get("slowed_alike")),
+                   key=lambda f: f.evidence["from_step"])
+    if len(alike) < 2:
+        return
+    first, rest = alike[0], alike[1:]
+    steps = [f.evidence["from_step"] for f in alike]
+    first.title = f"From step {steps[0]}, every part of the step slowed alike, {len(alike)} times"
+    first.message += (" It happened again from step " + ", ".join(str(s) for s in steps[1:]) + ", each time with "
+                      "no part of the script taking the added time.")
+    first.evidence = {**first.evidence, "slowed_alike_from_steps": steps}
+    report.findings = [f for f in report.findings if not any(f is r for r in rest)]
 
 
 def _window_before(follow: FollowRecord, step: int) -> ProbeWindow | None:
@@ -151,7 +199,7 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
     ranked = sorted(later, key=Finding.sort_key)
     cause = next((f for f in ranked if f.location is not None), None)
     rising = None
-    if own.evidence.get("busy_machine"):
+    if own.evidence.get("busy_machine") or own.evidence.get("slowed_alike"):
         cause = None  # the machine's change: a finding of the stretch is not what changed
     elif code == "TD902" and window is not None:
         judged = line_that_took_it(before, window, change)
@@ -185,7 +233,7 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
         text = f" `{hits.text}`" if hits.text else ""
         parts.append(f"the line that took most of it: {hits.location}{text} ({share:.0%} of the window"
                      + (f", {loading:.0%} of its samples while loading a batch" if loading else "") + ")")
-        if own.location is None and not own.evidence.get("busy_machine"):
+        if own.location is None and not own.evidence.get("busy_machine") and not own.evidence.get("slowed_alike"):
             own.location = where
         own.evidence = {**own.evidence, "window_top_line": str(hits.location), "window_top_line_share": round(share, 3)}
     if cause is not None:
@@ -225,7 +273,7 @@ def _no_line_took_it(own: Finding, change: ChangePoint, window: ProbeWindow, bef
     own.estimate_basis = ("not estimated: no line of the script took the added time (the line samples before "
                           "and after the change), so no fix of the script is sized")
     own.location = None
-    own.evidence = {**own.evidence, "no_line_took_it": True}
+    own.evidence = {**own.evidence, "no_line_took_it": True, "slowed_alike": True}
 
 
 def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:

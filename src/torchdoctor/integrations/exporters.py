@@ -47,7 +47,7 @@ import statistics
 from pathlib import Path
 
 from torchdoctor.errors import UsageError
-from torchdoctor.model.follow_record import BlackBox, ChangePoint, TimelinePoint, rank_message
+from torchdoctor.model.follow_record import HEAP_IN_USE, BlackBox, ChangePoint, TimelinePoint, rank_message
 
 # every TensorBoard scalar a point can give (torchdoctor/<name>); collective_wait_ms under --nproc-per-node, the
 # GPU's where NVML measured them
@@ -136,7 +136,8 @@ def stopped_text(box: BlackBox, rank: int | None = None) -> str:
 
 def _change_line(change: ChangePoint) -> str:
     if change.kind == "memory":
-        return (f"memory creeps from step {change.step}: high-water {change.after.median / 2**20:.0f} MiB, "
+        held = "heap in use" if change.memory_measure == HEAP_IN_USE else "high-water"
+        return (f"memory creeps from step {change.step}: {held} {change.after.median / 2**20:.0f} MiB, "
                 f"{(change.bytes_per_s or 0) / 2**20 * 60:.1f} MiB/min")
     if change.kind == "straggler":
         return (f"rank {change.rank} became the straggler at step {change.step} ({change.t:.1f} s): its own time "

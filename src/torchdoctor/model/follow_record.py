@@ -80,6 +80,13 @@ class ProbeWindow:
     change: int | None = None  # the ChangePoint (index in FollowRecord.changes) it was sampled after
 
 
+# What a memory creep was measured on (ChangePoint.memory_measure)
+CUDA_ALLOCATED = "cuda-allocated"  # torch.cuda.max_memory_allocated: the tensors' high-water mark
+HEAP_IN_USE = "heap-in-use"  # glibc's mallinfo2: malloc'd and not freed (the allocator's free lists left out)
+RSS_HIGH_WATER = "rss-high-water"  # the resident set's high-water mark: the allocator's kept memory too
+MEMORY_MEASURES = (CUDA_ALLOCATED, HEAP_IN_USE, RSS_HIGH_WATER)
+
+
 @dataclass
 class Level:
     """A series' level over a stretch of steps: median and robust spread (1.4826 x MAD)."""
@@ -104,6 +111,8 @@ class ChangePoint:
     figures_after: dict[str, float] = field(default_factory=dict)
     limit_bytes: Count | None = None  # MEMORY: the limit it creeps toward
     bytes_per_s: float | None = None  # MEMORY: the high-water mark's growth rate
+    # MEMORY: what grew (MEMORY_MEASURES); None in a record written before it was kept: the high-water mark
+    memory_measure: str | None = None
     window: int | None = None  # index of the ProbeWindow sampled right after it
     # STRAGGLER: the rank that became the one the others wait for; its levels are its own time per step
     # (the step less its wait in collectives) less the other ranks' median, before and after (schema 10)

@@ -68,6 +68,14 @@ def fmt_speedup(finding: Finding) -> str:
     return DASH if finding.estimated_speedup is None else f"{finding.estimated_speedup:.2f}x"
 
 
+def estimate_line(finding: Finding) -> tuple[str, str]:
+    """(the estimate, its basis) as a finding's "estimated speedup:" line says them: "not estimated"
+    is said once, where the basis begins with it too."""
+    if finding.estimated_speedup is not None:
+        return fmt_speedup(finding), finding.estimate_basis
+    return "not estimated", finding.estimate_basis.removeprefix("not estimated: ").removeprefix("not estimated")
+
+
 def fmt_share(share: float | None) -> str:
     return DASH if share is None else f"{share:.0%}"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from torchdoctor.model.findings import Finding, Report, RunSummary, Table
 from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, DASH, busy_line, causes, checked,
-                                       evidence_label, evidence_value, fmt_ms, fmt_share, fmt_speedup, fmt_value,
+                                       evidence_label, evidence_value, estimate_line, fmt_ms, fmt_share, fmt_speedup, fmt_value,
                                        headline, no_causes, split_rows, summary_rows, where)
 from torchdoctor.report.mdtext import cell, code, heading, prose
 
@@ -123,8 +123,8 @@ def _finding_section(label: str, f: Finding) -> list[str]:
                                               for k, v in f.evidence.items()])
     if f.fix:
         out += ["**Fix:**", "", prose(f.fix), ""]
-    estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
-    basis = f" — basis: {heading(f.estimate_basis)}" if f.estimate_basis else ""
+    estimate, basis = estimate_line(f)
+    basis = f" — basis: {heading(basis)}" if basis else ""
     out += [f"**Estimated speedup:** {estimate}{basis}", ""]
     return out
 

@@ -23,7 +23,7 @@ from rich.text import Text
 from torchdoctor.model.findings import Finding, NotMeasured, Report, RunSummary
 from torchdoctor.model.findings import Table as ReportTable
 from torchdoctor.report.common import (CHECKED_CAPTION, CHECKED_TITLE, NOT_MEASURED, busy_line, causes, checked, fmt_ms,
-                                       fmt_share, fmt_speedup, fmt_value, headline, no_causes, one_line, plain,
+                                       estimate_line, fmt_share, fmt_speedup, fmt_value, headline, no_causes, one_line, plain,
                                        split_rows, summary_rows, where)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -157,8 +157,8 @@ def _print_finding(console: Console, rank: int, f: Finding) -> None:
     if f.fix:
         _print_indented(console, Text("fix:", style=BOLD))
         _print_indented(console, Text(plain(f.fix)), INDENT + 2)
-    estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
-    basis = f" — {plain(f.estimate_basis)}" if f.estimate_basis else ""
+    estimate, basis = estimate_line(f)
+    basis = f" — {plain(basis)}" if basis else ""
     _print_indented(console, Text.assemble("estimated speedup: ", estimate, basis))
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from torchdoctor.model.findings import Finding, Severity
 import statistics
 
-from torchdoctor.model.follow_record import DATA_WAIT, MEMORY, STEP_TIME, STRAGGLER, ChangePoint, Level, TimelinePoint
+from torchdoctor.model.follow_record import (CUDA_ALLOCATED, DATA_WAIT, HEAP_IN_USE, MEMORY, RSS_HIGH_WATER, STEP_TIME,
+                                             STRAGGLER, ChangePoint, Level, TimelinePoint)
 from torchdoctor.model.record import RunRecord
 from torchdoctor.model.units import format_bytes
 from torchdoctor.rules.base import MIN_REPORTED_SPEEDUP, Rule, ms, severity_for
@@ -88,12 +89,18 @@ class _ShiftRule(Rule):
             if before is None or after is None:
                 before, after = change.before.median, change.after.median
             busy = busy_machine_explains(change)
+            alike = not busy and self.slowed_alike(change, before, after)
+            basis = ""
             if after <= before:  # faster from here on: said as information
                 speedup, severity = None, Severity.INFO
             elif busy:  # not the script's change: said, with no estimate a fix of the script could give
                 speedup, severity = None, Severity.LOW
+                basis = "other processes' CPU use, not the script's: no fix of the script sizes it"
+            elif alike:
+                speedup, severity = None, Severity.LOW
+                basis = "not estimated: every part of the step slowed, not only this one; no fix of the script is sized"
             else:
-                speedup = after / before if before > 0 else None
+                speedup, basis = self.estimate(change, before, after)
                 severity = severity_for(speedup) if speedup else Severity.MEDIUM
                 if speedup is not None and speedup < MIN_REPORTED_SPEEDUP:
                     continue
@@ -102,20 +109,29 @@ class _ShiftRule(Rule):
                 message=(f"From step {change.step} (at {change.t:.1f} s into the run) {_level_line(change)}. "
                          f"What changed: {what_changed(change)}. Seen at step {change.detected_step}."
                          + (" The machine got busy: the training thread's added wait for a CPU covers most of the "
-                            "added time, so other processes took the CPUs; not a change of the script." if busy else "")),
+                            "added time, so other processes took the CPUs; not a change of the script." if busy else "")
+                         + (" " + _slowed_alike_line(change) if alike else "")),
                 location=None,
                 evidence={"from_step": change.step, "at_s": round(change.t, 3), "detected_at_step": change.detected_step,
                           "before_ms": ms(change.before.median), "before_spread_ms": ms(change.before.spread),
                           "after_ms": ms(change.after.median), "threshold_ms": ms(change.threshold),
                           "figures_before": change.figures_before, "figures_after": change.figures_after,
-                          "window": change.window, "busy_machine": busy},
+                          "window": change.window, "busy_machine": busy, **({"slowed_alike": True} if alike else {})},
                 speedup=speedup,
-                basis=(f"the steps after step {change.step} back at the median step before it: {ms(after):.2f} → "
-                       f"{ms(before):.2f} ms (measured in this run)") if speedup else
-                      ("other processes' CPU use, not the script's: no fix of the script sizes it" if busy else ""),
+                basis=basis,
                 severity=severity,
             ))
         return _one_for_the_machine(out)
+
+    def slowed_alike(self, change: ChangePoint, before: float, after: float) -> bool:
+        """The whole step slowed, not the part this rule is about (a step-time change is judged on the
+        line samples instead, diagnosis/follow.py)."""
+        return False
+
+    def estimate(self, change: ChangePoint, before: float, after: float) -> tuple[float | None, str]:
+        speedup = after / before if before > 0 else None
+        return speedup, (f"the steps after step {change.step} back at the median step before it: {ms(after):.2f} → "
+                         f"{ms(before):.2f} ms (measured in this run)") if speedup else ""
 
     def headline(self, change: ChangePoint, before: float, after: float) -> str:
         verb = "slower" if after > before else "faster"
@@ -154,8 +170,56 @@ class DataWaitAppeared(_ShiftRule):
            "(`num_workers`, `prefetch_factor`) or move the slow part out of `__getitem__`.")
 
     def headline(self, change: ChangePoint, before: float, after: float) -> str:
-        wb, wa = change.figures_before.get("data_wait_s", 0.0), change.figures_after.get("data_wait_s", 0.0)
+        wb, wa = _added_wait(change)
         return f"From step {change.step}, each step waits {ms(wa):.1f} ms for data (was {ms(wb):.1f} ms)"
+
+    def slowed_alike(self, change: ChangePoint, before: float, after: float) -> bool:
+        """The wait is the change only where it holds most of the time the step added: a wait that grew
+        with every other part of the step (a machine that slowed) is not a loader that changed."""
+        if "step_s" not in change.figures_before or "step_s" not in change.figures_after:
+            return False
+        wb, wa = _added_wait(change)
+        return after > before and (wa - wb) < WAIT_EXPLAINS_SHARE * (after - before)
+
+    def estimate(self, change: ChangePoint, before: float, after: float) -> tuple[float | None, str]:
+        """The added wait removed, no more: the rest of the step's change is not the loader's."""
+        wb, wa = _added_wait(change)
+        back = max(before, after - max(0.0, wa - wb))
+        if back <= 0:
+            return None, ""
+        return after / back, (f"the wait back at its level before step {change.step} ({ms(wb):.2f} ms, was "
+                              f"{ms(wa):.2f} ms): the median step {ms(after):.2f} → {ms(back):.2f} ms "
+                              "(measured in this run)")
+
+
+# A data wait that appeared is the loader's only where it holds at least this share of the time the
+# step added (as a line must, diagnosis/follow.py's LINE_EXPLAINS_SHARE)
+WAIT_EXPLAINS_SHARE = 0.5
+
+
+def _added_wait(change: ChangePoint) -> tuple[float, float]:
+    return change.figures_before.get("data_wait_s", 0.0), change.figures_after.get("data_wait_s", 0.0)
+
+
+def _slowed_alike_line(change: ChangePoint) -> str:
+    wb, wa = _added_wait(change)
+    added = change.figures_after["step_s"] - change.figures_before["step_s"]
+    return (f"The wait grew by {ms(wa - wb):.2f} ms of the {ms(added):.2f} ms the step grew: every part of the step "
+            "slowed, not the loader alone. A machine that got slower fits (a shared machine's neighbours, thermal "
+            "or power throttling); nothing the loader started doing shows.")
+
+
+# What each reading measures, said in the finding (ChangePoint.memory_measure; None: a record from
+# before it was kept, whose figure was the high-water mark)
+MEASURED = {
+    CUDA_ALLOCATED: "the CUDA tensors' high-water mark (torch.cuda.max_memory_allocated)",
+    HEAP_IN_USE: ("the process's heap in use (glibc's mallinfo2: memory allocated and not freed, the tensors' storage "
+                  "included, the allocator's free lists left out)"),
+    RSS_HIGH_WATER: ("the process's resident-set high-water mark. It also counts what the C allocator keeps after a "
+                     "free and the doctor's own bookkeeping; this C library gives no figure without them, so part of "
+                     "the growth may be neither the script's nor a leak (`torchdoctor memory` counts the tensors)"),
+    None: "the memory high-water mark",
+}
 
 
 class MemoryCreep(Rule):
@@ -164,9 +228,11 @@ class MemoryCreep(Rule):
     title = "Memory keeps growing toward the limit"
     example = "history.append(loss)  # a tensor with its graph, kept every step"
     rationale = (
-        "The memory high-water mark of a followed run rose check after check, not once: something is "
-        "kept every step (losses with their graph, a cache without bound, growing batches). At its rate "
-        "it reaches the limit, and the run ends in an out-of-memory error hours in."
+        "The memory a followed run holds rose check after check, not once: something is kept every step "
+        "(losses with their graph, a cache without bound, growing batches). At its rate it reaches the limit, "
+        "and the run ends in an out-of-memory error hours in. On a CPU the figure is the heap in use, not the "
+        "resident set: the resident set also holds what the allocator keeps after a free, which grows with "
+        "fragmentation while the program holds the same."
     )
     fix = ("Keep numbers, not tensors (`loss.item()` at a logging step, or `loss.detach()`), bound caches, "
            "and check what grows with `torchdoctor memory`:\n```python\nhistory.append(loss.detach())\n```")
@@ -180,17 +246,22 @@ class MemoryCreep(Rule):
                 left = max(0.0, (change.limit_bytes - change.after.median) / rate)
             reach = (f"; at this rate it reaches the limit ({format_bytes(change.limit_bytes)}) in "
                      f"{left / 3600:.1f} h" if left is not None and change.limit_bytes else "")
+            measure = change.memory_measure if change.memory_measure in MEASURED else None
+            severity = Severity.HIGH if left is not None and left < 3600 else Severity.MEDIUM
+            if measure == RSS_HIGH_WATER:  # the allocator's kept memory is in it: never ranked as a measured leak
+                severity = Severity.LOW
             out.append(self.finding(
                 title=f"From step {change.step}, memory grows {format_bytes(int(rate * 60))} a minute",
-                message=(f"The memory high-water mark rose from {format_bytes(int(change.before.median))} at step "
-                         f"{change.step} ({change.t:.1f} s) to {format_bytes(int(change.after.median))} by step "
+                message=(f"Measured: {MEASURED[measure]}. It rose from {format_bytes(int(change.before.median))} at "
+                         f"step {change.step} ({change.t:.1f} s) to {format_bytes(int(change.after.median))} by step "
                          f"{change.detected_step}, in most checks{reach}."),
                 location=None,
                 evidence={"from_step": change.step, "at_s": round(change.t, 3), "bytes_per_s": round(rate, 1),
                           "high_water_bytes": int(change.after.median), "limit_bytes": change.limit_bytes,
-                          "reaches_limit_in_s": round(left, 1) if left is not None else None},
+                          "reaches_limit_in_s": round(left, 1) if left is not None else None,
+                          "measured": measure},
                 speedup=None, basis="a leak costs no time until memory runs out; it ends the run then",
-                severity=Severity.HIGH if left is not None and left < 3600 else Severity.MEDIUM,
+                severity=severity,
             ))
         return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchdoctor.model.figures import SourceExcerpt
 from torchdoctor.model.findings import Finding
-from torchdoctor.report.common import DASH, evidence_label, evidence_value, fmt_speedup, where
+from torchdoctor.report.common import DASH, estimate_line, evidence_label, evidence_value, fmt_speedup, where
 from torchdoctor.report.html.text import code, esc, esc_line, inline, inline_line, prose
 
 
@@ -45,8 +45,8 @@ def card(rank: int, f: Finding, excerpt: SourceExcerpt | None, numbered: bool = 
         parts.append(f'<h4>Evidence</h4><table class="grid evidence"><tbody>{rows}</tbody></table>')
     if f.fix:
         parts.append(f"<h4>Fix</h4>{prose(f.fix)}")
-    estimate = fmt_speedup(f) if f.estimated_speedup is not None else "not estimated"
-    basis = f'<span class="basis"> — {inline(f.estimate_basis)}</span>' if f.estimate_basis else ""
+    estimate, basis = estimate_line(f)
+    basis = f'<span class="basis"> — {inline(basis)}</span>' if basis else ""
     parts.append(f'<p class="estimate"><strong>Estimated speedup: {estimate}</strong>{basis}</p></article>')
     return "".join(parts)
 

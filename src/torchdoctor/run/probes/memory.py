@@ -18,6 +18,7 @@ import torch
 from torch.optim.optimizer import Optimizer, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchdoctor.machine.memory import peak_rss_bytes
 from torchdoctor.model.units import format_bytes
 from torchdoctor.model.location import Location
 from torchdoctor.model.memory_record import (GRADIENTS, OPTIMIZER_STATES, OTHER, PARAMETERS, LiveAllocation,
@@ -365,7 +366,7 @@ class MemoryProbe:
                 setattr(memory, key, figures[key])
         else:
             memory.device_missing = CPU_DEVICE_MISSING
-            memory.process_peak_rss_bytes = _peak_rss()
+            memory.process_peak_rss_bytes = peak_rss_bytes()
         if self.history:
             memory.notes.append("CUDA allocator history was recorded in the accounted steps")
         record.memory = memory
@@ -397,16 +398,6 @@ def build_breakdown(accounts: list[StepAccount], parallel: ParallelMemory | None
 def _module_bytes(module: torch.nn.Module) -> int:
     tensors = [*module.parameters(), *module.buffers()]
     return sum(_unique_storages(tensors).values())
-
-
-def _peak_rss() -> int | None:
-    if resource is None:
-        return None
-    try:
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    except (OSError, ValueError):
-        return None
-    return kib * (1 if sys.platform == "darwin" else 1024)
 
 
 def _address_space_limit() -> str:
