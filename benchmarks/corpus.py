@@ -13,6 +13,10 @@ RULES (also written into the results file)
   with the entry's env (as run_plain.py), the doctor's default options, a wall-clock timeout.
   Diagnosed (a usable diagnosis) = RUNDIR/report.json exists and has measured steps or findings. With --format json the doctor sends the script's stdout
   to stderr (stdout carries the report alone), so the script's output is read from stderr.
+* follow (`--follow`): the same command with `run --follow`, so the script runs to its own end
+  (no step limit); scored as run (its own recall and precision, tool "follow"). Its changes
+  (TD902-TD905) are listed by title, those the report says are the machine's apart: no entry's
+  ground truth holds a change partway through, so every other one is read by hand.
 * output changed (against the manifest's plain fingerprint) when: stdout is not a single JSON
   document; a line holds a loss line (loss_line_regex without its ^/$ anchors) without matching
   the anchored regex (interleaved or re-formatted); there are more loss lines than the plain run;
@@ -181,11 +185,16 @@ def our_tracebacks(stderr, pkg):
     return found
 
 
-def run_entry(entry, args, facts):
-    rundir = os.path.join(args.rundirs, entry["id"])
+def follow_entry(entry, args, facts):
+    return run_entry(entry, args, facts, follow=True)
+
+
+def run_entry(entry, args, facts, follow=False):
+    rundir = os.path.join(args.rundirs, entry["id"] + ("-follow" if follow else ""))
     shutil.rmtree(rundir, ignore_errors=True)
     cwd = os.path.join(src_root(entry), entry["workdir"])
-    argv = [args.python, "-m", "torchdoctor", "run", "--format", "json", "--out", rundir] + [
+    argv = [args.python, "-m", "torchdoctor", "run", *(["--follow"] if follow else []), "--format", "json",
+            "--out", rundir] + [
         a.replace("{src}", src_root(entry)) for a in entry["argv"][1:]]
     t0 = time.monotonic()
     try:
@@ -211,12 +220,24 @@ def run_entry(entry, args, facts):
                       + " | ".join(err.strip().splitlines()[-2:]))
     steps = report["summary"].get("steps_total") if status else None
     last = [ln for ln in err.splitlines() if ln.startswith("torchdoctor: error:")]
-    row = {"id": entry["id"], "tool": "run", "rc": rc, "seconds": seconds,
+    row = {"id": entry["id"], "tool": "follow" if follow else "run", "rc": rc, "seconds": seconds,
            "plain_seconds": entry["measured"].get("seconds"), "report_exists": report is not None,
            "diagnosed": bool(report and (steps or report.get("findings"))), "status": status, "steps": steps,
            "doctor_error": last[-1][:300] if last else None, "timed_out": rc == 124,
            "internal_errors": errors, "output": output_check(entry, out, err, status), "run_dir": rundir}
+    if follow and report:
+        row["changes"] = changes_said(report.get("findings", []))
     return row, (report or {}).get("findings", []), cwd
+
+
+def changes_said(findings):
+    """A followed run's changes (TD902-TD905) by title: those the report says are the machine's (the
+    training thread's wait for a CPU covers the added time, or every part of the step slowed alike)
+    apart from the others, each of which is read by hand (the corpus marks no change in any script)."""
+    changes = [f for f in findings if f["code"] in ("TD902", "TD903", "TD904", "TD905")]
+    machine = lambda f: f["evidence"].get("busy_machine") or f["evidence"].get("slowed_alike")  # noqa: E731
+    return {"machine": [f"{f['code']} {f['severity']}: {f['title']}" for f in changes if machine(f)],
+            "script": [f"{f['code']} {f['severity']}: {f['title']}" for f in changes if not machine(f)]}
 
 
 def lint_entry(entry, args, facts):
@@ -281,7 +302,7 @@ def totals(tool, entries, gt, vrows, rows, lint_codes):
          "lenient_precision_high_medium": ratio(good(strong, ("habit", "debatable-habit")), len(strong))}
     habits = [(e["id"], h) for e in entries for h in gt[e["id"]]["habits"]]
     hit = lambda hs: ratio(sum(matched(h, vrows, i, tool) for i, h in hs), len(hs))
-    if tool == "run":
+    if tool in ("run", "follow"):
         cpu = [(i, h) for i, h in habits if h["observable_on_cpu"]]
         t["recall_cpu_observable"] = hit(cpu)
         t["recall_cpu_observable_reached"] = hit([(i, h) for i, h in cpu if h["reached"]])
@@ -296,7 +317,7 @@ def totals(tool, entries, gt, vrows, rows, lint_codes):
                     "reached": h["reached"], "observable_on_cpu": h["observable_on_cpu"],
                     "debatable": h.get("debatable", False)}
                    for i, h in habits if not matched(h, vrows, i, tool)
-                   and (h["observable_on_cpu"] if tool == "run" else h["category"] in lint_codes)]
+                   and (h["observable_on_cpu"] if tool in ("run", "follow") else h["category"] in lint_codes)]
     return t
 
 
@@ -307,6 +328,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "corpus.json"))
     ap.add_argument("--skip-run", action="store_true")
     ap.add_argument("--skip-lint", action="store_true")
+    ap.add_argument("--follow", action="store_true", help="also `run --follow` every runnable entry to its own end "
+                                                           "(tool \"follow\", scored as run)")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the doctor")
     ap.add_argument("--src", help="put this folder first on PYTHONPATH (another checkout's src/)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per doctor command")
@@ -325,6 +348,7 @@ def main():
           f"{' (dirty)' if facts['dirty_files'] else ''}; run dirs in {args.rundirs}", flush=True)
     load_before, started = os.getloadavg(), time.time()
     jobs = [(run_entry, e) for e in entries if e["kind"] == "runnable" and not args.skip_run]
+    jobs += [(follow_entry, e) for e in entries if e["kind"] == "runnable" and args.follow]
     jobs += [(lint_entry, e) for e in entries if not args.skip_lint]
 
     def one(job):
@@ -333,7 +357,7 @@ def main():
         others = [(e["id"], gt[e["id"]]) for e in manifest["entries"]
                   if e["repo"] == entry["repo"] and e["id"] != entry["id"]]
         vs = verdicts(entry, row["tool"], findings, cwd, gt[entry["id"]], others)
-        extra = f"{row['seconds']:6.1f}s status={row['status']}" if row["tool"] == "run" else ""
+        extra = f"{row['seconds']:6.1f}s status={row['status']}" if row["tool"] != "lint" else ""
         print(f"{row['tool']:4s} {entry['id']:28s} rc={row['rc']:<3} {extra} findings={len(vs)} "
               f"errors={len(row['internal_errors'])}", flush=True)
         return row, vs
@@ -350,7 +374,7 @@ def main():
         "torchdoctor": facts, "command": sys.argv, "jobs": args.jobs, "timeout_s": args.timeout,
         "rules": __doc__.split("RULES (also written into the results file)")[1].strip(),
         "entries": rows, "verdicts": vrows, "totals": {}}
-    for tool, skip in (("run", args.skip_run), ("lint", args.skip_lint)):
+    for tool, skip in (("run", args.skip_run), ("follow", not args.follow), ("lint", args.skip_lint)):
         if not skip:
             chosen = [e for e in entries if tool == "lint" or e["kind"] == "runnable"]
             result["totals"][tool] = totals(tool, chosen, gt, vrows, [r for r in rows if r["tool"] == tool],
@@ -390,13 +414,16 @@ def print_summary(result):
     fmt = lambda r: "-" if r["value"] is None else f"{r['value']:.2f} ({r['num']}/{r['den']})"
     print(f"\n{'entry':28s} {'rc':>3s} {'sec':>6s} {'plain':>5s} {'status':12s} diag changed errors")
     for r in result["entries"]:
-        if r["tool"] == "run":
-            print(f"{r['id']:28s} {r['rc']:3d} {r['seconds']:6.1f} {r['plain_seconds'] or 0:5.1f} "
+        if r["tool"] != "lint":
+            print(f"{r['tool'][:3]} {r['id']:24s} {r['rc']:3d} {r['seconds']:6.1f} {r['plain_seconds'] or 0:5.1f} "
                   f"{str(r['status']):12s} {'yes' if r['diagnosed'] else 'NO':4s} "
                   f"{'YES' if r['output']['changed'] else 'no':7s} {len(r['internal_errors'])}"
                   f"{'  ' + r['doctor_error'][:60] if r['doctor_error'] else ''}")
         for e in r["internal_errors"]:
             print(f"   {r['tool']} internal error: {e[:200]}")
+        for kind, titles in (r.get("changes") or {}).items():
+            for title in titles:
+                print(f"   change said to be the {'machine' if kind == 'machine' else 'script'}'s: {title[:150]}")
     for tool, t in result["totals"].items():
         print(f"\n{tool}: " + ", ".join(f"{k} {fmt(v)}" for k, v in t.items() if isinstance(v, dict)))
         print("   " + ", ".join(f"{k} {v}" for k, v in t.items() if isinstance(v, int)))

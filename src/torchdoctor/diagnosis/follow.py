@@ -201,14 +201,17 @@ def _name_the_cause(report: Report, change: ChangePoint, later: list[Finding], w
     rising = None
     if own.evidence.get("busy_machine") or own.evidence.get("slowed_alike"):
         cause = None  # the machine's change: a finding of the stretch is not what changed
-    elif code == "TD902" and window is not None:
-        judged = line_that_took_it(before, window, change)
+    elif code == "TD902":
+        judged = line_that_took_it(before, window, change) if window is not None else None
         if judged is not None:
             rising, evidence = judged
             own.evidence = {**own.evidence, "lines_before_and_after": evidence}
             if rising is None:  # the stretch's findings describe its steps, not what changed in them
                 _no_line_took_it(own, change, window, before, evidence)
                 return
+        elif _timed_parts_slowed_alike(change):  # no line samples to compare: the hooks' timings say it
+            _slowed_alike_by_timings(own, change)
+            return
     top = _top_line(window)
     parts = []
     if window is not None:
@@ -274,6 +277,36 @@ def _no_line_took_it(own: Finding, change: ChangePoint, window: ProbeWindow, bef
                           "and after the change), so no fix of the script is sized")
     own.location = None
     own.evidence = {**own.evidence, "no_line_took_it": True, "slowed_alike": True}
+
+
+def _timed_parts_slowed_alike(change: ChangePoint) -> bool:
+    """Backward and optimizer (the hooks time them, apart from the forward and the data wait) slowed
+    by at least half as much as the whole step, relatively, and the data wait holds less than half of
+    the added time: the step slowed in every part, not in one the script started doing differently."""
+    fb, fa = change.figures_before, change.figures_after
+    if not all(fb.get(k) and fa.get(k) for k in ("step_s", "compute_s")) or fa["step_s"] <= fb["step_s"]:
+        return False
+    step, compute = fa["step_s"] / fb["step_s"], fa["compute_s"] / fb["compute_s"]
+    added_wait = fa.get("data_wait_s", 0.0) - fb.get("data_wait_s", 0.0)
+    return compute - 1 >= LINE_EXPLAINS_SHARE * (step - 1) and added_wait < LINE_EXPLAINS_SHARE * (fa["step_s"] - fb["step_s"])
+
+
+def _slowed_alike_by_timings(own: Finding, change: ChangePoint) -> None:
+    """A step-time change with no line samples to compare (no window after it: the cost bound was spent,
+    or the run ended) where the timed parts slowed with the step: said as the machine's, low, no estimate."""
+    fb, fa = change.figures_before, change.figures_after
+    own.message += (
+        f" Cause: none found in the script. No line window could be compared across it, but the parts the hooks "
+        f"time slowed with the whole step: backward and optimizer x{fa['compute_s'] / fb['compute_s']:.2f}, the step "
+        f"x{fa['step_s'] / fb['step_s']:.2f}, the data wait {ms(fb.get('data_wait_s', 0.0)):.2f} → "
+        f"{ms(fa.get('data_wait_s', 0.0)):.2f} ms. Every part of the step slowed alike: a machine that got slower "
+        "fits (a shared machine's neighbours, thermal or power throttling), or more of the same work in every part.")
+    own.severity = Severity.LOW
+    own.estimated_speedup = None
+    own.estimate_basis = ("not estimated: the backward and optimizer the hooks time slowed with the step, so no "
+                          "part the script changed is sized")
+    own.location = None
+    own.evidence = {**own.evidence, "slowed_alike": True}
 
 
 def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:

@@ -251,3 +251,18 @@ def test_every_part_slowing_alike_many_times_is_one_finding():
     shifts = [f for f in analyze(rec).findings if f.code == "TD902"]
     assert len(shifts) == 1 and shifts[0].evidence["slowed_alike_from_steps"] == [301, 450]
     assert shifts[0].title == "From step 301, every part of the step slowed alike, 2 times"
+
+
+def test_without_a_window_a_slowdown_the_timed_parts_share_is_the_machines():
+    """The cost bound spent, no window after the change: the hooks' own timings still tell a step that
+    slowed in every part (backward and optimizer x1.3 with the step x1.3) from one part that changed."""
+    rec = slower([(FORWARD, 0.6)], step_after=0.0026)
+    change = rec.follow.changes[0]
+    change.window, rec.follow.windows = None, rec.follow.windows[:1]
+    alike = next(f for f in analyze(rec).findings if f.code == "TD902")
+    assert alike.severity.value == "low" and alike.estimated_speedup is None and alike.evidence["slowed_alike"]
+    assert "backward and optimizer x1.30, the step x1.30" in alike.message
+    # the same slowdown with backward and optimizer unchanged: a part of the step changed, estimated
+    change.figures_after["compute_s"] = change.figures_before["compute_s"]
+    own = next(f for f in analyze(rec).findings if f.code == "TD902")
+    assert own.estimated_speedup is not None and not own.evidence.get("slowed_alike")
