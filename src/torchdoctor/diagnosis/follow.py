@@ -15,7 +15,7 @@ from torchdoctor.model.follow_record import (AFTER_CHANGE, DATA_WAIT, STEP_TIME,
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, RunRecord
 from torchdoctor.rules.base import ms
-from torchdoctor.rules.changes import busy_machine_explains
+from torchdoctor.rules.changes import busy_machine_explains, said_once
 
 SHIFT_KINDS = (STEP_TIME, DATA_WAIT)
 CHANGE_CODES = ("TD902", "TD903", "TD904")
@@ -77,7 +77,9 @@ def add_follow(report: Report, record: RunRecord, analyze: Callable[[RunRecord],
         _whole_stretch(report, record, change, end)
         report.findings.extend(f for f in later if not _found_before(report.findings, f, change.step))
     _say_where_found_again(report.findings)
-    _one_for_the_slowed_alike(report)
+    report.findings = said_once(report.findings, "slowed_alike",
+                                "From step {step}, every part of the step slowed alike, {times} times",
+                                "with no part of the script taking the added time", "slowed_alike_from_steps")
     for change in (c for c in follow.changes if c.kind == STRAGGLER):
         _name_the_straggler(report, follow, change)
     stacks = _rank_stacks(record) or _blackbox_stacks(follow)
@@ -123,22 +125,6 @@ def _say_where_found_again(findings: list[Finding]) -> None:
             finding.message += (" Found again, no larger, in the stretch" + ("es" if len(steps) > 1 else "")
                                 + " after the change" + ("s" if len(steps) > 1 else "") + " at step"
                                 + ("s " if len(steps) > 1 else " ") + ", ".join(str(s) for s in steps) + ".")
-
-
-def _one_for_the_slowed_alike(report: Report) -> None:
-    """Changes where every part of the step slowed alike, said once: on a shared machine its pace
-    comes and goes many times in a long job, and each time is the same news."""
-    alike = sorted((f for f in report.findings if f.code in ("TD902", "TD903") and f.evidence.get("slowed_alike")),
-                   key=lambda f: f.evidence["from_step"])
-    if len(alike) < 2:
-        return
-    first, rest = alike[0], alike[1:]
-    steps = [f.evidence["from_step"] for f in alike]
-    first.title = f"From step {steps[0]}, every part of the step slowed alike, {len(alike)} times"
-    first.message += (" It happened again from step " + ", ".join(str(s) for s in steps[1:]) + ", each time with "
-                      "no part of the script taking the added time.")
-    first.evidence = {**first.evidence, "slowed_alike_from_steps": steps}
-    report.findings = [f for f in report.findings if not any(f is r for r in rest)]
 
 
 def _window_before(follow: FollowRecord, step: int) -> ProbeWindow | None:
@@ -271,12 +257,14 @@ def _no_line_took_it(own: Finding, change: ChangePoint, window: ProbeWindow, bef
         f"the added {evidence['added_ms']:.2f} ms{alike}. Every part of the step slowed alike: a machine that got "
         "slower fits (a shared machine's neighbours, thermal or power throttling), or more of the same work in "
         "every part; nothing the script started doing shows.")
-    own.severity = Severity.LOW
-    own.estimated_speedup = None
-    own.estimate_basis = ("not estimated: no line of the script took the added time (the line samples before "
-                          "and after the change), so no fix of the script is sized")
-    own.location = None
-    own.evidence = {**own.evidence, "no_line_took_it": True, "slowed_alike": True}
+    _the_machines(own, "not estimated: no line of the script took the added time (the line samples before and after "
+                       "the change), so no fix of the script is sized", no_line_took_it=True)
+
+
+def _the_machines(own: Finding, basis: str, **evidence) -> None:
+    """A change every part of the step shared: ranked low, no estimate, no line."""
+    own.severity, own.estimated_speedup, own.estimate_basis, own.location = Severity.LOW, None, basis, None
+    own.evidence = {**own.evidence, **evidence, "slowed_alike": True}
 
 
 def _timed_parts_slowed_alike(change: ChangePoint) -> bool:
@@ -301,12 +289,8 @@ def _slowed_alike_by_timings(own: Finding, change: ChangePoint) -> None:
         f"x{fa['step_s'] / fb['step_s']:.2f}, the data wait {ms(fb.get('data_wait_s', 0.0)):.2f} → "
         f"{ms(fa.get('data_wait_s', 0.0)):.2f} ms. Every part of the step slowed alike: a machine that got slower "
         "fits (a shared machine's neighbours, thermal or power throttling), or more of the same work in every part.")
-    own.severity = Severity.LOW
-    own.estimated_speedup = None
-    own.estimate_basis = ("not estimated: the backward and optimizer the hooks time slowed with the step, so no "
-                          "part the script changed is sized")
-    own.location = None
-    own.evidence = {**own.evidence, "slowed_alike": True}
+    _the_machines(own, "not estimated: the backward and optimizer the hooks time slowed with the step, so no part "
+                       "the script changed is sized")
 
 
 def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:

@@ -64,19 +64,20 @@ def _level_line(change: ChangePoint) -> str:
             "before it, or 3 % of the step), in nearly every step after it")
 
 
-def _one_for_the_machine(findings: list[Finding]) -> list[Finding]:
-    """Changes the busy machine explains, said once: a shared machine's neighbours come and go many
-    times in a long job, and each time is the same news (the first stays, the others listed in it)."""
-    busy = [f for f in findings if f.evidence.get("busy_machine")]
-    if len(busy) < 2:
+def said_once(findings: list[Finding], flag: str, title: str, again: str, steps_key: str) -> list[Finding]:
+    """Changes of one kind that is not the script's (evidence `flag` set), said once: on a shared machine
+    the neighbours and the machine's pace come and go many times in a long job, and each time is the same
+    news. The first (by step) stays, titled `title` (formatted with `step` and `times`), its message
+    saying where it happened `again`; its evidence lists every step under `steps_key`."""
+    same = sorted((f for f in findings if f.evidence.get(flag)), key=lambda f: f.evidence["from_step"])
+    if len(same) < 2:
         return findings
-    first, rest = busy[0], busy[1:]
-    steps = [f.evidence["from_step"] for f in busy]
-    first.title = f"From step {steps[0]}, other processes slowed the steps {len(busy)} times"
-    first.message += (" It happened again from step " + ", ".join(str(s) for s in steps[1:]) + ", each time with the "
-                      "training thread's wait for a CPU covering the added time.")
-    first.evidence = {**first.evidence, "busy_changes_from_steps": steps}
-    return [f for f in findings if f not in rest]
+    first, rest = same[0], same[1:]
+    steps = [f.evidence["from_step"] for f in same]
+    first.title = title.format(step=steps[0], times=len(same))
+    first.message += f" It happened again from step {', '.join(str(s) for s in steps[1:])}, each time {again}."
+    first.evidence = {**first.evidence, steps_key: steps}
+    return [f for f in findings if not any(f is r for r in rest)]
 
 
 class _ShiftRule(Rule):
@@ -121,7 +122,8 @@ class _ShiftRule(Rule):
                 basis=basis,
                 severity=severity,
             ))
-        return _one_for_the_machine(out)
+        return said_once(out, "busy_machine", "From step {step}, other processes slowed the steps {times} times",
+                         "with the training thread's wait for a CPU covering the added time", "busy_changes_from_steps")
 
     def slowed_alike(self, change: ChangePoint, before: float, after: float) -> bool:
         """The whole step slowed, not the part this rule is about (a step-time change is judged on the
