@@ -13,7 +13,7 @@ from torchdoctor.model.findings import Finding, Report, Severity, Table
 from torchdoctor.model.follow_record import (AFTER_CHANGE, DATA_WAIT, STEP_TIME, STRAGGLER, ChangePoint, FollowRecord,
                                              ProbeWindow)
 from torchdoctor.model.location import Location
-from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, RunRecord
+from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, PhaseStats, RunRecord
 from torchdoctor.rules.base import ms
 from torchdoctor.rules.changes import busy_machine_explains, said_once
 
@@ -33,7 +33,27 @@ def first_stretch(record: RunRecord) -> RunRecord:
     changes = shift_changes(record.follow)
     if not changes:
         return record
-    return dataclasses.replace(record, steps=[s for s in record.steps if s.index < changes[0].step])
+    return dataclasses.replace(record, steps=[s for s in record.steps if s.index < changes[0].step],
+                               phases=phases_within(record, 1, changes[0].step))
+
+
+def phases_within(record: RunRecord, first: int, end: int | None) -> list[PhaseStats]:
+    """Each evaluation, checkpoint and logging site as the steps from `first` up to (not including) `end`
+    saw it, from its timed occurrences there. The run's totals are the whole job's: judged against one
+    stretch's steps they made a GAN's plotting "1189% of the measured steps". A site whose kept
+    occurrences (the first MAX_OCCURRENCES) end before the stretch has nothing measured in it."""
+    inside = lambda step: step >= first and (end is None or step < end)  # noqa: E731
+    measured = {s.index for s in record.steps if not s.warmup and inside(s.index)}
+    out = []
+    for site in record.phases:
+        occurrences = [o for o in site.occurrences if inside(o.after_step + 1)]
+        if not occurrences:
+            continue
+        timed = [o for o in occurrences if o.after_step + 1 in measured]
+        out.append(dataclasses.replace(site, calls=len(occurrences), total_s=sum(o.seconds for o in occurrences),
+                                       in_measured_steps_s=sum(o.seconds for o in timed), calls_in_measured=len(timed),
+                                       occurrences=occurrences))
+    return out
 
 
 def window_profile(window: ProbeWindow | None) -> LineProfile:
@@ -51,7 +71,8 @@ def stretch_record(record: RunRecord, first: int, end: int | None, window: Probe
     results of the run's start (the op sampler's, memory accounting, the trace) are not theirs."""
     steps = [s for s in record.steps if s.index >= first and (end is None or s.index < end)]
     run = dataclasses.replace(record.run, startup_s=None)
-    return dataclasses.replace(record, run=run, steps=steps, line_profile=window_profile(window),
+    return dataclasses.replace(record, run=run, steps=steps, phases=phases_within(record, first, end),
+                               line_profile=window_profile(window),
                                dispatch=DispatchSample(), trace=None, trace_file=None, memory=None, follow=None,
                                static_findings=[], doctor_cost=None, unfinished_step=None, losses=None,
                                batch_scaling=None)
@@ -375,6 +396,36 @@ def _whole_stretch(report: Report, record: RunRecord, change: ChangePoint, end: 
     own.message += (f" Over the whole stretch after it (steps {change.step}-{last}, {len(steps)} measured): median step "
                     f"{ms(median):.2f} ms, data wait {ms(wait):.2f} ms.")
     own.evidence = {**own.evidence, "stretch_median_ms": ms(median), "stretch_steps": len(steps)}
+    key, figure = ("step_s", median) if code == "TD902" else ("data_wait_s", wait)
+    before, after = change.figures_before.get(key), change.figures_after.get(key)
+    if before is None or after is None or after <= before or len(steps) < LASTED_STEPS:
+        return
+    if figure - before < 0.5 * (after - before):  # the stretch sits nearer the old level than the new one
+        _did_not_last(own, change, code, before, after, figure, len(steps))
+
+
+# A change is judged on the RECENT_STEPS after it; over a stretch this much longer, its median says
+# whether it lasted (a GAN's figure redrawn every 50 steps slowed 20 steps 1.75x, then the steps were
+# back at their old median for 5,800 steps, and the finding said "stayed so", high)
+LASTED_STEPS = 5 * 20
+
+
+def _did_not_last(own: Finding, change: ChangePoint, code: str, before: float, after: float, figure: float,
+                  steps: int) -> None:
+    what = "the median step" if code == "TD902" else "the median data wait"
+    if code == "TD902":
+        own.title = (f"From step {change.step}, steps were {after / max(before, 1e-12):.2f}x slower for "
+                     f"{change.after.steps} steps, then back")
+    else:
+        own.title = f"From step {change.step}, each step waited {ms(after):.1f} ms for data for a while, then back"
+    own.message += (f" It did not last: over the {steps} measured steps of the stretch {what} was {ms(figure):.2f} ms, "
+                    f"nearer its level before ({ms(before):.2f} ms) than the {ms(after):.2f} ms the test saw.")
+    if own.severity.rank < Severity.LOW.rank:
+        own.severity = Severity.LOW
+    own.estimated_speedup = None
+    own.estimate_basis = (f"not estimated: {what} over the stretch after it was back near its level before, so a "
+                          "fix would save a few steps' time")
+    own.evidence = {**own.evidence, "did_not_last": True}
 
 
 def _top_line(window: ProbeWindow | None) -> tuple[LineHits, float, float] | None:

@@ -266,3 +266,32 @@ def test_without_a_window_a_slowdown_the_timed_parts_share_is_the_machines():
     change.figures_after["compute_s"] = change.figures_before["compute_s"]
     own = next(f for f in analyze(rec).findings if f.code == "TD902")
     assert own.estimated_speedup is not None and not own.evidence.get("slowed_alike")
+
+
+def test_each_stretch_judges_the_logging_its_own_steps_did():
+    """The run's logging totals are the whole job's; judged against the first stretch's steps alone they
+    made a GAN's plotting "1189% of the measured steps" (morvan-gan under --follow)."""
+    from torchdoctor.model.record import PhaseOccurrence, PhaseStats
+
+    rec = followed()
+    plot = Location("train.py", 30, "<module>")
+    occurrences = [PhaseOccurrence(after_step=k, t=k * 0.002, seconds=0.02) for k in range(49, 600, 50)]
+    rec.phases = [PhaseStats(kind="logging", location=plot, calls=12, total_s=0.24, in_measured_steps_s=0.24,
+                             calls_in_measured=12, inner_location=plot, occurrences=occurrences)]
+    for s in rec.steps:  # each plotting step holds its 20 ms
+        if (s.index - 1) in range(49, 600, 50):
+            s.end += 0.02
+    first = next(f for f in analyze(rec).findings if f.code == "TD703")
+    assert first.evidence["calls_in_measured_steps"] == 6  # steps 50, 100, ... 300: the first stretch's
+    assert first.evidence["share_of_wall_time"] <= 1.0
+
+
+def test_a_change_that_did_not_last_over_its_stretch_is_not_said_to_have_stayed():
+    rec = followed()
+    for s in rec.steps:  # slow for 20 steps from step 301, then back at 2 ms for the rest of the run
+        slow = 301 <= s.index < 321
+        s.end, s.data_wait_s = s.start + (0.012 if slow else 0.002), (0.010 if slow else 0.0001)
+    shift = next(f for f in analyze(rec).findings if f.code == "TD902")
+    assert shift.title == "From step 301, steps were 6.00x slower for 22 steps, then back"
+    assert shift.severity.value == "low" and shift.estimated_speedup is None and shift.evidence["did_not_last"]
+    assert "It did not last: over the 300 measured steps of the stretch the median step was 2.00 ms" in shift.message
