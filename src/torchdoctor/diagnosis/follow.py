@@ -414,7 +414,7 @@ def _did_not_last(own: Finding, change: ChangePoint, code: str, before: float, a
                   steps: int) -> None:
     what = "the median step" if code == "TD902" else "the median data wait"
     if code == "TD902":
-        own.title = (f"From step {change.step}, steps were {after / max(before, 1e-12):.2f}x slower for "
+        own.title = (f"From step {change.step}, steps were {after / max(before, 1e-12):.2f}x slower for at least "
                      f"{change.after.steps} steps, then back")
     else:
         own.title = f"From step {change.step}, each step waited {ms(after):.1f} ms for data for a while, then back"
