@@ -100,12 +100,29 @@ def judge(result: CommResult, nbytes: int = VERDICT_BYTES) -> Verdict:
                        "no expected figure for this path")
     share = measured / expected
     threshold = SLOW_SHARE_LOOPBACK if link.kind == "loopback-tcp" else SLOW_SHARE
-    slow = share < threshold
+    best = _fastest_repeat_gbps(row, measured)
+    # slow only when every repeat is: a path carries what it carries, and a repeat that reached the
+    # threshold shows it can; a median below it with such a repeat is a machine that was busy for some
+    # of them (a loopback all-reduce measured 0.92 GB/s against 3.9 on a shared VM whose pace moved)
+    slow = share < threshold and best / expected < threshold
     what = f"{link.description}: expected {expected:.1f} GB/s ({link.expected_source})"
     text = (f"all-reduce of {size} reached {measured:.2f} GB/s bus bandwidth, {share:.0%} of what the path should "
             f"carry{simulated}; {what}")
+    if share < threshold and not slow:
+        text += (f"; its fastest repeat reached {best:.2f} GB/s ({best / expected:.0%}), so the path carries more: "
+                 "the machine was busy during the others")
     if slow:
         text = "SLOW LINK: " + text
         if link.notes:
             text += "; likely cause: " + link.notes[0]
     return Verdict(measured, expected, share, slow, text)
+
+
+def _fastest_repeat_gbps(row, median_gbps: float) -> float:
+    """The bus bandwidth of the row's fastest repeat (bandwidth goes as 1 / time)."""
+    times = [t for t in (row.times_s or []) if t > 0]
+    if not times:
+        return median_gbps
+    ordered = sorted(times)
+    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    return median_gbps * median / ordered[0]

@@ -181,3 +181,16 @@ def test_the_topology_asks_nvml_through_the_one_door():
 
     broken = nvml_topology([0, 1], nvml=SimpleNamespace(nvmlInit=no_driver))
     assert broken.gpus == [] and "NVML" in broken.note
+
+
+def test_a_median_below_the_threshold_with_a_repeat_above_it_is_a_busy_machine_not_a_slow_path():
+    """A loopback all-reduce measured 0.92 GB/s (median) against 3.9 of raw TCP on a shared VM whose pace
+    moved: one repeat at full speed shows what the path carries; only all repeats slow make it slow."""
+    link = gloo_link(same_host=True, loopback_gbps=4.0, nic_speed_mbit=None)
+    nbytes = 25 * 2**20
+    busy = CommResult(backend="gloo", world_size=2, link=link, sizes=[size_row(nbytes, [0.060, 0.058, 0.021], 2)])
+    verdict = judge(busy)
+    assert verdict.share < 0.25 and not verdict.slow
+    assert "its fastest repeat reached 1.25 GB/s (31%)" in verdict.text
+    crawling = CommResult(backend="gloo", world_size=2, link=link, sizes=[size_row(nbytes, [0.060, 0.058, 0.061], 2)])
+    assert judge(crawling).slow
