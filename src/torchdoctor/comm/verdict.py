@@ -3,6 +3,7 @@ reaches it. Torch-free: the facts are gathered in the ranks (comm/probe.py)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from torchdoctor.model.units import MIB, format_bytes
@@ -123,6 +124,4 @@ def _fastest_repeat_gbps(row, median_gbps: float) -> float:
     times = [t for t in (row.times_s or []) if t > 0]
     if not times:
         return median_gbps
-    ordered = sorted(times)
-    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
-    return median_gbps * median / ordered[0]
+    return median_gbps * statistics.median(times) / min(times)

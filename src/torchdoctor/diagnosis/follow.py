@@ -15,7 +15,8 @@ from torchdoctor.model.follow_record import (AFTER_CHANGE, DATA_WAIT, STEP_TIME,
 from torchdoctor.model.location import Location
 from torchdoctor.model.record import DispatchSample, LineHits, LineProfile, PhaseStats, RunRecord
 from torchdoctor.rules.base import ms
-from torchdoctor.rules.changes import busy_machine_explains, said_once
+from torchdoctor.rules.changes import busy_machine_explains, said_once, wait_holds_added_time
+from torchdoctor.rules.shifts import RECENT_STEPS
 
 SHIFT_KINDS = (STEP_TIME, DATA_WAIT)
 CHANGE_CODES = ("TD902", "TD903", "TD904")
@@ -143,9 +144,10 @@ def _say_where_found_again(findings: list[Finding]) -> None:
     for finding in findings:
         steps = finding.evidence.get("found_again_from_steps")
         if steps:
-            finding.message += (" Found again, no larger, in the stretch" + ("es" if len(steps) > 1 else "")
-                                + " after the change" + ("s" if len(steps) > 1 else "") + " at step"
-                                + ("s " if len(steps) > 1 else " ") + ", ".join(str(s) for s in steps) + ".")
+            many = len(steps) > 1
+            finding.message += (f" Found again, no larger, in the stretch{'es' if many else ''} after the "
+                                f"change{'s' if many else ''} at step{'s' if many else ''} "
+                                f"{', '.join(str(s) for s in steps)}.")
 
 
 def _window_before(follow: FollowRecord, step: int) -> ProbeWindow | None:
@@ -296,8 +298,7 @@ def _timed_parts_slowed_alike(change: ChangePoint) -> bool:
     if not all(fb.get(k) and fa.get(k) for k in ("step_s", "compute_s")) or fa["step_s"] <= fb["step_s"]:
         return False
     step, compute = fa["step_s"] / fb["step_s"], fa["compute_s"] / fb["compute_s"]
-    added_wait = fa.get("data_wait_s", 0.0) - fb.get("data_wait_s", 0.0)
-    return compute - 1 >= LINE_EXPLAINS_SHARE * (step - 1) and added_wait < LINE_EXPLAINS_SHARE * (fa["step_s"] - fb["step_s"])
+    return compute - 1 >= LINE_EXPLAINS_SHARE * (step - 1) and not wait_holds_added_time(change)
 
 
 def _slowed_alike_by_timings(own: Finding, change: ChangePoint) -> None:
@@ -317,8 +318,6 @@ def _slowed_alike_by_timings(own: Finding, change: ChangePoint) -> None:
 def _name_the_straggler(report: Report, follow: FollowRecord, change: ChangePoint) -> None:
     """The straggler's finding (TD905) gets the line its own window sampled right after it; a step-time
     or data-wait change of the ranks at the same step is said to be their wait for it."""
-    from torchdoctor.rules.shifts import RECENT_STEPS
-
     own = next((f for f in report.findings if f.code == "TD905" and f.evidence.get("from_step") == change.step
                 and f.evidence.get("rank") == change.rank), None)
     if own is None:
@@ -407,7 +406,7 @@ def _whole_stretch(report: Report, record: RunRecord, change: ChangePoint, end: 
 # A change is judged on the RECENT_STEPS after it; over a stretch this much longer, its median says
 # whether it lasted (a GAN's figure redrawn every 50 steps slowed 20 steps 1.75x, then the steps were
 # back at their old median for 5,800 steps, and the finding said "stayed so", high)
-LASTED_STEPS = 5 * 20
+LASTED_STEPS = 5 * RECENT_STEPS
 
 
 def _did_not_last(own: Finding, change: ChangePoint, code: str, before: float, after: float, figure: float,

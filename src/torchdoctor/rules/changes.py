@@ -180,8 +180,7 @@ class DataWaitAppeared(_ShiftRule):
         with every other part of the step (a machine that slowed) is not a loader that changed."""
         if "step_s" not in change.figures_before or "step_s" not in change.figures_after:
             return False
-        wb, wa = _added_wait(change)
-        return after > before and (wa - wb) < WAIT_EXPLAINS_SHARE * (after - before)
+        return after > before and not wait_holds_added_time(change)
 
     def estimate(self, change: ChangePoint, before: float, after: float) -> tuple[float | None, str]:
         """The added wait removed, no more: the rest of the step's change is not the loader's."""
@@ -201,6 +200,14 @@ WAIT_EXPLAINS_SHARE = 0.5
 
 def _added_wait(change: ChangePoint) -> tuple[float, float]:
     return change.figures_before.get("data_wait_s", 0.0), change.figures_after.get("data_wait_s", 0.0)
+
+
+def wait_holds_added_time(change: ChangePoint) -> bool:
+    """The data wait grew by at least WAIT_EXPLAINS_SHARE of the time the step added (figures before
+    and after the change): the loader's change, not the whole step's."""
+    wb, wa = _added_wait(change)
+    added = change.figures_after.get("step_s", 0.0) - change.figures_before.get("step_s", 0.0)
+    return wa - wb >= WAIT_EXPLAINS_SHARE * added
 
 
 def _slowed_alike_line(change: ChangePoint) -> str:
